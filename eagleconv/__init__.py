@@ -1,0 +1,56 @@
+"""eagleconv: convert and validate EAGLE-3 / EAGLE-3.1 speculative-decoding drafter checkpoints.
+
+The public API is re-exported here lazily, so ``import eagleconv`` (and the
+CLI's ``--help``) stays fast and never imports torch.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "convert": "eagleconv.conversion",
+    "plan_conversion": "eagleconv.conversion",
+    "inspect": "eagleconv.inspection",
+    "load_drafter": "eagleconv.loading",
+    "LoadedDrafter": "eagleconv.loading",
+    "DrafterSpec": "eagleconv.drafter",
+    "AuxLayers": "eagleconv.drafter",
+    "EagleFlags": "eagleconv.drafter",
+    "MlaDims": "eagleconv.drafter",
+    "ConvertReport": "eagleconv.report",
+    "InspectReport": "eagleconv.report",
+    "Finding": "eagleconv.report",
+    "open_checkpoint": "eagleconv.io.reader",
+    "LAYOUTS": "eagleconv.formats",
+    "EagleconvError": "eagleconv.errors",
+    "ConversionError": "eagleconv.errors",
+    "FormatError": "eagleconv.errors",
+    "UnsafeInputError": "eagleconv.errors",
+    "UsageError": "eagleconv.errors",
+}
+
+__all__ = sorted([*_EXPORTS, "__version__"])
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'eagleconv' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .conversion import convert, plan_conversion  # noqa: F401
+    from .drafter import AuxLayers, DrafterSpec, EagleFlags, MlaDims  # noqa: F401
+    from .errors import ConversionError, EagleconvError, FormatError, UnsafeInputError, UsageError  # noqa: F401
+    from .formats import LAYOUTS  # noqa: F401
+    from .inspection import inspect  # noqa: F401
+    from .io.reader import open_checkpoint  # noqa: F401
+    from .loading import LoadedDrafter, load_drafter  # noqa: F401
+    from .report import ConvertReport, Finding, InspectReport  # noqa: F401

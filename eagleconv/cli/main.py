@@ -1,0 +1,231 @@
+"""The ``eagleconv`` command line: a thin click layer over the library.
+
+Exit codes: 0 success, 1 error-severity findings, 2 bad usage or
+unreadable/unsafe input.  Errors print one line (``--debug`` adds the
+traceback).  ``--json`` prints the same pydantic report the library returns.
+Nothing here imports torch, so ``--help`` and ``inspect`` stay fast.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from .. import __version__
+from ..errors import EagleconvError
+
+FORMATS = ("eagle", "specforge", "torchspec", "vllm", "speculators", "automodel", "modelopt")
+
+
+class Context:
+    def __init__(self, debug: bool):
+        self.debug = debug
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+
+
+def run_command(ctx: click.Context, as_json: bool, body: Callable[[], tuple[Any, int]]) -> None:
+    """Run ``body`` (returning (report, exit code)) with eagleconv's error policy."""
+    debug = ctx.find_object(Context).debug if ctx.find_object(Context) else False
+    try:
+        report, code = body()
+    except EagleconvError as exc:
+        if debug:
+            traceback.print_exc()
+        if as_json:
+            click.echo(json.dumps({"ok": False, "error": exc.one_line(), "code": exc.code, "exit_code": exc.exit_code}))
+        click.echo(f"eagleconv: error: {exc.one_line()}", err=True)
+        ctx.exit(exc.exit_code)
+    except (KeyboardInterrupt, click.exceptions.Exit, click.ClickException):
+        raise
+    except Exception as exc:  # noqa: BLE001 - the policy: one line, no traceback unless --debug
+        if debug:
+            traceback.print_exc()
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        click.echo(f"eagleconv: internal error: {type(exc).__name__}: {first} (re-run with --debug for the traceback)",
+                   err=True)
+        ctx.exit(2)
+    else:
+        ctx.exit(code)
+
+
+def parse_size(text: str | None) -> int | None:
+    if text is None:
+        return None
+    units = {"": 1, "B": 1, "K": 10**3, "KB": 10**3, "M": 10**6, "MB": 10**6, "G": 10**9, "GB": 10**9,
+             "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+    s = text.strip().upper()
+    number = s.rstrip("KMGIB")
+    try:
+        return int(float(number) * units[s[len(number):]])
+    except (ValueError, KeyError):
+        raise click.BadParameter(f"cannot parse size {text!r} (e.g. 2GB, 500MB, 1GiB)") from None
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="eagleconv")
+@click.option("--debug", is_flag=True, help="Show tracebacks on errors.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Convert and validate EAGLE-3 / EAGLE-3.1 speculative-decoding drafter checkpoints.
+
+    Exit codes: 0 success, 1 error-severity findings, 2 bad usage or unreadable/unsafe input.
+    """
+    ctx.obj = Context(debug)
+
+
+@cli.command()
+@click.argument("path", type=click.Path(path_type=str))
+@click.option("--from", "from_format", type=click.Choice(FORMATS), help="Read as this layout instead of detecting it.")
+@click.option("--allow-pickle", is_flag=True, help="Load .bin/.pt pickles with torch.load(weights_only=True).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+def inspect(ctx: click.Context, path: str, from_format: str | None, allow_pickle: bool, as_json: bool) -> None:
+    """Describe a drafter: layout, EAGLE version, flags, dims, aux ids, vocab mapping, tensors."""
+    from ..inspection import inspect as inspect_checkpoint
+
+    def body():
+        report = inspect_checkpoint(path, from_format=from_format, allow_pickle=allow_pickle)
+        if as_json:
+            click.echo(report.model_dump_json(indent=2))
+        else:
+            from .render import render_inspect
+
+            render_inspect(report, _console())
+        return report, 0
+
+    run_command(ctx, as_json, body)
+
+
+@cli.command()
+@click.argument("src", type=click.Path(path_type=str))
+@click.argument("dst", type=click.Path(path_type=str))
+@click.option("--to", "to", required=True, type=click.Choice(FORMATS), help="Destination layout.")
+@click.option("--from", "from_format", type=click.Choice(FORMATS), help="Read SRC as this layout instead of detecting it.")
+@click.option("--dry-run", is_flag=True, help="Print the plan (source -> destination, shape, dtype, action); write nothing.")
+@click.option("--drop", multiple=True, metavar="TENSOR",
+              help="Drop a tensor the destination cannot hold (lossy), e.g. --drop embed_tokens.")
+@click.option("--aux-layer-ids", metavar="I,J,K", help="Stamp the target layers the drafter reads (comma-separated).")
+@click.option("--aux-convention", type=click.Choice(["hidden_state_index", "layer_output"]), default="hidden_state_index",
+              show_default=True, help="Numbering of --aux-layer-ids.")
+@click.option("--max-shard-size", metavar="SIZE", help="Split the output into shards of at most SIZE (e.g. 2GB).")
+@click.option("--overwrite", is_flag=True, help="Replace DST if it exists (atomically, after the new one is complete).")
+@click.option("--force", is_flag=True, help="Convert even if the source has error-severity findings.")
+@click.option("--allow-pickle", is_flag=True, help="Load .bin/.pt pickles with torch.load(weights_only=True).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+def convert(ctx: click.Context, src: str, dst: str, to: str, from_format: str | None, dry_run: bool, drop: tuple[str, ...],
+            aux_layer_ids: str | None, aux_convention: str, max_shard_size: str | None, overwrite: bool, force: bool,
+            allow_pickle: bool, as_json: bool) -> None:
+    """Convert drafter SRC to layout --to at DST, exactly (tensor bytes are preserved)."""
+    from ..conversion import convert as convert_checkpoint
+
+    ids = None
+    if aux_layer_ids:
+        try:
+            ids = [int(x) for x in aux_layer_ids.split(",") if x.strip()]
+        except ValueError:
+            raise click.BadParameter("expected comma-separated integers", param_hint="--aux-layer-ids") from None
+    shard = parse_size(max_shard_size)
+
+    def body():
+        with _progress(enabled=not as_json and not dry_run) as (on_total, on_bytes):
+            report = convert_checkpoint(src, dst, to, from_format=from_format, dry_run=dry_run, force=force,
+                                        overwrite=overwrite, drop=drop, aux_layer_ids=ids,
+                                        aux_convention=aux_convention, max_shard_size=shard,
+                                        allow_pickle=allow_pickle, on_bytes=on_bytes, on_total=on_total)
+        if as_json:
+            click.echo(report.model_dump_json(indent=2))
+        else:
+            from .render import render_convert
+
+            render_convert(report, _console())
+        return report, 0
+
+    run_command(ctx, as_json, body)
+
+
+class _progress:
+    """A rich progress bar over bytes written, shown only on a terminal."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled and sys.stderr.isatty()
+        self.bar = None
+        self.task = None
+
+    def __enter__(self):
+        if not self.enabled:
+            return None, None
+        from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+
+        self.bar = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+                            TransferSpeedColumn(), console=_console(stderr=True), transient=True)
+        self.bar.start()
+
+        def on_total(total: int) -> None:
+            self.task = self.bar.add_task("writing", total=total)
+
+        def on_bytes(n: int) -> None:
+            if self.task is not None:
+                self.bar.advance(self.task, n)
+
+        return on_total, on_bytes
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+@cli.command()
+@click.option("--out", "out", type=click.Path(path_type=str), default="schemas", show_default=True,
+              help="Directory to write the JSON Schemas into.")
+@click.pass_context
+def schema(ctx: click.Context, out: str) -> None:
+    """Write the JSON Schemas of configs, the drafter spec and reports into --out."""
+    from ..schemas import write_schemas
+
+    def body():
+        for path in write_schemas(out):
+            click.echo(str(path))
+        return None, 0
+
+    run_command(ctx, False, body)
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+def formats(as_json: bool) -> None:
+    """List the checkpoint layouts eagleconv reads and writes."""
+    from ..formats import LAYOUTS
+
+    rows = [{"name": l.name, "producer": l.producer, "description": l.description,
+             "architectures": sorted(l.architectures), "aux_layer_convention": l.aux_convention}
+            for l in LAYOUTS.values()]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    from rich.table import Table
+
+    table = Table(title="layouts")
+    for col in ("name", "producer", "architectures", "description"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["name"], r["producer"], ", ".join(r["architectures"]), r["description"])
+    _console().print(table)
+
+
+def main() -> None:
+    cli(prog_name="eagleconv")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""Human rendering of reports with rich.  The only module that knows about terminals."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from ..report import ConvertReport, InspectReport
+
+
+def human_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def render_inspect(report: InspectReport, console: Console) -> None:
+    spec = report.spec
+    summary = Table.grid(padding=(0, 2))
+    summary.add_column(style="bold")
+    summary.add_column()
+    summary.add_row("path", report.path)
+    summary.add_row("format", f"{report.format}  ({'; '.join(report.detected_by)})")
+    version = report.eagle_version + (f"  ({', '.join(report.eagle31_flags)})" if report.eagle31_flags else "")
+    summary.add_row("EAGLE version", version)
+    summary.add_row("architecture", f"{report.architecture}  (model_type {spec.model_type})")
+    dims = f"hidden {spec.hidden_size}, target hidden {spec.target_hidden_size}, heads {spec.num_attention_heads}"
+    if spec.mla:
+        m = spec.mla
+        dims += (f", MLA q_lora {m.q_lora_rank} kv_lora {m.kv_lora_rank} nope {m.qk_nope_head_dim} "
+                 f"rope {m.qk_rope_head_dim} v {m.v_head_dim}")
+    else:
+        dims += f", kv heads {spec.num_key_value_heads}, head dim {spec.head_dim}"
+    dims += f", intermediate {spec.intermediate_size}, layers {spec.num_hidden_layers}"
+    summary.add_row("dims", dims)
+    flags = ", ".join(f"{k}={'on' if v else 'off'}" for k, v in report.flags.model_dump().items())
+    summary.add_row("flags", flags)
+    if report.aux_layer_ids is None:
+        aux = f"K = {report.num_aux_hidden_states}, ids absent (engines will guess)"
+    else:
+        aux = f"K = {report.num_aux_hidden_states}, ids {report.aux_layer_ids} ({report.aux_layer_convention})"
+        if report.aux_layer_convention != "hidden_state_index":
+            aux += f" = {report.aux_layer_ids_hidden_state_index} in vLLM numbering"
+    summary.add_row("aux layers", aux)
+    v = report.vocab
+    summary.add_row("vocab", f"target {v.target_vocab_size}, draft {v.draft_vocab_size}"
+                    f"{' (compressed)' if v.compressed else ''}; d2t {'yes' if v.d2t else 'no'}, t2d {'yes' if v.t2d else 'no'}")
+    summary.add_row("embed / lm_head", f"embed_tokens from {spec.embed_tokens}, lm_head from {spec.lm_head}")
+    summary.add_row("weights", f"{report.weights}: {', '.join(report.files)}  ({human_bytes(report.total_bytes)})")
+    console.print(summary)
+    table = Table(title="tensors", show_lines=False)
+    for col in ("name", "shape", "dtype", "bytes"):
+        table.add_column(col, justify="right" if col == "bytes" else "left")
+    for row in report.tensors:
+        table.add_row(row.name, str(row.shape), row.dtype, human_bytes(row.bytes))
+    console.print(table)
+    for note in report.notes:
+        console.print(f"[dim]note:[/dim] {note}")
+
+
+def render_convert(report: ConvertReport, console: Console) -> None:
+    if report.dry_run:
+        table = Table(title=f"plan: {report.source_format} -> {report.destination_format}")
+        for col in ("source", "destination", "shape", "dtype", "action"):
+            table.add_column(col)
+        for row in report.plan:
+            action = row.action + (f" ({row.reason})" if row.reason else "")
+            table.add_row(row.source or "-", row.destination or "-", str(row.shape), row.dtype, action)
+        console.print(table)
+    else:
+        copied = sum(1 for r in report.plan if r.action == "copy")
+        console.print(f"[green]converted[/green] {report.source} ({report.source_format}) -> {report.destination} "
+                      f"({report.destination_format}): {copied} tensors copied, {human_bytes(report.bytes_written)}")
+    for row in report.plan:
+        if row.action == "drop":
+            console.print(f"[yellow]dropped[/yellow] {row.source}: {row.reason}")
+        elif row.action == "derive":
+            console.print(f"[cyan]derived[/cyan] {row.destination}: {row.reason}")
+    for change in report.config_changes:
+        console.print(f"[yellow]config[/yellow] {change}")
+    for finding in report.findings:
+        console.print(f"[yellow]{finding.severity}[/yellow] [{finding.code}] {finding.message}")
+    for note in report.notes:
+        console.print(f"[dim]note:[/dim] {note}")

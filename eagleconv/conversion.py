@@ -1,0 +1,239 @@
+"""Strict, exact layout conversion.
+
+Every source tensor goes to exactly one destination tensor, or is dropped by
+a named rule that the report lists.  Bytes are never changed: tensors are
+copied by the kernel from the source file.  A tensor the destination needs
+and the source lacks is derived only when that is exact (t2d from d2t).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from . import __version__
+from .drafter import AuxConvention, AuxLayers, DrafterSpec
+from .errors import ConversionError, UsageError
+from .formats import get_layout
+from .formats.base import Layout, get_path, rename, write_config
+from .io.writer import CheckpointWriter, OutputTensor, check_not_overlapping
+from .jsonio import dump_json
+from .loading import LoadedDrafter, load_drafter
+from .report import ConvertReport, Finding, PlanRow
+from .validation.structural import checkpoint_findings
+from .vocab import check_d2t, identity_d2t, t2d_from_target_ids
+
+
+def _short_name(canonical: str) -> str:
+    """``embed_tokens.weight`` -> ``embed_tokens``: the name users pass to --drop."""
+    return canonical[: -len(".weight")] if canonical.endswith(".weight") else canonical
+
+
+def _matches_drop(canonical: str, layout_name: str, drop: set[str]) -> bool:
+    short = _short_name(canonical)
+    return bool({canonical, layout_name, short, short.split(".")[0]} & drop)
+
+
+def _bytes_writer(data: bytes) -> Callable[[int], None]:
+    def write(fd: int) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    return write
+
+
+def _copy_writer(loaded: LoadedDrafter, name: str) -> Callable[[int], None]:
+    return lambda fd: loaded.store.copy_into(name, fd)
+
+
+def _compat_problems(dst: type[Layout], spec: DrafterSpec, layer_count: int) -> list[str]:
+    """What the destination layout cannot express about this drafter."""
+    problems = []
+    if spec.architecture not in dst.architectures:
+        problems.append(f"the {dst.name} layout cannot carry a {spec.architecture} drafter "
+                        f"(it holds: {', '.join(dst.architectures)})")
+    for flag in spec.flags.model_fields:
+        value = getattr(spec.flags, flag)
+        default = spec.flags.model_fields[flag].default
+        if value != default and flag not in dst.flags:
+            problems.append(f"the {dst.name} layout cannot express {flag} = {str(value).lower()}")
+    if dst.fixed_aux_count is not None and spec.aux.count != dst.fixed_aux_count:
+        problems.append(f"the {dst.name} layout has exactly {dst.fixed_aux_count} aux hidden states; "
+                        f"this drafter has {spec.aux.count}")
+    if dst.max_layers is not None and layer_count > dst.max_layers:
+        problems.append(f"the {dst.name} layout holds {dst.max_layers} decoder layer(s); this drafter has {layer_count}")
+    return problems
+
+
+def plan_conversion(loaded: LoadedDrafter, to: str, *, drop: Iterable[str] = (),
+                    aux_layer_ids: Sequence[int] | None = None,
+                    aux_convention: AuxConvention = "hidden_state_index") -> tuple[ConvertReport, list[OutputTensor], dict]:
+    """Plan a conversion from headers and small vectors only; raises ConversionError when it cannot be exact."""
+    dst = get_layout(to)
+    spec = loaded.require_spec()
+    read = loaded.read
+    drop_set = set(drop)
+    problems: list[str] = []
+    notes = [f"source read as {loaded.layout.name} ({'; '.join(loaded.detected_by)})"] + read.notes + loaded.store.notes
+
+    if aux_layer_ids is not None:
+        ids = tuple(int(i) for i in aux_layer_ids)
+        if len(ids) != spec.aux.count:
+            raise UsageError(f"--aux-layer-ids gives {len(ids)} ids for {spec.aux.count} aux hidden states")
+        old = spec.aux.ids_as(aux_convention)
+        spec = spec.model_copy(update={"aux": AuxLayers(count=spec.aux.count, ids=ids, convention=aux_convention)})
+        notes.append(f"aux layer ids set to {list(ids)} ({aux_convention}) by --aux-layer-ids"
+                     + (f", replacing {list(old)}" if old else ""))
+
+    layers = sorted({int(n.split(".")[1]) for n in read.tensors if n.startswith("layers.")})
+    problems += _compat_problems(dst, spec, len(layers))
+
+    plan: list[PlanRow] = []
+    out: list[OutputTensor] = []
+    dest_names: dict[str, str] = {}
+    for canonical, src_name in sorted(read.canonical.items()):
+        info = read.tensors[canonical]
+        cap = dst.holding_policy(canonical)
+        if cap is not None:
+            if cap.policy == "derive":
+                plan.append(PlanRow(source=src_name, destination=None, shape=list(info.shape), dtype=info.dtype,
+                                    action="drop", reason=f"{cap.reason}"))
+                continue
+            if cap.policy == "drop" and _matches_drop(canonical, src_name, drop_set):
+                plan.append(PlanRow(source=src_name, destination=None, shape=list(info.shape), dtype=info.dtype,
+                                    action="drop", reason=f"--drop {_short_name(canonical)}: {cap.reason}"))
+                continue
+            hint = f"; pass --drop {_short_name(canonical)} to drop it (lossy)" if cap.policy == "drop" else ""
+            problems.append(f"{src_name}: {cap.reason}{hint}")
+            continue
+        if _matches_drop(canonical, src_name, drop_set):
+            plan.append(PlanRow(source=src_name, destination=None, shape=list(info.shape), dtype=info.dtype,
+                                action="drop", reason=f"--drop {_short_name(canonical)}"))
+            continue
+        dest = rename(dst.renames, canonical, to_canonical=False)
+        if dest is None:
+            problems.append(f"{src_name}: no {dst.name} rule names canonical tensor {canonical}")
+            continue
+        if dest in dest_names:
+            problems.append(f"{src_name} and {dest_names[dest]} would both be written as {dest}")
+            continue
+        dest_names[dest] = src_name
+        plan.append(PlanRow(source=src_name, destination=dest, shape=list(info.shape), dtype=info.dtype, action="copy"))
+        out.append(OutputTensor(dest, info.dtype, info.shape, info.nbytes, _copy_writer(loaded, src_name)))
+
+    present = set(read.tensors) - {r for r in read.canonical if _matches_drop(r, read.canonical[r], drop_set)}
+    for needed in dst.requires:
+        if needed in present:
+            continue
+        derived = _derive(needed, loaded, spec)
+        if derived is None:
+            problems.append(f"the {dst.name} layout requires {needed}, which the source lacks and which cannot be "
+                            "derived exactly")
+            continue
+        array, how = derived
+        dest = rename(dst.renames, needed, to_canonical=False) or needed
+        data = array.tobytes()
+        dtype = "I64" if array.dtype == np.int64 else "BOOL"
+        plan.append(PlanRow(source=None, destination=dest, shape=list(array.shape), dtype=dtype, action="derive", reason=how))
+        out.append(OutputTensor(dest, dtype, tuple(array.shape), len(data), _bytes_writer(data)))
+        notes.append(f"derived {dest}: {how}")
+
+    if problems:
+        raise ConversionError("; ".join(problems), loaded.store.path)
+
+    provenance = {"layout": dst.name, "version": __version__, "converted_from": loaded.layout.name,
+                  "aux_layer_convention": dst.aux_convention_for(spec.architecture) if spec.aux.ids else None}
+    config = write_config(dst, spec, provenance)
+    report = ConvertReport(ok=True, source=str(loaded.store.path), destination="", source_format=loaded.layout.name,
+                           destination_format=dst.name, dry_run=True, plan=plan,
+                           config_changes=_config_changes(loaded, dst, spec, config), notes=notes)
+    return report, out, config
+
+
+def _derive(needed: str, loaded: LoadedDrafter, spec: DrafterSpec) -> tuple[np.ndarray, str] | None:
+    """An exact derivation of ``needed`` from what the source has, or None."""
+    t, store = loaded.read.tensors, loaded.store
+    if needed == "d2t" and not spec.compressed_vocab:
+        return identity_d2t(spec.draft_vocab_size), "identity mapping (draft vocab = target vocab)"
+    if needed == "t2d":
+        if "d2t" in t:
+            check = check_d2t(store.read_raw(loaded.read.canonical["d2t"]), t["d2t"].dtype, spec.vocab_size,
+                              spec.draft_vocab_size)
+            if check.target_ids is not None:
+                return t2d_from_target_ids(check.target_ids, spec.vocab_size), "from d2t (t2d[i + d2t[i]] = true)"
+            return None
+        if not spec.compressed_vocab:
+            return np.ones(spec.vocab_size, dtype=bool), "all true (draft vocab = target vocab)"
+    return None
+
+
+def _leaf_paths(node: object, prefix: str = "") -> set[str]:
+    if isinstance(node, dict):
+        return set().union(*(_leaf_paths(v, f"{prefix}{k}.") for k, v in node.items())) if node else set()
+    return {prefix[:-1]}
+
+
+def _config_changes(loaded: LoadedDrafter, dst: type[Layout], spec: DrafterSpec, config: dict) -> list[str]:
+    """Source config fields that do not reach the destination, and renamed values worth a word."""
+    source = loaded.store.config or {}
+    consumed = loaded.read.consumed
+    carried = {loaded.layout.decoder_prefix() + k for k in spec.extra}
+    changes = []
+    for path in sorted(_leaf_paths(source)):
+        top = path.split(".")[0]
+        if any(path == c or path.startswith(c + ".") for c in consumed | carried) or top in ("architectures", "eagleconv"):
+            continue
+        changes.append(f"dropped config field {path} = {get_path(source, path)!r} (the {dst.name} layout has no place for it)")
+    if spec.aux.ids and spec.aux.convention != dst.aux_convention_for(spec.architecture):
+        changes.append(f"aux layer ids renumbered {list(spec.aux.ids)} ({spec.aux.convention}) -> "
+                       f"{list(spec.aux.ids_as(dst.aux_convention_for(spec.architecture)) or [])} "
+                       f"({dst.aux_convention_for(spec.architecture)})")
+    if spec.model_type in dst.model_types:
+        changes.append(f"model_type {spec.model_type} -> {dst.model_types[spec.model_type]} "
+                       f"(so the {dst.name} consumer recognises the drafter)")
+    if spec.aux.ids is None:
+        changes.append("no aux layer ids to write: engines will guess the target layers (pass --aux-layer-ids)")
+    return changes
+
+
+def convert(source: str | Path, destination: str | Path, to: str, *, from_format: str | None = None,
+            dry_run: bool = False, force: bool = False, overwrite: bool = False, drop: Iterable[str] = (),
+            aux_layer_ids: Sequence[int] | None = None, aux_convention: AuxConvention = "hidden_state_index",
+            max_shard_size: int | None = None, allow_pickle: bool = False,
+            on_bytes: Callable[[int], None] | None = None, on_total: Callable[[int], None] | None = None) -> ConvertReport:
+    """Convert ``source`` to layout ``to`` at ``destination``.  See the module docstring.
+
+    Raises ConversionError (exit 1) when the source has error findings (unless
+    ``force``) or cannot be converted exactly; UsageError/UnsafeInputError
+    (exit 2) for bad arguments or unsafe input.  Nothing is written on error.
+    """
+    check_not_overlapping([source], destination)
+    loaded = load_drafter(source, layout=from_format, allow_pickle=allow_pickle)
+    try:
+        findings: list[Finding] = checkpoint_findings(loaded.read, loaded.store)
+        errors = [f for f in findings if f.severity == "error"]
+        if errors and not force:
+            first = errors[0]
+            raise ConversionError(
+                f"source has {len(errors)} error finding(s), first: [{first.code}] {first.message} "
+                "(run `eagleconv validate` for all; --force converts anyway)", loaded.store.path)
+        report, tensors, config = plan_conversion(loaded, to, drop=drop, aux_layer_ids=aux_layer_ids,
+                                                  aux_convention=aux_convention)
+        report.findings = findings
+        report.destination = str(destination)
+        report.dry_run = dry_run
+        if dry_run:
+            return report
+        writer = CheckpointWriter(destination, sources=[source], overwrite=overwrite)
+        if on_total:
+            on_total(sum(t.nbytes for t in tensors))
+        metadata = {"format": "pt", "eagleconv_version": __version__}
+        report.files_written = writer.write(tensors, {"config.json": dump_json(config)},
+                                            max_shard_size=max_shard_size, metadata=metadata, on_bytes=on_bytes)
+        report.bytes_written = sum(t.nbytes for t in tensors)
+        return report
+    finally:
+        loaded.close()

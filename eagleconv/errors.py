@@ -1,0 +1,47 @@
+"""Exception hierarchy.  Every error names the file it is about and maps to a CLI exit code.
+
+Exit codes (documented in the README): 0 success, 1 error-severity findings,
+2 bad usage or unreadable/unsafe input.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class EagleconvError(Exception):
+    """Base class.  ``exit_code`` is what the CLI returns for it."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, path: str | Path | None = None, code: str | None = None):
+        self.message = message
+        self.path = str(path) if path is not None else None
+        self.code = code
+        super().__init__(self.one_line())
+
+    def one_line(self) -> str:
+        where = f"{self.path}: " if self.path else ""
+        code = f"[{self.code}] " if self.code else ""
+        return f"{where}{code}{self.message}"
+
+
+class UnsafeInputError(EagleconvError):
+    """Input that is malformed, hostile or refused by policy (pickle, path traversal...)."""
+
+
+class FormatError(EagleconvError):
+    """Input that is well-formed but is not a drafter layout eagleconv understands."""
+
+
+class UsageError(EagleconvError):
+    """Bad arguments: unknown format, destination inside the source, and the like."""
+
+
+class ConversionError(EagleconvError):
+    """The conversion cannot be done exactly (unmapped tensor, missing lm_head...).
+
+    These are findings about the checkpoint, so the exit code is 1.
+    """
+
+    exit_code = 1

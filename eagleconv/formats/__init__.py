@@ -1,0 +1,60 @@
+"""The registry of checkpoint layouts, and format detection.
+
+Each layout is one module with one :class:`~eagleconv.formats.base.Layout`
+subclass registered by ``@register``.  Adding a producer is adding a module
+(and a fixture); nothing else in the package needs to change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import FormatError, UsageError
+from .base import Layout, ReadResult, Seen, read_drafter, write_config
+
+LAYOUTS: dict[str, type[Layout]] = {}
+
+
+def register(cls: type[Layout]) -> type[Layout]:
+    """Class decorator: add a layout to the registry (names must be unique)."""
+    if cls.name in LAYOUTS:
+        raise ValueError(f"layout {cls.name!r} registered twice")
+    LAYOUTS[cls.name] = cls
+    return cls
+
+
+def get_layout(name: str) -> type[Layout]:
+    try:
+        return LAYOUTS[name]
+    except KeyError:
+        raise UsageError(f"unknown format {name!r}; choose one of: {', '.join(LAYOUTS)}") from None
+
+
+def detect_layout(config: Mapping[str, Any] | None, names: set[str], metadata: Mapping[str, str] | None = None,
+                  weights_kind: str = "safetensors", path: object = None) -> tuple[type[Layout], list[str]]:
+    """The best-matching layout for a config plus tensor names, with the reasons.
+
+    Detection uses both: ``architectures`` alone lies too often (SafeAILab
+    checkpoints say LlamaForCausalLM).
+    """
+    if config is None:
+        raise FormatError("no config.json: cannot tell which drafter layout this is", path)
+    seen = Seen(config, names, metadata or {}, weights_kind)
+    scored = []
+    for layout in LAYOUTS.values():
+        score, reasons = layout.detect(seen)
+        if score > 0:
+            scored.append((score, layout.name, layout, reasons))
+    if not scored:
+        raise FormatError(
+            "not an EAGLE-3 drafter layout eagleconv knows (no fc.weight with midlayer.*/layers.N.* tensors, "
+            "no speculators_model_type 'eagle3')", path, code="EC002")
+    scored.sort(key=lambda s: -s[0])
+    return scored[0][2], scored[0][3]
+
+
+# Importing the layout modules registers them.
+from . import automodel, eagle, modelopt, specforge, speculators, torchspec, vllm  # noqa: E402,F401
+
+__all__ = ["LAYOUTS", "Layout", "ReadResult", "detect_layout", "get_layout", "read_drafter", "register", "write_config"]

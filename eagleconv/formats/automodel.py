@@ -1,0 +1,41 @@
+"""NVIDIA NeMo Automodel (``train_eagle3``): ``model.``-prefixed keys, LlamaEagle3DraftModel.
+
+``lm_head``, ``d2t`` and ``t2d`` stay at the top level; everything else sits
+under ``model.``.  Automodel's own serve_vllm bridge strips the prefix, which is
+what converting to ``vllm`` does here.
+"""
+
+from __future__ import annotations
+
+from . import register
+from .base import Seen, Layout, Rename, SameAs, architectures_of, hf_fields, marker_score
+
+
+@register
+class AutomodelLayout(Layout):
+    name = "automodel"
+    producer = "NVIDIA NeMo Automodel"
+    description = "model.-prefixed keys (lm_head, d2t, t2d unprefixed), LlamaEagle3DraftModel"
+    renames = (
+        Rename("lm_head.{rest}", "lm_head.{rest}"),
+        Rename("d2t", "d2t"),
+        Rename("t2d", "t2d"),
+        Rename("model.{rest}", "{rest}"),
+    )
+    fields = hf_fields(norm_before_fc=None, norm_before_residual=None, use_aux_hidden_state=None)
+    architectures = {"llama": ("LlamaEagle3DraftModel",)}
+    flags = frozenset({"fc_norm", "norm_output"})
+    defaults = {"target_hidden_size": SameAs("hidden_size"), "num_aux_hidden_states": 3,
+                "fc_norm": False, "norm_output": False}
+
+    @classmethod
+    def detect(cls, seen: Seen):
+        config, names = seen.config, seen.names
+        score, why = marker_score(cls, config)
+        if score:
+            return score, why
+        if "model.fc.weight" in names:
+            if "LlamaEagle3DraftModel" in architectures_of(config):
+                return 50, ["model.-prefixed tensors with architectures LlamaEagle3DraftModel"]
+            return 40, ["model.-prefixed tensors (model.fc.weight)"]
+        return 0, []

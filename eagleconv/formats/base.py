@@ -1,0 +1,557 @@
+"""What a layout is: a rename table, a config field table, and a few named hooks.
+
+A layout (``specforge``, ``vllm``, ``speculators``...) is a subclass of
+:class:`Layout` whose class attributes are data, registered with
+``@register``.  Everything generic lives here: turning a layout's tensor names
+into canonical names and back (an invertible, first-match rename table),
+reading a config into a :class:`DrafterSpec` (config value, else exactly
+derived from tensor shapes, else the layout's own documented default; each
+non-config value is reported), and writing a spec back out as a config.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from pydantic import ValidationError
+
+from ..canonical import CANONICAL_NAME, FC_NORM_NAME, layer_indices
+from ..drafter import Architecture, AuxConvention, AuxLayers, DrafterSpec, EagleFlags, MlaDims, Verifier
+from ..errors import FormatError
+from ..io.reader import TensorInfo
+
+# -- tensor renames -------------------------------------------------------------
+
+_PLACEHOLDER = re.compile(r"\{(n|rest)\}")
+
+
+@functools.cache
+def _compile(pattern: str) -> re.Pattern[str]:
+    parts, last = [], 0
+    for m in _PLACEHOLDER.finditer(pattern):
+        parts.append(re.escape(pattern[last:m.start()]))
+        parts.append(r"(?P<n>\d+)" if m.group(1) == "n" else r"(?P<rest>.+)")
+        last = m.end()
+    parts.append(re.escape(pattern[last:]))
+    return re.compile("^" + "".join(parts) + "$")
+
+
+@dataclass(frozen=True)
+class Rename:
+    """``layout`` name pattern <-> ``canonical`` name pattern.  ``{n}``: an integer, ``{rest}``: the remainder."""
+
+    layout: str
+    canonical: str
+
+    def apply(self, name: str, to_canonical: bool) -> str | None:
+        pattern, template = (self.layout, self.canonical) if to_canonical else (self.canonical, self.layout)
+        m = _compile(pattern).match(name)
+        if m is None:
+            return None
+        return _PLACEHOLDER.sub(lambda p: m.group(p.group(1)), template)
+
+
+def rename(table: tuple[Rename, ...], name: str, to_canonical: bool) -> str | None:
+    """First matching rule wins; None when no rule matches."""
+    for rule in table:
+        out = rule.apply(name, to_canonical)
+        if out is not None:
+            return out
+    return None
+
+
+# -- config fields ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ConfigField:
+    """Where a canonical field lives in a layout's config.json.
+
+    ``read``: dotted paths tried in order (the first present wins, which is how
+    the engines that read this layout resolve synonyms).  ``write``: every path
+    written (defaults to the first read path), so synonyms stay in agreement.
+    """
+
+    read: tuple[str, ...]
+    write: tuple[str, ...] | None = None
+
+    @property
+    def write_paths(self) -> tuple[str, ...]:
+        return self.write if self.write is not None else self.read[:1]
+
+
+def hf_fields(decoder: str = "", **overrides: ConfigField | None) -> dict[str, ConfigField]:
+    """The Hugging Face-style field table, decoder fields under ``decoder`` (a path prefix)."""
+    d = decoder
+    table: dict[str, ConfigField | None] = {
+        "model_type": ConfigField((f"{d}model_type",)),
+        "hidden_size": ConfigField((f"{d}hidden_size",)),
+        "num_hidden_layers": ConfigField((f"{d}num_hidden_layers",)),
+        "num_attention_heads": ConfigField((f"{d}num_attention_heads",)),
+        "num_key_value_heads": ConfigField((f"{d}num_key_value_heads",)),
+        "head_dim": ConfigField((f"{d}head_dim",)),
+        "intermediate_size": ConfigField((f"{d}intermediate_size",)),
+        "hidden_act": ConfigField((f"{d}hidden_act",)),
+        "rms_norm_eps": ConfigField((f"{d}rms_norm_eps",)),
+        "vocab_size": ConfigField((f"{d}vocab_size",)),
+        "max_position_embeddings": ConfigField((f"{d}max_position_embeddings",)),
+        "attention_bias": ConfigField((f"{d}attention_bias",)),
+        "mlp_bias": ConfigField((f"{d}mlp_bias",)),
+        "rope_theta": ConfigField((f"{d}rope_theta",)),
+        "rope_scaling": ConfigField((f"{d}rope_scaling",)),
+        "rope_parameters": ConfigField((f"{d}rope_parameters",)),
+        "q_lora_rank": ConfigField((f"{d}q_lora_rank",)),
+        "kv_lora_rank": ConfigField((f"{d}kv_lora_rank",)),
+        "qk_nope_head_dim": ConfigField((f"{d}qk_nope_head_dim",)),
+        "qk_rope_head_dim": ConfigField((f"{d}qk_rope_head_dim",)),
+        "v_head_dim": ConfigField((f"{d}v_head_dim",)),
+        "dtype": ConfigField(("torch_dtype", "dtype")),
+        "draft_vocab_size": ConfigField(("draft_vocab_size",)),
+        "target_hidden_size": ConfigField(("target_hidden_size",)),
+        "num_aux_hidden_states": ConfigField(("num_aux_hidden_states",)),
+        "aux_layer_ids": ConfigField(("eagle_config.eagle_aux_hidden_state_layer_ids", "eagle_aux_hidden_state_layer_ids")),
+        "fc_norm": ConfigField(("fc_norm",)),
+        "norm_before_fc": ConfigField(("eagle_config.norm_before_fc", "norm_before_fc")),
+        "norm_output": ConfigField(("norm_output",)),
+        "norm_before_residual": ConfigField(("norm_before_residual",)),
+        "use_aux_hidden_state": ConfigField(("eagle_config.use_aux_hidden_state",)),
+    }
+    table.update(overrides)
+    return {k: v for k, v in table.items() if v is not None}
+
+
+_MISSING = object()
+
+
+class SameAs(str):
+    """A layout default that copies another field (vLLM: target_hidden_size defaults to hidden_size)."""
+
+
+def get_path(config: Mapping[str, Any], path: str) -> Any:
+    node: Any = config
+    for part in path.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return _MISSING
+        node = node[part]
+    return node
+
+
+def set_path(config: dict[str, Any], path: str, value: Any) -> None:
+    parts = path.split(".")
+    node = config
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node[parts[-1]] = value
+
+
+# -- the layout class -------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Capability:
+    """A canonical tensor a layout cannot store, and what happens to it on the way in.
+
+    ``derive``: dropped silently-but-reported because it is exactly re-derivable
+    (t2d from d2t).  ``drop``: information would be lost, so it is dropped only
+    when the user names it with ``--drop``.  ``never``: the layout cannot carry
+    it at all (conversion is refused).
+    """
+
+    pattern: str
+    policy: str  # "derive" | "drop" | "never"
+    reason: str
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What detection looks at: the config, the stored tensor names, and how weights are stored."""
+
+    config: Mapping[str, Any]
+    names: set[str]
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    weights_kind: str = "safetensors"
+
+
+class Layout:
+    """Base class of every registered layout.  Subclasses set data, rarely code."""
+
+    name: ClassVar[str]
+    producer: ClassVar[str]
+    description: ClassVar[str]
+    renames: ClassVar[tuple[Rename, ...]] = (Rename("{rest}", "{rest}"),)
+    fields: ClassVar[dict[str, ConfigField]] = hf_fields()
+    aux_convention: ClassVar[AuxConvention] = "hidden_state_index"
+    defaults: ClassVar[dict[str, Any]] = {}
+    architectures: ClassVar[dict[str, tuple[str, ...]]] = {}
+    model_types: ClassVar[dict[str, str]] = {}
+    flags: ClassVar[frozenset[str]] = frozenset(EagleFlags.model_fields)
+    fixed_aux_count: ClassVar[int | None] = None
+    max_layers: ClassVar[int | None] = None
+    cannot_hold: ClassVar[tuple[Capability, ...]] = ()
+    requires: ClassVar[tuple[str, ...]] = ()
+    meta_keys: ClassVar[frozenset[str]] = frozenset({"architectures", "transformers_version", "eagleconv"})
+    weight_files: ClassVar[str] = "safetensors"
+
+    # hooks ------------------------------------------------------------------
+    @classmethod
+    def detect(cls, seen: Seen) -> tuple[int, list[str]]:
+        """How strongly (0 = not at all) the checkpoint looks like this layout, and why."""
+        return 0, []
+
+    @classmethod
+    def extra_config(cls, spec: DrafterSpec) -> dict[str, Any]:
+        """Layout-owned config keys to add when writing (speculators_config...)."""
+        return {}
+
+    @classmethod
+    def aux_convention_for(cls, architecture: str) -> AuxConvention:
+        """Numbering convention of the aux ids this layout stores for ``architecture``."""
+        return cls.aux_convention
+
+    @classmethod
+    def read_extra(cls, config: Mapping[str, Any]) -> dict[str, Any]:
+        """Layout-owned values read into the spec (the verifier...)."""
+        return {}
+
+    # generic machinery ------------------------------------------------------
+    @classmethod
+    def decoder_prefix(cls) -> str:
+        path = cls.fields["hidden_size"].read[0]
+        return path[: -len("hidden_size")]
+
+    @classmethod
+    def holding_policy(cls, canonical: str) -> Capability | None:
+        for cap in cls.cannot_hold:
+            if re.fullmatch(cap.pattern, canonical):
+                return cap
+        return None
+
+
+# -- reading ----------------------------------------------------------------------
+
+@dataclass
+class ReadResult:
+    """A checkpoint read through a layout: its spec, its canonical names, and what was inferred."""
+
+    layout: type[Layout]
+    spec: DrafterSpec | None
+    canonical: dict[str, str]  # canonical name -> layout name
+    tensors: dict[str, TensorInfo]  # canonical name -> info
+    notes: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)  # shape-bearing fields nobody could determine
+    consumed: set[str] = field(default_factory=set)  # config paths read into the spec
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+def map_names(layout: type[Layout], names: list[str]) -> tuple[dict[str, str], list[str]]:
+    """Layout names -> canonical names, with strict accounting.  Returns (canonical->layout, errors)."""
+    out: dict[str, str] = {}
+    errors: list[str] = []
+    for name in sorted(names):
+        canonical = rename(layout.renames, name, to_canonical=True)
+        if canonical is None or not CANONICAL_NAME.match(canonical):
+            errors.append(f"unmapped tensor {name!r}: no {layout.name} rule maps it to a known drafter tensor")
+            continue
+        if rename(layout.renames, canonical, to_canonical=False) != name:
+            errors.append(f"tensor {name!r} is not a {layout.name} name (its canonical name {canonical!r} is spelled differently there)")
+            continue
+        if canonical in out:
+            errors.append(f"tensors {out[canonical]!r} and {name!r} both map to {canonical!r}")
+            continue
+        out[canonical] = name
+    return out, errors
+
+
+SHAPE_FIELDS = (
+    "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size",
+    "vocab_size", "draft_vocab_size", "target_hidden_size", "num_aux_hidden_states",
+)
+
+
+def _shape(tensors: Mapping[str, TensorInfo], name: str, dim: int) -> int | None:
+    info = tensors.get(name)
+    if info is None or len(info.shape) <= dim:
+        return None
+    return info.shape[dim]
+
+
+def _exact_div(a: int | None, b: int | None) -> int | None:
+    if a is None or not b or a % b:
+        return None
+    return a // b
+
+
+def read_fields(layout: type[Layout], config: Mapping[str, Any]) -> tuple[dict[str, Any], set[str]]:
+    """Canonical field values present in ``config`` (absent fields are simply missing)."""
+    values: dict[str, Any] = {}
+    consumed: set[str] = set()
+    for key, cf in layout.fields.items():
+        for path in cf.read:
+            consumed.add(path)
+            value = get_path(config, path)
+            if value is not _MISSING and key not in values:
+                values[key] = value
+    return values, consumed
+
+
+def read_drafter(layout: type[Layout], config: Mapping[str, Any], tensors: Mapping[str, TensorInfo],
+                 *, aux_convention: AuxConvention | None = None) -> ReadResult:
+    """Read a checkpoint's config and tensor table through ``layout`` into a DrafterSpec.
+
+    Never raises for problems in the checkpoint: they are collected in
+    ``errors`` and ``missing`` so validation can report all of them at once.
+    """
+    from ..schemas import config_model_for
+
+    canonical_names, errors = map_names(layout, list(tensors))
+    by_canonical = {c: tensors[n] for c, n in canonical_names.items()}
+    values, consumed = read_fields(layout, config)
+    result = ReadResult(layout, None, canonical_names, by_canonical, errors=errors, consumed=consumed, config=dict(config))
+    notes = result.notes
+    try:
+        config_model_for(dict(config)).model_validate(dict(config))
+    except ValidationError as exc:
+        result.errors.append(f"config does not describe a valid drafter: {_short(exc)}")
+        return result
+
+    def derive(key: str, value: Any, how: str) -> None:
+        if key not in values and value is not None:
+            values[key] = value
+            notes.append(f"{key} = {value} ({how})")
+
+    def default(key: str) -> None:
+        if key in values or key not in layout.defaults:
+            return
+        value = layout.defaults[key]
+        if isinstance(value, SameAs):
+            if value not in values:
+                return
+            value = values[value]
+        values[key] = value
+        if key in SHAPE_FIELDS:
+            notes.append(f"{key} = {value} (absent from config; the {layout.name} layout defines this default)")
+
+    t = by_canonical
+    names = set(t)
+    # Architecture family: MLA fields or tensors, then qwen3, else llama.
+    mla_tensors = any(".q_a_proj." in n or ".kv_a_proj_with_mqa." in n for n in names)
+    model_type = values.get("model_type")
+    if "kv_lora_rank" in values or mla_tensors:
+        arch: Architecture = "deepseek_mla"
+    elif model_type == "qwen3" or any(".q_norm." in n for n in names):
+        arch = "qwen3"
+    else:
+        arch = "llama"
+    if model_type is None:
+        default("model_type")
+        if "model_type" not in values:
+            values["model_type"] = {"llama": "llama", "qwen3": "qwen3", "deepseek_mla": "deepseek_v3"}[arch]
+            notes.append(f"model_type = {values['model_type']} (absent from config; inferred from the tensors)")
+
+    derive("hidden_size", _shape(t, "norm.weight", 0), "from norm.weight")
+    derive("hidden_size", _shape(t, "fc.weight", 0), "from fc.weight")
+    derive("intermediate_size", _shape(t, "layers.0.mlp.gate_proj.weight", 0), "from layers.0.mlp.gate_proj.weight")
+    derive("vocab_size", _shape(t, "embed_tokens.weight", 0), "from embed_tokens.weight")
+    derive("vocab_size", _shape(t, "t2d", 0), "from t2d")
+    derive("draft_vocab_size", _shape(t, "lm_head.weight", 0), "from lm_head.weight")
+    derive("draft_vocab_size", _shape(t, "d2t", 0), "from d2t")
+    if arch != "deepseek_mla":
+        q_rows = _shape(t, "layers.0.self_attn.q_proj.weight", 0)
+        derive("head_dim", _shape(t, "layers.0.self_attn.q_norm.weight", 0), "from q_norm")
+        derive("head_dim", _exact_div(q_rows, values.get("num_attention_heads")), "q_proj rows / num_attention_heads")
+        derive("num_key_value_heads", _exact_div(_shape(t, "layers.0.self_attn.k_proj.weight", 0), values.get("head_dim")),
+               "k_proj rows / head_dim")
+    if "num_hidden_layers" not in values and (layers := layer_indices(names)):
+        derive("num_hidden_layers", len(layers), "counted from the layer tensors")
+
+    # Aux hidden states: K and the target width are tied through fc's input width.
+    ids = values.get("aux_layer_ids")
+    if layout.fixed_aux_count is not None:
+        derive("num_aux_hidden_states", layout.fixed_aux_count, f"fixed by the {layout.name} layout")
+    if isinstance(ids, list) and ids:
+        derive("num_aux_hidden_states", len(ids), "number of aux layer ids")
+    fc_norms = [int(m.group(1)) for n in names if (m := FC_NORM_NAME.match(n))]
+    if fc_norms:
+        derive("num_aux_hidden_states", max(fc_norms) + 1, "number of fc_norm tensors")
+        derive("target_hidden_size", _shape(t, "fc_norm.0.weight", 0), "from fc_norm.0.weight")
+    fc_in = _shape(t, "fc.weight", 1)
+    derive("target_hidden_size", _exact_div(fc_in, values.get("num_aux_hidden_states")), "fc input width / K")
+    derive("num_aux_hidden_states", _exact_div(fc_in, values.get("target_hidden_size")), "fc input width / target_hidden_size")
+    default("target_hidden_size")
+    default("num_aux_hidden_states")
+    derive("target_hidden_size", _exact_div(fc_in, values.get("num_aux_hidden_states")), "fc input width / K")
+    for key in ("hidden_act", "norm_before_residual", "fc_norm", "norm_before_fc", "norm_output", "use_aux_hidden_state"):
+        default(key)
+
+    result.missing = [k for k in SHAPE_FIELDS if k not in values and not (k in ("head_dim", "num_key_value_heads") and arch == "deepseek_mla")]
+    if arch == "deepseek_mla":
+        result.missing += [k for k in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim") if k not in values]
+        if "q_lora_rank" not in values:
+            result.missing.append("q_lora_rank")
+    if "num_hidden_layers" not in values:
+        result.missing.append("num_hidden_layers")
+    if result.missing:
+        return result
+
+    try:
+        result.spec = _build_spec(layout, arch, values, t, aux_convention, config)
+    except (ValidationError, ValueError, TypeError) as exc:
+        result.errors.append(f"config does not describe a valid drafter: {_short(exc)}")
+    return result
+
+
+def _short(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}" for e in exc.errors())
+    return str(exc)
+
+
+def _as_bool(value: Any, key: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise ValueError(f"{key} must be true or false, not {value!r}")
+
+
+def _build_spec(layout: type[Layout], arch: Architecture, v: dict[str, Any], t: Mapping[str, TensorInfo],
+                aux_convention: AuxConvention | None, config: Mapping[str, Any]) -> DrafterSpec:
+    ids = v.get("aux_layer_ids")
+    if ids is not None and (not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids)):
+        raise ValueError(f"aux layer ids must be a list of integers, not {ids!r}")
+    aux = AuxLayers(
+        count=v["num_aux_hidden_states"],
+        ids=tuple(ids) if ids else None,
+        convention=(aux_convention or layout.aux_convention_for(arch)) if ids else None,
+    )
+    flags = EagleFlags(**{k: _as_bool(v[k], k) for k in EagleFlags.model_fields if k in v})
+    float_dtypes = [i.dtype for i in t.values() if i.dtype in ("BF16", "F16", "F32", "F64")]
+    dtype = max(set(float_dtypes), key=float_dtypes.count) if float_dtypes else None
+    mla = None
+    if arch == "deepseek_mla":
+        mla = MlaDims(**{k: v.get(k) for k in MlaDims.model_fields})
+    rope = {k: v[k] for k in ("rope_theta", "rope_scaling", "rope_parameters") if k in v}
+    extra = layout.read_extra(config)
+    return DrafterSpec(
+        architecture=arch,
+        model_type=v["model_type"],
+        hidden_size=v["hidden_size"],
+        num_hidden_layers=v["num_hidden_layers"],
+        num_attention_heads=v["num_attention_heads"],
+        num_key_value_heads=None if mla else v.get("num_key_value_heads"),
+        head_dim=None if mla else v.get("head_dim"),
+        intermediate_size=v["intermediate_size"],
+        hidden_act=v.get("hidden_act", "silu"),
+        rms_norm_eps=v.get("rms_norm_eps"),
+        target_hidden_size=v["target_hidden_size"],
+        vocab_size=v["vocab_size"],
+        draft_vocab_size=v["draft_vocab_size"],
+        aux=aux,
+        flags=flags,
+        embed_tokens="drafter" if "embed_tokens.weight" in t else "target",
+        lm_head="drafter" if "lm_head.weight" in t else "target",
+        dtype=dtype,
+        rope=rope,
+        max_position_embeddings=v.get("max_position_embeddings"),
+        attention_bias=bool(v.get("attention_bias", False)),
+        mlp_bias=bool(v.get("mlp_bias", False)),
+        mla=mla,
+        verifier=extra.get("verifier"),
+        extra=carried_keys(layout, config),
+    )
+
+
+def carried_keys(layout: type[Layout], config: Mapping[str, Any]) -> dict[str, Any]:
+    """Config keys no field reads and the layout does not own: carried through unchanged.
+
+    Keys are relative to the layout's decoder location (the top level, or
+    speculators' ``transformer_layer_config``), so a key carried out of one
+    layout lands in the decoder location of the next.  Unread ``eagle_config``
+    entries are kept as ``eagle_config.KEY``.
+    """
+    consumed = {p for cf in layout.fields.values() for p in cf.read}
+    prefix = layout.decoder_prefix()
+    decoder = get_path(config, prefix[:-1]) if prefix else config
+    out: dict[str, Any] = {}
+    if not isinstance(decoder, Mapping):
+        return out
+    for key, value in decoder.items():
+        if prefix + key in consumed or key in layout.meta_keys:
+            continue
+        if key == "eagle_config" and isinstance(value, Mapping):
+            out.update({f"eagle_config.{k}": v for k, v in value.items() if f"{prefix}eagle_config.{k}" not in consumed})
+            continue
+        out[key] = value
+    return out
+
+
+# -- writing ----------------------------------------------------------------------
+
+CONFIG_DTYPE_NAMES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F64": "float64"}
+
+
+def spec_values(layout: type[Layout], spec: DrafterSpec) -> dict[str, Any]:
+    """Canonical field values of ``spec`` as ``layout`` writes them (aux ids in its convention)."""
+    v: dict[str, Any] = {
+        "model_type": layout.model_types.get(spec.model_type, spec.model_type),
+        "hidden_size": spec.hidden_size,
+        "num_hidden_layers": spec.num_hidden_layers,
+        "num_attention_heads": spec.num_attention_heads,
+        "num_key_value_heads": spec.num_key_value_heads,
+        "head_dim": spec.head_dim,
+        "intermediate_size": spec.intermediate_size,
+        "hidden_act": spec.hidden_act,
+        "rms_norm_eps": spec.rms_norm_eps,
+        "vocab_size": spec.vocab_size,
+        "max_position_embeddings": spec.max_position_embeddings,
+        "attention_bias": spec.attention_bias,
+        "mlp_bias": spec.mlp_bias,
+        "dtype": CONFIG_DTYPE_NAMES.get(spec.dtype or ""),
+        "draft_vocab_size": spec.draft_vocab_size,
+        "target_hidden_size": spec.target_hidden_size,
+        "num_aux_hidden_states": spec.aux.count,
+        "aux_layer_ids": list(ids) if (ids := spec.aux.ids_as(layout.aux_convention_for(spec.architecture))) is not None else None,
+        **spec.rope,
+        **spec.flags.model_dump(),
+    }
+    if spec.mla is not None:
+        v.update(spec.mla.model_dump())
+    return {k: val for k, val in v.items() if val is not None}
+
+
+def write_config(layout: type[Layout], spec: DrafterSpec, provenance: dict[str, Any]) -> dict[str, Any]:
+    """Render ``spec`` as ``layout``'s config.json (every synonym path the layout lists is written)."""
+    config: dict[str, Any] = {"architectures": list(layout.architectures[spec.architecture])}
+    values = spec_values(layout, spec)
+    for key, cf in layout.fields.items():
+        if key in values:
+            for path in cf.write_paths:
+                set_path(config, path, values[key])
+    prefix = layout.decoder_prefix()
+    for rel, value in spec.extra.items():
+        if get_path(config, prefix + rel) is _MISSING:
+            set_path(config, prefix + rel, value)
+    for key, value in layout.extra_config(spec).items():
+        config[key] = value
+    config["eagleconv"] = provenance
+    return config
+
+
+# -- detection helpers ------------------------------------------------------------
+
+def architectures_of(config: Mapping[str, Any]) -> list[str]:
+    archs = config.get("architectures")
+    return [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
+
+
+def has_prefix(names: set[str], prefix: str) -> bool:
+    return any(n.startswith(prefix) for n in names)
+
+
+def marker_score(layout: type[Layout], config: Mapping[str, Any]) -> tuple[int, list[str]]:
+    """Checkpoints written by eagleconv name their layout in config['eagleconv']['layout']."""
+    stamp = config.get("eagleconv")
+    if isinstance(stamp, Mapping) and stamp.get("layout") == layout.name:
+        return 1000, [f"config.json eagleconv.layout = {layout.name!r} (written by eagleconv)"]
+    return 0, []

@@ -1,0 +1,45 @@
+"""SafeAILab/EAGLE, the reference implementation (``eagle/traineagle3``).
+
+Training writes a DeepSpeed ``pytorch_model.bin`` with ``midlayer.*`` keys and
+without the frozen embedding; ``config.json`` is a hand-copied template with
+``architectures: ["LlamaForCausalLM"]``.  fc is hard-coded to 3 x hidden, and
+no EAGLE-3.1 switch exists.  eagleconv writes this layout as
+``model.safetensors``, which SafeAILab's loader also accepts.
+"""
+
+from __future__ import annotations
+
+from . import register
+from .base import Seen, Capability, Layout, Rename, SameAs, architectures_of, has_prefix, hf_fields, marker_score
+
+
+@register
+class EagleLayout(Layout):
+    name = "eagle"
+    producer = "SafeAILab/EAGLE"
+    description = "midlayer.* keys, pytorch_model.bin, LlamaForCausalLM, embeddings taken from the target"
+    renames = (Rename("midlayer.{rest}", "layers.0.{rest}"), Rename("{rest}", "{rest}"))
+    fields = hf_fields(num_aux_hidden_states=None, norm_before_fc=None, norm_before_residual=None,
+                       use_aux_hidden_state=None, fc_norm=None, norm_output=None)
+    architectures = {"llama": ("LlamaForCausalLM",)}
+    flags = frozenset()
+    fixed_aux_count = 3
+    max_layers = 1
+    defaults = {"target_hidden_size": SameAs("hidden_size")}
+    cannot_hold = (
+        Capability(r"fc_norm\.\d+\.weight", "never", "SafeAILab EAGLE has no EAGLE-3.1 fc_norm"),
+        Capability(r"input_norm\.weight", "never", "SafeAILab EAGLE has no norm_before_fc"),
+    )
+
+    @classmethod
+    def detect(cls, seen: Seen):
+        config, names = seen.config, seen.names
+        score, why = marker_score(cls, config)
+        if score:
+            return score, why
+        if "fc.weight" in names and has_prefix(names, "midlayer."):
+            if seen.weights_kind == "pickle":
+                return 30, ["midlayer.* tensors in a pytorch_model.bin pickle"]
+            if architectures_of(config) == ["LlamaForCausalLM"]:
+                return 25, ["midlayer.* tensors with architectures LlamaForCausalLM (SafeAILab template)"]
+        return 0, []

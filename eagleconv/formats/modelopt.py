@@ -1,0 +1,47 @@
+"""NVIDIA Model-Optimizer's EAGLE export (``hf_spec_export.py``), the "official" layout.
+
+``layers.0.*`` keys under a strict allow-list: no ``embed_tokens``, no ``t2d``
+and no ``fc_norm``.  Aux ids and ``norm_before_fc`` live only in the nested
+``eagle_config`` (NVIDIA's gpt-oss drafters ship ``input_norm.weight``).
+"""
+
+from __future__ import annotations
+
+from . import register
+from .base import Seen, Capability, ConfigField, Layout, SameAs, has_prefix, hf_fields, marker_score
+
+MODELOPT_EAGLE_KEYS = {"use_input_layernorm_in_first_layer", "use_last_layernorm", "use_mtp_layernorm",
+                       "next_layer_regular", "parallel_draft_step", "parallel_draft_heads_num_layers"}
+
+
+@register
+class ModelOptLayout(Layout):
+    name = "modelopt"
+    producer = "NVIDIA Model-Optimizer"
+    description = "layers.0.* keys, nested eagle_config, no t2d / embed_tokens / fc_norm"
+    fields = hf_fields(
+        aux_layer_ids=ConfigField(("eagle_config.eagle_aux_hidden_state_layer_ids",)),
+        norm_before_fc=ConfigField(("eagle_config.norm_before_fc",)),
+        num_aux_hidden_states=None, fc_norm=None, norm_output=None, norm_before_residual=None,
+    )
+    architectures = {"llama": ("LlamaForCausalLMEagle3",), "deepseek_mla": ("Eagle3DeepseekV2ForCausalLM",)}
+    flags = frozenset({"norm_before_fc", "use_aux_hidden_state"})
+    defaults = {"target_hidden_size": SameAs("hidden_size"), "num_aux_hidden_states": 3,
+                "norm_before_fc": False, "use_aux_hidden_state": True}
+    cannot_hold = (
+        Capability(r"t2d", "derive", "ModelOpt's allow-list has no t2d; it is re-derived exactly from d2t"),
+        Capability(r"embed_tokens\.weight", "drop", "ModelOpt's allow-list has no embed_tokens (engines use the target's)"),
+        Capability(r"fc_norm\.\d+\.weight", "never", "ModelOpt's allow-list has no EAGLE-3.1 fc_norm"),
+    )
+
+    @classmethod
+    def detect(cls, seen: Seen):
+        config, names = seen.config, seen.names
+        score, why = marker_score(cls, config)
+        if score:
+            return score, why
+        eagle_config = config.get("eagle_config")
+        keys = set(eagle_config) & MODELOPT_EAGLE_KEYS if isinstance(eagle_config, dict) else set()
+        if keys and "fc.weight" in names and has_prefix(names, "layers."):
+            return 50, [f"layers.N.* tensors with ModelOpt eagle_config keys {sorted(keys)}"]
+        return 0, []

@@ -1,0 +1,70 @@
+"""vLLM speculators' format (``speculators convert``, PyPI speculators 0.9.0).
+
+The decoder's hyper-parameters are nested in ``transformer_layer_config``; the
+EAGLE fields are top-level; ``speculators_config`` names the verifier.
+``norm_before_residual`` is always written explicitly: vLLM defaults it to
+*true* when the key is absent, the speculators library to false.  K is also
+written as ``transformer_layer_config.num_aux_hidden_states`` because vLLM's
+Llama drafter does not size fc from the top-level ids (vllm#54526).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..drafter import DrafterSpec, Verifier
+from . import register
+from .base import Seen, ConfigField, Layout, SameAs, get_path, hf_fields, marker_score
+
+
+@register
+class SpeculatorsLayout(Layout):
+    name = "speculators"
+    producer = "vLLM speculators"
+    description = "Eagle3Speculator, speculators_model_type eagle3, transformer_layer_config, speculators_config"
+    fields = hf_fields(
+        decoder="transformer_layer_config.",
+        num_aux_hidden_states=ConfigField(("transformer_layer_config.num_aux_hidden_states",)),
+        aux_layer_ids=ConfigField(("eagle_aux_hidden_state_layer_ids",)),
+        norm_before_fc=ConfigField(("norm_before_fc",)),
+        use_aux_hidden_state=None,
+    )
+    architectures = {"llama": ("Eagle3Speculator",), "qwen3": ("Eagle3Speculator",)}
+    flags = frozenset({"fc_norm", "norm_before_fc", "norm_output", "norm_before_residual"})
+    defaults = {"target_hidden_size": SameAs("hidden_size"), "num_aux_hidden_states": 3,
+                "norm_before_residual": False, "norm_before_fc": False, "fc_norm": False, "norm_output": False}
+    meta_keys = Layout.meta_keys | {"speculators_model_type", "speculators_version", "speculators_config",
+                                    "auto_map", "embed_requires_grad"}
+
+    @classmethod
+    def detect(cls, seen: Seen):
+        config, names = seen.config, seen.names
+        score, why = marker_score(cls, config)
+        if score:
+            return score, why
+        if config.get("speculators_model_type") == "eagle3":
+            return 100, ["config.json speculators_model_type = 'eagle3'"]
+        return 0, []
+
+    @classmethod
+    def read_extra(cls, config) -> dict[str, Any]:
+        verifier = get_path(config, "speculators_config.verifier")
+        if isinstance(verifier, dict):
+            archs = verifier.get("architectures") or ()
+            return {"verifier": Verifier(name_or_path=verifier.get("name_or_path"),
+                                         architectures=tuple(a for a in archs if isinstance(a, str)))}
+        return {}
+
+    @classmethod
+    def extra_config(cls, spec: DrafterSpec) -> dict[str, Any]:
+        verifier = spec.verifier or Verifier()
+        return {
+            "speculators_model_type": "eagle3",
+            "speculators_config": {
+                "algorithm": "eagle3",
+                "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3,
+                                      "verifier_accept_k": 1, "accept_tolerance": 0.0}],
+                "default_proposal_method": "greedy",
+                "verifier": {"name_or_path": verifier.name_or_path, "architectures": list(verifier.architectures)},
+            },
+        }

@@ -1,0 +1,63 @@
+"""vLLM's own layout: what ``--speculative-config '{"method": "eagle3"}'`` loads without renames.
+
+Tensors have no ``model.`` prefix and the decoder is ``layers.N.*``
+(vllm-loader.md §3).  The config writes every synonym vLLM, SGLang, TRT-LLM
+and tokenspeed read, so one artifact means the same thing to all of them:
+aux ids at the top level (target capture) *and* in ``eagle_config`` plus
+``num_aux_hidden_states`` (fc width); ``norm_before_fc`` at the top level and
+in ``eagle_config`` (TRT-LLM reads only the nested one); ``norm_output`` and
+TRT-LLM's ``eagle_config.return_hidden_post_norm``.
+"""
+
+from __future__ import annotations
+
+from . import register
+from .base import Seen, ConfigField, Layout, SameAs, architectures_of, has_prefix, hf_fields, marker_score
+
+VLLM_ARCHITECTURES = {
+    "LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM", "Eagle3Qwen3ForCausalLM",
+    "Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM",
+}
+
+
+@register
+class VllmLayout(Layout):
+    name = "vllm"
+    producer = "vLLM (serving layout)"
+    description = "layers.N.* without model. prefix; LlamaForCausalLMEagle3 / Eagle3Qwen3ForCausalLM / Eagle3DeepseekV2ForCausalLM"
+    fields = hf_fields(
+        aux_layer_ids=ConfigField(
+            ("eagle_aux_hidden_state_layer_ids", "eagle_config.eagle_aux_hidden_state_layer_ids"),
+            write=("eagle_aux_hidden_state_layer_ids", "eagle_config.eagle_aux_hidden_state_layer_ids"),
+        ),
+        norm_before_fc=ConfigField(("eagle_config.norm_before_fc", "norm_before_fc"),
+                                   write=("norm_before_fc", "eagle_config.norm_before_fc")),
+        norm_output=ConfigField(("norm_output", "eagle_config.return_hidden_post_norm"),
+                                write=("norm_output", "eagle_config.return_hidden_post_norm")),
+    )
+    architectures = {
+        "llama": ("LlamaForCausalLMEagle3",),
+        "qwen3": ("Eagle3Qwen3ForCausalLM",),
+        "deepseek_mla": ("Eagle3DeepseekV2ForCausalLM",),
+    }
+    # vLLM 0.32 recognises a wrapped drafter as MLA only for these inner model_types.
+    model_types = {"kimi_k2": "deepseek_v3"}
+    defaults = {
+        "target_hidden_size": SameAs("hidden_size"),
+        "num_aux_hidden_states": 3,
+        "fc_norm": False, "norm_before_fc": False, "norm_output": False,
+        "norm_before_residual": False, "use_aux_hidden_state": True,
+    }
+
+    @classmethod
+    def detect(cls, seen: Seen):
+        config, names = seen.config, seen.names
+        score, why = marker_score(cls, config)
+        if score:
+            return score, why
+        if "fc.weight" in names and has_prefix(names, "layers."):
+            archs = set(architectures_of(config)) & VLLM_ARCHITECTURES
+            if archs:
+                return 20, [f"layers.N.* tensors without model. prefix and architectures {sorted(archs)}"]
+            return 10, ["layers.N.* tensors without model. prefix"]
+        return 0, []

@@ -1,0 +1,157 @@
+"""A strict pre-parser for safetensors headers, in pure Python.
+
+It checks everything the format promises before a single tensor byte is read:
+a capped header length, duplicate-free JSON, known dtypes, non-negative shapes,
+offsets that tile the data section exactly (no gaps, overlaps or trailing bytes)
+and ``size == prod(shape) * itemsize``.  It adds policy on top of what the
+safetensors library checks (duplicate keys, a lower size cap, a tensor-count cap).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import UnsafeInputError
+from ..jsonio import loads_strict
+from .dtypes import DTYPE_SIZES
+
+MAX_HEADER_BYTES = 25_000_000  # huggingface_hub's cap; a drafter header is kilobytes
+MAX_TENSORS = 10_000
+METADATA_KEY = "__metadata__"
+
+
+@dataclass(frozen=True)
+class HeaderEntry:
+    """One tensor as the header describes it; offsets are absolute file offsets."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    start: int
+    end: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.end - self.start
+
+
+@dataclass
+class SafetensorsHeader:
+    path: Path
+    entries: dict[str, HeaderEntry]
+    metadata: dict[str, str] = field(default_factory=dict)
+    data_start: int = 0
+    file_size: int = 0
+
+
+def _bad(path: Path, message: str) -> UnsafeInputError:
+    return UnsafeInputError(f"bad safetensors header: {message}", path)
+
+
+def parse_header_bytes(path: Path, prefix: bytes, header: bytes, file_size: int) -> SafetensorsHeader:
+    """Validate a header already read from ``path`` (split out so it can be fuzzed)."""
+    (n,) = struct.unpack("<Q", prefix)
+    data_start = 8 + n
+    try:
+        raw = loads_strict(header, path)
+    except UnsafeInputError as exc:
+        raise UnsafeInputError(f"bad safetensors header: {exc.message}", path, code=exc.code) from exc
+    if not isinstance(raw, dict):
+        raise _bad(path, "header is not a JSON object")
+    metadata = raw.pop(METADATA_KEY, None) or {}
+    if not isinstance(metadata, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
+    ):
+        raise _bad(path, "__metadata__ must map strings to strings")
+    if len(raw) > MAX_TENSORS:
+        raise _bad(path, f"{len(raw)} tensors exceed the limit of {MAX_TENSORS}")
+
+    entries: list[HeaderEntry] = []
+    for name, info in raw.items():
+        if not name or not isinstance(info, dict):
+            raise _bad(path, f"tensor {name!r} has no description")
+        dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+        if dtype not in DTYPE_SIZES:
+            raise _bad(path, f"tensor {name!r} has unknown dtype {dtype!r}")
+        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+            raise _bad(path, f"tensor {name!r} has an invalid shape {shape!r}")
+        if (
+            not isinstance(offsets, list)
+            or len(offsets) != 2
+            or not all(isinstance(o, int) and not isinstance(o, bool) and o >= 0 for o in offsets)
+            or offsets[1] < offsets[0]
+        ):
+            raise _bad(path, f"tensor {name!r} has invalid data_offsets {offsets!r}")
+        expected = math.prod(shape) * DTYPE_SIZES[dtype]
+        if offsets[1] - offsets[0] != expected:
+            raise _bad(
+                path,
+                f"tensor {name!r} occupies {offsets[1] - offsets[0]} bytes but shape {shape} x {dtype} needs {expected}",
+            )
+        entries.append(HeaderEntry(name, dtype, tuple(shape), data_start + offsets[0], data_start + offsets[1]))
+
+    # Offsets must tile [0, data_size) exactly: no holes, no overlaps, no trailing bytes.
+    position = data_start
+    for entry in sorted(entries, key=lambda e: (e.start, e.end)):
+        if entry.start != position:
+            kind = "overlaps the previous tensor" if entry.start < position else "leaves a gap before it"
+            raise _bad(path, f"tensor {entry.name!r} {kind} (offset {entry.start - data_start})")
+        position = entry.end
+    if position != file_size:
+        if position > file_size:
+            raise UnsafeInputError(
+                f"file is truncated: header describes {position} bytes, file has {file_size}", path
+            )
+        raise _bad(path, f"{file_size - position} trailing bytes after the last tensor")
+    return SafetensorsHeader(path, {e.name: e for e in entries}, dict(metadata), data_start, file_size)
+
+
+def read_header(path: str | Path, max_header_bytes: int = MAX_HEADER_BYTES) -> SafetensorsHeader:
+    """Read and validate the header of one .safetensors file."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as fh:
+            file_size = os.fstat(fh.fileno()).st_size
+            prefix = fh.read(8)
+            if len(prefix) < 8:
+                raise UnsafeInputError("file is too short to be safetensors", path)
+            if prefix[:4] == b"PK\x03\x04":
+                raise UnsafeInputError("file is a zip archive (a torch pickle), not safetensors", path)
+            (n,) = struct.unpack("<Q", prefix)
+            if n > max_header_bytes:
+                raise UnsafeInputError(f"header length {n} exceeds the {max_header_bytes}-byte cap", path)
+            if 8 + n > file_size:
+                raise UnsafeInputError(f"header length {n} runs past the end of the file ({file_size} bytes)", path)
+            header = fh.read(n)
+    except OSError as exc:
+        raise UnsafeInputError(f"cannot read: {exc.strerror or exc}", path) from exc
+    return parse_header_bytes(path, prefix, header, file_size)
+
+
+def build_header(entries: list[tuple[str, str, tuple[int, ...], int]], metadata: dict[str, str] | None) -> tuple[bytes, list[int]]:
+    """Serialise a header for tensors written in the given order.
+
+    ``entries`` are (name, dtype, shape, nbytes).  Returns the full prefix
+    (8-byte length + JSON padded with spaces to a multiple of 8, as the
+    safetensors library does) and the relative start offset of each tensor.
+    """
+    import json
+
+    header: dict[str, object] = {}
+    if metadata:
+        header[METADATA_KEY] = dict(metadata)
+    offsets = []
+    position = 0
+    for name, dtype, shape, nbytes in entries:
+        if name == METADATA_KEY:
+            raise ValueError("a tensor may not be named __metadata__")
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [position, position + nbytes]}
+        offsets.append(position)
+        position += nbytes
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text, offsets

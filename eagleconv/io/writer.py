@@ -1,0 +1,183 @@
+"""Atomic, streaming checkpoint writer.
+
+Everything is written into a staging directory beside the destination
+(``.NAME.eagleconv-XXXX.partial``): shards first, each fsynced, then config and
+the index last; then the staging directory is fsynced and renamed into place
+and the parent directory fsynced.  On any failure the staging directory is
+removed, so a destination is either complete or absent.  Tensor bytes are
+copied by the kernel from the source file (see ``copy_range``), so peak memory
+does not grow with checkpoint size.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import UsageError
+from ..jsonio import dump_json
+from .dtypes import DTYPE_SIZES
+from .reader import SAFETENSORS_INDEX
+from .safetensors_header import build_header
+
+SINGLE_FILE = "model.safetensors"
+
+
+@dataclass(frozen=True)
+class OutputTensor:
+    """One tensor to write: its name, header fields, and how to produce its bytes."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    nbytes: int
+    write: Callable[[int], None]  # appends exactly ``nbytes`` bytes to the given fd
+
+
+def check_not_overlapping(sources: Sequence[str | Path], destination: str | Path) -> None:
+    """Refuse a destination equal to, inside, or containing any source (after resolving symlinks)."""
+    dst = Path(destination).resolve()
+    for source in sources:
+        src = Path(source).resolve()
+        if dst == src:
+            raise UsageError(f"destination is the source {src}; eagleconv never writes where it reads", destination)
+        if dst.is_relative_to(src):
+            raise UsageError(f"destination is inside the source {src}; eagleconv never writes where it reads", destination)
+        if src.is_relative_to(dst):
+            raise UsageError(f"destination contains the source {src}; refusing to write over it", destination)
+
+
+def shard_tensors(tensors: Sequence[OutputTensor], max_shard_size: int | None) -> list[list[OutputTensor]]:
+    """Order tensors as safetensors does (widest dtype first, then name) and split into shards."""
+    ordered = sorted(tensors, key=lambda t: (-DTYPE_SIZES[t.dtype], t.name))
+    if not max_shard_size:
+        return [ordered]
+    shards: list[list[OutputTensor]] = [[]]
+    size = 0
+    for tensor in ordered:
+        if shards[-1] and size + tensor.nbytes > max_shard_size:
+            shards.append([])
+            size = 0
+        shards[-1].append(tensor)
+        size += tensor.nbytes
+    return shards
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class CheckpointWriter:
+    """Writes one checkpoint directory atomically.  Use as a context manager or call ``write``."""
+
+    def __init__(self, destination: str | Path, sources: Sequence[str | Path] = (), overwrite: bool = False):
+        self.destination = Path(destination)
+        check_not_overlapping(sources, self.destination)
+        if self.destination.exists() and not overwrite:
+            raise UsageError("destination already exists (pass --overwrite to replace it)", self.destination)
+        if self.destination.exists() and not self.destination.is_dir():
+            raise UsageError("destination exists and is not a directory", self.destination)
+        self.overwrite = overwrite
+
+    def write(
+        self,
+        tensors: Sequence[OutputTensor],
+        files: dict[str, str | bytes],
+        *,
+        max_shard_size: int | None = None,
+        metadata: dict[str, str] | None = None,
+        on_bytes: Callable[[int], None] | None = None,
+    ) -> list[str]:
+        """Write shards and ``files`` (config.json...) and publish the directory.
+
+        Returns the written file names.  ``on_bytes`` is called after each
+        tensor with its size, for progress bars.
+        """
+        parent = self.destination.absolute().parent
+        parent.mkdir(parents=True, exist_ok=True)
+        staging = parent / f".{self.destination.name}.eagleconv-{uuid.uuid4().hex[:8]}.partial"
+        staging.mkdir()
+        written: list[str] = []
+        try:
+            shards = shard_tensors(tensors, max_shard_size)
+            names = (
+                [SINGLE_FILE]
+                if len(shards) == 1
+                else [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
+            )
+            weight_map: dict[str, str] = {}
+            for shard_name, shard in zip(names, shards):
+                self._write_shard(staging / shard_name, shard, metadata, on_bytes)
+                weight_map.update({t.name: shard_name for t in shard})
+                written.append(shard_name)
+            for name, content in files.items():
+                _write_file(staging / name, content.encode() if isinstance(content, str) else content)
+                written.append(name)
+            if len(shards) > 1:  # the index goes last: its presence means the shards are complete
+                total = sum(t.nbytes for t in tensors)
+                index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+                _write_file(staging / SAFETENSORS_INDEX, dump_json(index).encode())
+                written.append(SAFETENSORS_INDEX)
+            _fsync_dir(staging)
+            self._publish(staging)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return written
+
+    @staticmethod
+    def _write_shard(path: Path, shard: Sequence[OutputTensor], metadata: dict[str, str] | None,
+                     on_bytes: Callable[[int], None] | None) -> None:
+        prefix, _ = build_header([(t.name, t.dtype, t.shape, t.nbytes) for t in shard], metadata)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            os.write(fd, prefix)
+            expected = len(prefix)
+            for tensor in shard:
+                tensor.write(fd)
+                expected += tensor.nbytes
+                if on_bytes:
+                    on_bytes(tensor.nbytes)
+            actual = os.lseek(fd, 0, os.SEEK_CUR)
+            if actual != expected:
+                raise RuntimeError(f"internal error: wrote {actual} bytes to {path.name}, expected {expected}")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _publish(self, staging: Path) -> None:
+        parent = staging.parent
+        old: Path | None = None
+        if self.destination.exists():
+            if not self.overwrite:
+                raise UsageError("destination appeared while writing; not replacing it", self.destination)
+            old = parent / f".{self.destination.name}.eagleconv-{uuid.uuid4().hex[:8]}.old"
+            os.rename(self.destination, old)
+        try:
+            os.rename(staging, self.destination)
+        except BaseException:
+            if old is not None:
+                os.rename(old, self.destination)
+            raise
+        _fsync_dir(parent)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,64 @@
+"""Strict JSON reading: duplicate keys are an error (EC001), sizes are capped.
+
+Python's ``json`` silently keeps the last of two duplicate keys, while other
+parsers keep the first; a file that parses differently in two tools is refused.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .errors import UnsafeInputError
+
+MAX_JSON_BYTES = 16 * 1024 * 1024
+
+
+class DuplicateKeyError(ValueError):
+    def __init__(self, key: str):
+        super().__init__(f"duplicate key {key!r}")
+        self.key = key
+
+
+def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKeyError(key)
+        out[key] = value
+    return out
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"non-standard JSON constant {name}")
+
+
+def loads_strict(text: str | bytes, source: str | Path = "<json>") -> Any:
+    """Parse JSON text, refusing duplicate keys and NaN/Infinity literals."""
+    try:
+        return json.loads(text, object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant)
+    except DuplicateKeyError as exc:
+        raise UnsafeInputError(f"JSON has a {exc}", source, code="EC001") from exc
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UnsafeInputError(f"invalid JSON: {exc}", source) from exc
+    except RecursionError as exc:
+        raise UnsafeInputError("JSON is nested too deeply", source) from exc
+
+
+def load_json(path: str | Path, max_bytes: int = MAX_JSON_BYTES) -> Any:
+    """Read and strictly parse a JSON file of at most ``max_bytes``."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(max_bytes + 1)
+    except OSError as exc:
+        raise UnsafeInputError(f"cannot read: {exc.strerror or exc}", path) from exc
+    if len(data) > max_bytes:
+        raise UnsafeInputError(f"JSON file is larger than {max_bytes} bytes", path)
+    return loads_strict(data, path)
+
+
+def dump_json(obj: Any) -> str:
+    """The one JSON style eagleconv writes: indented, keys in insertion order."""
+    return json.dumps(obj, indent=2, ensure_ascii=False) + "\n"

@@ -1,0 +1,57 @@
+"""Open a checkpoint, detect its layout and read it into a DrafterSpec: the first step of every command."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .drafter import AuxConvention, DrafterSpec
+from .errors import ConversionError
+from .formats import detect_layout, get_layout, read_drafter
+from .formats.base import Layout, ReadResult
+from .io.reader import Checkpoint, open_checkpoint
+
+
+@dataclass
+class LoadedDrafter:
+    """A checkpoint seen through its layout.  ``read.spec`` is None when the config is incomplete."""
+
+    store: Checkpoint
+    layout: type[Layout]
+    detected_by: list[str]
+    read: ReadResult
+
+    @property
+    def spec(self) -> DrafterSpec | None:
+        return self.read.spec
+
+    def require_spec(self) -> DrafterSpec:
+        """The spec, or a ConversionError naming every reason it could not be built."""
+        if self.read.spec is not None and not self.read.errors:
+            return self.read.spec
+        problems = list(self.read.errors)
+        if self.read.missing:
+            problems.append(
+                "shape-bearing fields absent from config and not derivable from the tensors: "
+                + ", ".join(self.read.missing)
+            )
+        raise ConversionError("; ".join(problems), self.store.path)
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def load_drafter(path: str | Path, *, layout: str | None = None, allow_pickle: bool = False,
+                 aux_convention: AuxConvention | None = None) -> LoadedDrafter:
+    """Open ``path`` (headers only), pick its layout (detected unless given) and read its spec."""
+    store = open_checkpoint(path, allow_pickle=allow_pickle)
+    try:
+        if layout is not None:
+            chosen, why = get_layout(layout), [f"--from {layout}"]
+        else:
+            chosen, why = detect_layout(store.config, set(store.tensors), store.metadata, store.weights_kind, store.path)
+        read = read_drafter(chosen, store.config or {}, store.tensors, aux_convention=aux_convention)
+    except BaseException:
+        store.close()
+        raise
+    return LoadedDrafter(store, chosen, why, read)

@@ -1,0 +1,108 @@
+"""The typed reports returned by the library and printed by ``--json``.
+
+The CLI renders these models; it never builds its own dictionaries, so the
+JSON a pipeline reads is exactly what ``eagleconv.inspect()`` / ``convert()`` /
+``validate()`` return.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .drafter import DrafterSpec
+
+Severity = Literal["error", "warning", "info"]
+
+
+class _Report(BaseModel):
+    # Built on first use: keeps `eagleconv --help` and `inspect` start-up fast.
+    model_config = ConfigDict(defer_build=True)
+
+
+class Finding(_Report):
+    """One problem or observation, with a stable code (see the findings reference)."""
+
+    model_config = ConfigDict(frozen=True, defer_build=True)
+
+    code: str
+    severity: Severity
+    message: str
+    tensor: str | None = None
+    engine: str | None = None
+
+
+class TensorRow(_Report):
+    name: str
+    shape: list[int]
+    dtype: str
+    bytes: int
+    file: str | None = None
+
+
+class VocabSummary(_Report):
+    target_vocab_size: int
+    draft_vocab_size: int
+    compressed: bool
+    d2t: bool = Field(description="d2t tensor present")
+    t2d: bool = Field(description="t2d tensor present")
+
+
+class FlagsView(_Report):
+    fc_norm: bool
+    norm_before_fc: bool
+    norm_output: bool
+    norm_before_residual: bool
+    use_aux_hidden_state: bool
+
+
+class InspectReport(_Report):
+    path: str
+    format: str
+    detected_by: list[str]
+    eagle_version: Literal["3", "3.1"]
+    eagle31_flags: list[str]
+    architecture: str
+    flags: FlagsView
+    aux_layer_ids: list[int] | None
+    aux_layer_convention: str | None
+    aux_layer_ids_hidden_state_index: list[int] | None = Field(
+        None, description="the same ids in vLLM's numbering (hidden state entering layer i)"
+    )
+    num_aux_hidden_states: int
+    vocab: VocabSummary
+    weights: str
+    files: list[str]
+    total_bytes: int
+    tensors: list[TensorRow]
+    notes: list[str]
+    spec: DrafterSpec
+
+
+class PlanRow(_Report):
+    source: str | None
+    destination: str | None
+    shape: list[int]
+    dtype: str
+    action: Literal["copy", "derive", "drop"]
+    reason: str | None = None
+
+
+class ConvertReport(_Report):
+    ok: bool
+    source: str
+    destination: str
+    source_format: str
+    destination_format: str
+    dry_run: bool
+    plan: list[PlanRow]
+    config_changes: list[str] = Field(default_factory=list, description="config fields dropped, renamed or rewritten")
+    notes: list[str] = Field(default_factory=list)
+    findings: list[Finding] = Field(default_factory=list)
+    files_written: list[str] = Field(default_factory=list)
+    bytes_written: int = 0
+
+    @property
+    def dropped(self) -> list[PlanRow]:
+        return [row for row in self.plan if row.action == "drop"]

@@ -1,0 +1,263 @@
+"""Deterministic tiny drafters in every producer's own layout, for tests, docs and benchmarks.
+
+Each producer's config is written the way that producer writes it (field
+names, nesting, aux-id numbering), *independently* of eagleconv's layout
+tables, so tests that read these fixtures check the tables against the
+producers rather than against themselves.  The same seed gives the same
+canonical tensors in every layout, so bytes can be compared across layouts.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+PRODUCERS = ("eagle", "specforge", "torchspec", "vllm", "speculators", "automodel", "modelopt")
+
+
+@dataclass(frozen=True)
+class TinyDims:
+    """Small but non-degenerate sizes: every dimension differs so shape mix-ups show."""
+
+    hidden: int = 32
+    target_hidden: int = 48
+    heads: int = 4
+    kv_heads: int = 2
+    head_dim: int = 8
+    intermediate: int = 64
+    vocab: int = 128
+    draft_vocab: int = 64
+    aux_ids: tuple[int, ...] = (2, 8, 13)  # vLLM numbering (hidden state entering layer i)
+    target_layers: int = 16
+    # MLA (Kimi K2.x style)
+    q_lora_rank: int = 24
+    kv_lora_rank: int = 16
+    qk_nope_head_dim: int = 8
+    qk_rope_head_dim: int = 4
+    v_head_dim: int = 12
+
+
+@dataclass(frozen=True)
+class DrafterRecipe:
+    """What to build.  ``eagle31`` turns on fc_norm + norm_output (the paper's EAGLE-3.1)."""
+
+    producer: str = "specforge"
+    architecture: str = "llama"  # llama | qwen3 | deepseek_mla
+    eagle31: bool = False
+    norm_before_fc: bool = False
+    embed_tokens: bool | None = None  # None: what the producer ships by default
+    layers: int = 1
+    dims: TinyDims = field(default_factory=TinyDims)
+    dtype: str = "bfloat16"
+    seed: int = 0
+
+
+def canonical_tensors(recipe: DrafterRecipe) -> dict[str, Any]:
+    """The drafter's tensors under canonical (vLLM) names, as torch tensors, seeded."""
+    import torch
+
+    d = recipe.dims
+    g = torch.Generator().manual_seed(recipe.seed)
+    dtype = getattr(torch, recipe.dtype)
+    K = len(d.aux_ids)
+
+    def w(*shape: int, scale: float = 0.05) -> torch.Tensor:
+        return (torch.randn(*shape, generator=g) * scale).to(dtype)
+
+    def norm(n: int) -> torch.Tensor:
+        return (1.0 + 0.1 * torch.randn(n, generator=g)).to(dtype)
+
+    t: dict[str, Any] = {}
+    t["embed_tokens.weight"] = w(d.vocab, d.hidden, scale=0.5)
+    t["fc.weight"] = w(d.hidden, K * d.target_hidden)
+    if recipe.norm_before_fc:
+        t["input_norm.weight"] = norm(K * d.target_hidden)
+    if recipe.eagle31:
+        for i in range(K):
+            t[f"fc_norm.{i}.weight"] = norm(d.target_hidden)
+    for n in range(recipe.layers):
+        p = f"layers.{n}."
+        width = 2 * d.hidden if n == 0 else d.hidden
+        for name in ("input_layernorm", "hidden_norm", "post_attention_layernorm"):
+            t[f"{p}{name}.weight"] = norm(d.hidden)
+        a = p + "self_attn."
+        if recipe.architecture == "deepseek_mla":
+            t[a + "q_a_proj.weight"] = w(d.q_lora_rank, width)
+            t[a + "q_a_layernorm.weight"] = norm(d.q_lora_rank)
+            t[a + "q_b_proj.weight"] = w(d.heads * (d.qk_nope_head_dim + d.qk_rope_head_dim), d.q_lora_rank)
+            t[a + "kv_a_proj_with_mqa.weight"] = w(d.kv_lora_rank + d.qk_rope_head_dim, width)
+            t[a + "kv_a_layernorm.weight"] = norm(d.kv_lora_rank)
+            t[a + "kv_b_proj.weight"] = w(d.heads * (d.qk_nope_head_dim + d.v_head_dim), d.kv_lora_rank)
+            t[a + "o_proj.weight"] = w(d.hidden, d.heads * d.v_head_dim)
+        else:
+            t[a + "q_proj.weight"] = w(d.heads * d.head_dim, width)
+            t[a + "k_proj.weight"] = w(d.kv_heads * d.head_dim, width)
+            t[a + "v_proj.weight"] = w(d.kv_heads * d.head_dim, width)
+            t[a + "o_proj.weight"] = w(d.hidden, d.heads * d.head_dim)
+            if recipe.architecture == "qwen3":
+                t[a + "q_norm.weight"] = norm(d.head_dim)
+                t[a + "k_norm.weight"] = norm(d.head_dim)
+        t[p + "mlp.gate_proj.weight"] = w(d.intermediate, d.hidden)
+        t[p + "mlp.up_proj.weight"] = w(d.intermediate, d.hidden)
+        t[p + "mlp.down_proj.weight"] = w(d.hidden, d.intermediate)
+    t["norm.weight"] = norm(d.hidden)
+    t["lm_head.weight"] = w(d.draft_vocab, d.hidden)
+    rng = np.random.default_rng(recipe.seed)
+    used = np.sort(rng.choice(d.vocab, size=d.draft_vocab, replace=False)).astype(np.int64)
+    t["d2t"] = torch.from_numpy(used - np.arange(d.draft_vocab, dtype=np.int64))
+    t2d = np.zeros(d.vocab, dtype=bool)
+    t2d[used] = True
+    t["t2d"] = torch.from_numpy(t2d)
+    return t
+
+
+def _decoder_config(recipe: DrafterRecipe) -> dict[str, Any]:
+    d = recipe.dims
+    cfg: dict[str, Any] = {
+        "model_type": {"llama": "llama", "qwen3": "qwen3", "deepseek_mla": "kimi_k2"}[recipe.architecture],
+        "hidden_size": d.hidden,
+        "intermediate_size": d.intermediate,
+        "num_attention_heads": d.heads,
+        "num_hidden_layers": recipe.layers,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-05,
+        "vocab_size": d.vocab,
+        "max_position_embeddings": 4096,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "tie_word_embeddings": False,
+    }
+    if recipe.architecture == "deepseek_mla":
+        cfg.update(q_lora_rank=d.q_lora_rank, kv_lora_rank=d.kv_lora_rank, qk_nope_head_dim=d.qk_nope_head_dim,
+                   qk_rope_head_dim=d.qk_rope_head_dim, v_head_dim=d.v_head_dim, rope_theta=50000.0,
+                   rope_scaling={"type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096,
+                                 "beta_fast": 1.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0})
+    else:
+        cfg.update(num_key_value_heads=d.kv_heads, head_dim=d.head_dim, rope_theta=500000.0)
+    return cfg
+
+
+def producer_config(recipe: DrafterRecipe) -> dict[str, Any]:
+    """config.json as the recipe's producer writes it (see formats-and-peers.md §1-2)."""
+    d, p = recipe.dims, recipe.producer
+    flags31 = {"fc_norm": recipe.eagle31, "norm_output": recipe.eagle31}
+    arch_name = "Eagle3DeepseekV2ForCausalLM" if recipe.architecture == "deepseek_mla" else "LlamaForCausalLMEagle3"
+    base = _decoder_config(recipe)
+    layer_output_ids = [i - 1 for i in d.aux_ids]
+    if p == "eagle":  # the hand-copied SafeAILab template: no ids, no head_dim
+        base.pop("head_dim", None)
+        return {"architectures": ["LlamaForCausalLM"], **base, "draft_vocab_size": d.draft_vocab,
+                "target_hidden_size": d.target_hidden, "torch_dtype": recipe.dtype}
+    if p == "specforge":
+        return {"architectures": ["LlamaForCausalLMEagle3"], **base, "draft_vocab_size": d.draft_vocab,
+                "target_hidden_size": d.target_hidden, **flags31, "torch_dtype": recipe.dtype,
+                "eagle_config": {"eagle_aux_hidden_state_layer_ids": layer_output_ids}}
+    if p == "torchspec":
+        ids = layer_output_ids if recipe.architecture == "deepseek_mla" else list(d.aux_ids)
+        eagle_config: dict[str, Any] = {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True}
+        if recipe.architecture == "deepseek_mla":
+            eagle_config.update(use_input_layernorm_in_first_layer=True, use_last_layernorm=True, use_mtp_layernorm=False)
+        return {"architectures": [arch_name], **base, "draft_vocab_size": d.draft_vocab,
+                "target_hidden_size": d.target_hidden, "num_aux_hidden_states": len(d.aux_ids), **flags31,
+                "eagle_config": eagle_config, "torch_dtype": recipe.dtype, "_torchspec_version": "0.2.0"}
+    if p == "vllm":
+        arch = {"qwen3": "Eagle3Qwen3ForCausalLM"}.get(recipe.architecture, arch_name)
+        if recipe.architecture == "deepseek_mla":
+            base["model_type"] = "deepseek_v3"
+        cfg = {"architectures": [arch], **base, "draft_vocab_size": d.draft_vocab, "target_hidden_size": d.target_hidden,
+               "eagle_aux_hidden_state_layer_ids": list(d.aux_ids), **flags31, "torch_dtype": recipe.dtype}
+        if recipe.norm_before_fc:
+            cfg["norm_before_fc"] = True
+        return cfg
+    if p == "speculators":
+        return {
+            "architectures": ["Eagle3Speculator"],
+            "speculators_model_type": "eagle3",
+            "speculators_version": "0.9.0",
+            "speculators_config": {
+                "algorithm": "eagle3",
+                "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3,
+                                      "verifier_accept_k": 1, "accept_tolerance": 0.0}],
+                "default_proposal_method": "greedy",
+                "verifier": {"name_or_path": "meta-llama/Llama-3.1-8B-Instruct", "architectures": ["LlamaForCausalLM"]},
+            },
+            "transformer_layer_config": base,
+            "draft_vocab_size": d.draft_vocab,
+            "target_hidden_size": d.target_hidden,
+            "norm_before_residual": False,
+            "norm_before_fc": recipe.norm_before_fc,
+            **flags31,
+            "eagle_aux_hidden_state_layer_ids": list(d.aux_ids),
+            "embed_requires_grad": False,
+            "torch_dtype": recipe.dtype,
+        }
+    if p == "automodel":
+        return {"architectures": ["LlamaEagle3DraftModel"], **base, "draft_vocab_size": d.draft_vocab,
+                "target_hidden_size": d.target_hidden, "num_aux_hidden_states": len(d.aux_ids), **flags31,
+                "torch_dtype": recipe.dtype}
+    if p == "modelopt":
+        eagle_config = {"eagle_aux_hidden_state_layer_ids": list(d.aux_ids), "use_aux_hidden_state": True,
+                        "use_input_layernorm_in_first_layer": True, "use_last_layernorm": True,
+                        "use_mtp_layernorm": False, "next_layer_regular": True, "parallel_draft_step": 1,
+                        "parallel_draft_heads_num_layers": 1}
+        if recipe.norm_before_fc:
+            eagle_config["norm_before_fc"] = True
+        return {"architectures": [arch_name], **base, "draft_vocab_size": d.draft_vocab,
+                "target_hidden_size": d.target_hidden, "eagle_config": eagle_config, "torch_dtype": recipe.dtype}
+    raise ValueError(f"unknown producer {p!r}; choose one of {PRODUCERS}")
+
+
+_DEFAULT_EMBED = {"torchspec": True, "speculators": True, "automodel": True}
+
+
+def producer_tensors(recipe: DrafterRecipe) -> dict[str, Any]:
+    """The canonical tensors renamed and filtered the way the producer stores them."""
+    t = canonical_tensors(recipe)
+    p = recipe.producer
+    embed = _DEFAULT_EMBED.get(p, False) if recipe.embed_tokens is None else recipe.embed_tokens
+    if not embed:
+        t.pop("embed_tokens.weight")
+    if p == "modelopt":
+        t.pop("t2d")
+    if p in ("eagle", "specforge"):
+        t = {("midlayer." + k[len("layers.0."):] if k.startswith("layers.0.") else k): v for k, v in t.items()}
+    if p == "automodel":
+        t = {(k if k.startswith("lm_head.") or k in ("d2t", "t2d") else "model." + k): v for k, v in t.items()}
+    return t
+
+
+def make_drafter(directory: str | Path, recipe: DrafterRecipe | None = None, **overrides: Any) -> Path:
+    """Write a tiny drafter checkpoint in its producer's layout; returns the directory."""
+    import torch
+    from safetensors.torch import save_file
+
+    recipe = replace(recipe or DrafterRecipe(), **overrides)
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = producer_tensors(recipe)
+    (out / "config.json").write_text(json.dumps(producer_config(recipe), indent=2) + "\n")
+    if recipe.producer == "eagle":
+        torch.save(tensors, out / "pytorch_model.bin")
+    else:
+        metadata = {"format": "pt"}
+        if recipe.producer == "torchspec":
+            metadata["torchspec_version"] = "0.2.0"
+        save_file({k: v.contiguous() for k, v in tensors.items()}, str(out / "model.safetensors"), metadata=metadata)
+    return out
+
+
+def make_target_config(directory: str | Path, dims: TinyDims | None = None, architecture: str = "llama") -> Path:
+    """A target model's config.json (no weights) matching TinyDims, for --target checks."""
+    d = dims or TinyDims()
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": d.target_hidden,
+           "intermediate_size": 4 * d.target_hidden, "num_attention_heads": 6, "num_key_value_heads": 2,
+           "num_hidden_layers": d.target_layers, "vocab_size": d.vocab, "rms_norm_eps": 1e-5,
+           "max_position_embeddings": 4096, "torch_dtype": "bfloat16"}
+    (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    return out

@@ -1,0 +1,120 @@
+"""Engine-independent checks: is the checkpoint consistent with itself?
+
+These read headers and the small vectors (d2t, t2d) only.  ``convert`` refuses
+a source with error findings from here; ``validate`` adds engine profiles and
+the numeric scan on top.
+"""
+
+from __future__ import annotations
+
+from ..canonical import FC_NORM_NAME, expected_tensors, layer_indices
+from ..formats.base import ReadResult
+from ..io.reader import TensorStore
+from ..report import Finding
+from ..vocab import check_d2t, check_t2d
+
+
+def _f(code: str, severity: str, message: str, tensor: str | None = None) -> Finding:
+    return Finding(code=code, severity=severity, message=message, tensor=tensor)  # type: ignore[arg-type]
+
+
+def read_findings(read: ReadResult) -> list[Finding]:
+    """Problems found while reading the layout: unmapped names, missing fields, bad values."""
+    out = []
+    for problem in read.errors:
+        code = "EC005" if problem.startswith("config does not describe") else "EC003"
+        out.append(_f(code, "error", problem))
+    for name in read.missing:
+        out.append(_f("EC004", "error", f"{name} is absent from config and cannot be derived exactly from the tensors"))
+    return out
+
+
+def shape_findings(read: ReadResult) -> list[Finding]:
+    """Every tensor against the shape the spec implies; missing required tensors; layer count."""
+    spec = read.spec
+    if spec is None:
+        return []
+    out: list[Finding] = []
+    names = set(read.tensors)
+    present_layers = layer_indices(names)
+    layer_count = (max(present_layers) + 1) if present_layers else 0
+    if layer_count and spec.num_hidden_layers != layer_count:
+        out.append(_f("EC050", "error" if spec.num_hidden_layers > layer_count else "warning",
+                      f"config num_hidden_layers = {spec.num_hidden_layers} but the checkpoint has {layer_count} decoder "
+                      f"layer(s); engines build {spec.num_hidden_layers} and leave the missing ones uninitialised"
+                      if spec.num_hidden_layers > layer_count else
+                      f"config num_hidden_layers = {spec.num_hidden_layers} but the checkpoint has {layer_count} layers"))
+    expected = expected_tensors(spec, num_layers=layer_count or spec.num_hidden_layers)
+    for name, exp in expected.items():
+        info = read.tensors.get(name)
+        if info is None:
+            if exp.required:
+                out.append(_f("EC050", "error", f"required tensor {name} is missing ({exp.why})", read.canonical.get(name, name)))
+            continue
+        if info.shape != exp.shape:
+            out.append(_f("EC050", "error", f"{read.canonical[name]} has shape {list(info.shape)}, the config implies "
+                          f"{list(exp.shape)} ({exp.why})", read.canonical[name]))
+    for name in sorted(names - set(expected)):
+        if FC_NORM_NAME.match(name) and not spec.flags.fc_norm:
+            continue  # reported by flag_findings
+        if name == "input_norm.weight" and not spec.flags.norm_before_fc:
+            continue
+        out.append(_f("EC050", "warning", f"{read.canonical[name]} is not part of this drafter's architecture "
+                      "(engines ignore or reject it)", read.canonical[name]))
+    return out
+
+
+def flag_findings(read: ReadResult) -> list[Finding]:
+    spec = read.spec
+    if spec is None:
+        return []
+    out = []
+    names = set(read.tensors)
+    fc_norms = sorted(n for n in names if FC_NORM_NAME.match(n))
+    if spec.flags.fc_norm and spec.flags.norm_before_fc:
+        out.append(_f("EC020", "error", "norm_before_fc and fc_norm are both set; they are mutually exclusive"))
+    if fc_norms and not spec.flags.fc_norm:
+        out.append(_f("EC021", "error", f"{len(fc_norms)} fc_norm tensors present but fc_norm is not set "
+                      "(vLLM raises 'no module or parameter named fc_norm' at load)", read.canonical[fc_norms[0]]))
+    if spec.flags.fc_norm and not fc_norms:
+        out.append(_f("EC021", "error", "fc_norm is set but no fc_norm.{i}.weight tensors are present "
+                      "(vLLM silently keeps weight 1.0: unscaled norms the drafter was not trained with)"))
+    if "input_norm.weight" in names and not spec.flags.norm_before_fc:
+        out.append(_f("EC021", "error", "input_norm.weight present but norm_before_fc is not set "
+                      "(vLLM silently skips it; the drafter runs without the norm it was trained with)",
+                      read.canonical["input_norm.weight"]))
+    if spec.flags.norm_before_fc and "input_norm.weight" not in names:
+        out.append(_f("EC021", "error", "norm_before_fc is set but input_norm.weight is missing "
+                      "(vLLM silently keeps weight 1.0)"))
+    return out
+
+
+def vocab_findings(read: ReadResult, store: TensorStore) -> list[Finding]:
+    """d2t/t2d against the vocab sizes and each other (reads only these two small vectors)."""
+    spec = read.spec
+    if spec is None:
+        return []
+    out = []
+    t = read.tensors
+    if spec.compressed_vocab and "lm_head.weight" not in t:
+        out.append(_f("EC030", "error", f"no lm_head while draft_vocab_size {spec.draft_vocab_size} < vocab_size "
+                      f"{spec.vocab_size}: vLLM silently takes the first {spec.draft_vocab_size} target logits"))
+    target_ids = None
+    if "d2t" in t:
+        name = read.canonical["d2t"]
+        check = check_d2t(store.read_raw(name), t["d2t"].dtype, spec.vocab_size, spec.draft_vocab_size)
+        out += [_f("EC030", "error", p, name) for p in check.problems]
+        target_ids = check.target_ids
+    elif spec.compressed_vocab:
+        out.append(_f("EC030", "error", f"no d2t while draft_vocab_size {spec.draft_vocab_size} < vocab_size "
+                      f"{spec.vocab_size}: engines map draft id i to target id i"))
+    if "t2d" in t:
+        name = read.canonical["t2d"]
+        out += [_f("EC030", "error", p, name)
+                for p in check_t2d(store.read_raw(name), t["t2d"].dtype, spec.vocab_size, spec.draft_vocab_size, target_ids)]
+    return out
+
+
+def checkpoint_findings(read: ReadResult, store: TensorStore) -> list[Finding]:
+    """All engine-independent findings for a checkpoint (headers and small vectors only)."""
+    return read_findings(read) + shape_findings(read) + flag_findings(read) + vocab_findings(read, store)
