@@ -24,6 +24,7 @@ _EXPORTS = {
     "ConvertReport": "eagleconv.report",
     "InspectReport": "eagleconv.report",
     "Finding": "eagleconv.report",
+    "ValidationReport": "eagleconv.report",
     "open_checkpoint": "eagleconv.io.reader",
     "LAYOUTS": "eagleconv.formats",
     "EagleconvError": "eagleconv.errors",
@@ -53,4 +54,4 @@ if TYPE_CHECKING:  # pragma: no cover
     from .inspection import inspect  # noqa: F401
     from .io.reader import open_checkpoint  # noqa: F401
     from .loading import LoadedDrafter, load_drafter  # noqa: F401
-    from .report import ConvertReport, Finding, InspectReport  # noqa: F401
+    from .report import ConvertReport, Finding, InspectReport, ValidationReport  # noqa: F401

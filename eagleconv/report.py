@@ -106,3 +106,19 @@ class ConvertReport(_Report):
     @property
     def dropped(self) -> list[PlanRow]:
         return [row for row in self.plan if row.action == "drop"]
+
+
+class ValidationReport(_Report):
+    """What ``eagleconv validate`` / ``lint`` / ``eagleconv.validate()`` return."""
+
+    ok: bool = Field(description="true when no finding has severity 'error'")
+    path: str | None = None
+    format: str | None = None
+    eagle_version: Literal["3", "3.1"] | None = None
+    architecture: Literal["llama", "qwen3", "deepseek_mla"] | None = None
+    flags: FlagsView | None = None
+    aux_layer_ids: list[int] | None = Field(None, description="as the checkpoint states them")
+    aux_layer_convention: str | None = None
+    engines: list[str] = Field(default_factory=list, description="engine profiles checked, e.g. 'vllm 0.32'")
+    numeric_scan: bool = False
+    findings: list[Finding] = Field(default_factory=list)

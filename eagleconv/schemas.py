@@ -123,6 +123,7 @@ PUBLISHED: dict[str, str] = {
     "config-speculators-eagle3": "eagleconv.schemas:SpeculatorsEagle3Config",
     "report-inspect": "eagleconv.report:InspectReport",
     "report-convert": "eagleconv.report:ConvertReport",
+    "report-validate": "eagleconv.report:ValidationReport",
 }
 
 

@@ -1,0 +1,50 @@
+"""Shared test fixtures.  Every test builds the tiny drafters it needs in a tmp dir.
+
+Tests are isolated from the network and from the user's Hugging Face setup:
+HF_HOME and friends point into tmp, HF_HUB_OFFLINE is set, tokens are unset.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from eagleconv.synthetic import DrafterRecipe, make_drafter
+
+
+@pytest.fixture(autouse=True)
+def _isolated_hf(tmp_path_factory, monkeypatch):
+    home = tmp_path_factory.mktemp("hf_home")
+    monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.setenv("HF_HUB_CACHE", str(home / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)
+
+
+@pytest.fixture
+def drafter(tmp_path):
+    """Factory: ``drafter(producer="specforge", eagle31=True, ...)`` -> checkpoint dir."""
+    counter = iter(range(10_000))
+
+    def build(**kwargs) -> Path:
+        return make_drafter(tmp_path / f"drafter{next(counter)}", DrafterRecipe(**kwargs))
+
+    return build
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+def edit_config(directory: Path, **changes) -> None:
+    """Rewrite config.json with top-level keys changed (value None deletes the key)."""
+    cfg = read_json(directory / "config.json")
+    for key, value in changes.items():
+        if value is None:
+            cfg.pop(key, None)
+        else:
+            cfg[key] = value
+    (directory / "config.json").write_text(json.dumps(cfg, indent=2))
