@@ -55,9 +55,8 @@ def _compat_problems(dst: type[Layout], spec: DrafterSpec, layer_count: int) -> 
     if spec.architecture not in dst.architectures:
         problems.append(f"the {dst.name} layout cannot carry a {spec.architecture} drafter "
                         f"(it holds: {', '.join(dst.architectures)})")
-    for flag in spec.flags.model_fields:
-        value = getattr(spec.flags, flag)
-        default = spec.flags.model_fields[flag].default
+    for flag, info in type(spec.flags).model_fields.items():
+        value, default = getattr(spec.flags, flag), info.default
         if value != default and flag not in dst.flags:
             problems.append(f"the {dst.name} layout cannot express {flag} = {str(value).lower()}")
     if dst.fixed_aux_count is not None and spec.aux.count != dst.fixed_aux_count:
@@ -177,16 +176,22 @@ def _leaf_paths(node: object, prefix: str = "") -> set[str]:
 
 
 def _config_changes(loaded: LoadedDrafter, dst: type[Layout], spec: DrafterSpec, config: dict) -> list[str]:
-    """Source config fields that do not reach the destination, and renamed values worth a word."""
+    """Source config fields that do not reach the destination, and rewritten values worth a word.
+
+    Keys the source layout owns (speculators_config, _torchspec_version...)
+    are structure, not drafter facts, and are not listed, except the verifier
+    name, which only the speculators layout can carry.
+    """
     source = loaded.store.config or {}
-    consumed = loaded.read.consumed
-    carried = {loaded.layout.decoder_prefix() + k for k in spec.extra}
+    src = loaded.layout
+    kept = loaded.read.consumed | {src.decoder_prefix() + k for k in spec.extra}
     changes = []
     for path in sorted(_leaf_paths(source)):
-        top = path.split(".")[0]
-        if any(path == c or path.startswith(c + ".") for c in consumed | carried) or top in ("architectures", "eagleconv"):
+        if path.split(".")[0] in src.meta_keys or any(path == k or path.startswith(k + ".") for k in kept):
             continue
         changes.append(f"dropped config field {path} = {get_path(source, path)!r} (the {dst.name} layout has no place for it)")
+    if spec.verifier and spec.verifier.name_or_path and not dst.carries_verifier:
+        changes.append(f"dropped verifier {spec.verifier.name_or_path!r} (only the speculators layout records it)")
     if spec.aux.ids and spec.aux.convention != dst.aux_convention_for(spec.architecture):
         changes.append(f"aux layer ids renumbered {list(spec.aux.ids)} ({spec.aux.convention}) -> "
                        f"{list(spec.aux.ids_as(dst.aux_convention_for(spec.architecture)) or [])} "

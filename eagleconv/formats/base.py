@@ -192,7 +192,7 @@ class Layout:
     cannot_hold: ClassVar[tuple[Capability, ...]] = ()
     requires: ClassVar[tuple[str, ...]] = ()
     meta_keys: ClassVar[frozenset[str]] = frozenset({"architectures", "transformers_version", "eagleconv"})
-    weight_files: ClassVar[str] = "safetensors"
+    carries_verifier: ClassVar[bool] = False  # whether the config can name the target model
 
     # hooks ------------------------------------------------------------------
     @classmethod
@@ -505,8 +505,8 @@ def spec_values(layout: type[Layout], spec: DrafterSpec) -> dict[str, Any]:
         "rms_norm_eps": spec.rms_norm_eps,
         "vocab_size": spec.vocab_size,
         "max_position_embeddings": spec.max_position_embeddings,
-        "attention_bias": spec.attention_bias,
-        "mlp_bias": spec.mlp_bias,
+        "attention_bias": spec.attention_bias or None,  # written only when on: every engine defaults to off
+        "mlp_bias": spec.mlp_bias or None,
         "dtype": CONFIG_DTYPE_NAMES.get(spec.dtype or ""),
         "draft_vocab_size": spec.draft_vocab_size,
         "target_hidden_size": spec.target_hidden_size,

@@ -33,6 +33,7 @@ class SpeculatorsLayout(Layout):
     flags = frozenset({"fc_norm", "norm_before_fc", "norm_output", "norm_before_residual"})
     defaults = {"target_hidden_size": SameAs("hidden_size"), "num_aux_hidden_states": 3,
                 "norm_before_residual": False, "norm_before_fc": False, "fc_norm": False, "norm_output": False}
+    carries_verifier = True
     meta_keys = Layout.meta_keys | {"speculators_model_type", "speculators_version", "speculators_config",
                                     "auto_map", "embed_requires_grad"}
 
