@@ -204,6 +204,21 @@ def _config_changes(loaded: LoadedDrafter, dst: type[Layout], spec: DrafterSpec,
     return changes
 
 
+def _verify_output(staged: Path, tensors: Sequence[OutputTensor], dst_layout: str) -> None:
+    """Re-read what was written (headers, index, detection) before it is published."""
+    written = load_drafter(staged)
+    try:
+        got = {n: (i.dtype, i.shape) for n, i in written.store.tensors.items()}
+        want = {t.name: (t.dtype, t.shape) for t in tensors}
+        if got != want:
+            raise ConversionError(f"internal error: written tensors differ from the plan: {sorted(set(got) ^ set(want))}", staged)
+        if written.layout.name != dst_layout or written.read.errors or written.read.missing:
+            raise ConversionError(f"internal error: output does not read back as {dst_layout}: "
+                                  f"{written.layout.name} {written.read.errors + written.read.missing}", staged)
+    finally:
+        written.close()
+
+
 def convert(source: str | Path, destination: str | Path, to: str, *, from_format: str | None = None,
             dry_run: bool = False, force: bool = False, overwrite: bool = False, drop: Iterable[str] = (),
             aux_layer_ids: Sequence[int] | None = None, aux_convention: AuxConvention = "hidden_state_index",
@@ -237,7 +252,8 @@ def convert(source: str | Path, destination: str | Path, to: str, *, from_format
             on_total(sum(t.nbytes for t in tensors))
         metadata = {"format": "pt", "eagleconv_version": __version__}
         report.files_written = writer.write(tensors, {"config.json": dump_json(config)},
-                                            max_shard_size=max_shard_size, metadata=metadata, on_bytes=on_bytes)
+                                            max_shard_size=max_shard_size, metadata=metadata, on_bytes=on_bytes,
+                                            verify=lambda staged: _verify_output(staged, tensors, dst_layout=to))
         report.bytes_written = sum(t.nbytes for t in tensors)
         return report
     finally:

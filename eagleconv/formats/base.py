@@ -346,10 +346,8 @@ def read_drafter(layout: type[Layout], config: Mapping[str, Any], tensors: Mappi
     else:
         arch = "llama"
     if model_type is None:
-        default("model_type")
-        if "model_type" not in values:
-            values["model_type"] = {"llama": "llama", "qwen3": "qwen3", "deepseek_mla": "deepseek_v3"}[arch]
-            notes.append(f"model_type = {values['model_type']} (absent from config; inferred from the tensors)")
+        values["model_type"] = {"llama": "llama", "qwen3": "qwen3", "deepseek_mla": "deepseek_v3"}[arch]
+        notes.append(f"model_type = {values['model_type']} (absent from config; inferred from the tensors)")
 
     derive("hidden_size", _shape(t, "norm.weight", 0), "from norm.weight")
     derive("hidden_size", _shape(t, "fc.weight", 0), "from fc.weight")
@@ -381,6 +379,7 @@ def read_drafter(layout: type[Layout], config: Mapping[str, Any], tensors: Mappi
     derive("target_hidden_size", _exact_div(fc_in, values.get("num_aux_hidden_states")), "fc input width / K")
     derive("num_aux_hidden_states", _exact_div(fc_in, values.get("target_hidden_size")), "fc input width / target_hidden_size")
     default("target_hidden_size")
+    derive("num_aux_hidden_states", _exact_div(fc_in, values.get("target_hidden_size")), "fc input width / target_hidden_size")
     default("num_aux_hidden_states")
     derive("target_hidden_size", _exact_div(fc_in, values.get("num_aux_hidden_states")), "fc input width / K")
     for key in ("hidden_act", "norm_before_residual", "fc_norm", "norm_before_fc", "norm_output", "use_aux_hidden_state"):

@@ -106,11 +106,14 @@ class CheckpointWriter:
         max_shard_size: int | None = None,
         metadata: dict[str, str] | None = None,
         on_bytes: Callable[[int], None] | None = None,
+        verify: Callable[[Path], None] | None = None,
     ) -> list[str]:
         """Write shards and ``files`` (config.json...) and publish the directory.
 
         Returns the written file names.  ``on_bytes`` is called after each
-        tensor with its size, for progress bars.
+        tensor with its size, for progress bars.  ``verify`` is called on the
+        complete staging directory before it is published; raising there
+        publishes nothing.
         """
         parent = self.destination.absolute().parent
         parent.mkdir(parents=True, exist_ok=True)
@@ -138,6 +141,8 @@ class CheckpointWriter:
                 _write_file(staging / SAFETENSORS_INDEX, dump_json(index).encode())
                 written.append(SAFETENSORS_INDEX)
             _fsync_dir(staging)
+            if verify is not None:
+                verify(staging)
             self._publish(staging)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
