@@ -15,6 +15,8 @@ _EXPORTS = {
     "convert": "eagleconv.conversion",
     "plan_conversion": "eagleconv.conversion",
     "inspect": "eagleconv.inspection",
+    "validate": "eagleconv.validation",
+    "lint": "eagleconv.validation",
     "load_drafter": "eagleconv.loading",
     "LoadedDrafter": "eagleconv.loading",
     "DrafterSpec": "eagleconv.drafter",
@@ -30,6 +32,7 @@ _EXPORTS = {
     "EagleconvError": "eagleconv.errors",
     "ConversionError": "eagleconv.errors",
     "FormatError": "eagleconv.errors",
+    "FindingsError": "eagleconv.errors",
     "UnsafeInputError": "eagleconv.errors",
     "UsageError": "eagleconv.errors",
 }
@@ -49,9 +52,10 @@ def __getattr__(name: str) -> Any:
 if TYPE_CHECKING:  # pragma: no cover
     from .conversion import convert, plan_conversion  # noqa: F401
     from .drafter import AuxLayers, DrafterSpec, EagleFlags, MlaDims  # noqa: F401
-    from .errors import ConversionError, EagleconvError, FormatError, UnsafeInputError, UsageError  # noqa: F401
+    from .errors import ConversionError, EagleconvError, FindingsError, FormatError, UnsafeInputError, UsageError  # noqa: F401
     from .formats import LAYOUTS  # noqa: F401
     from .inspection import inspect  # noqa: F401
+    from .validation import lint, validate  # noqa: F401
     from .io.reader import open_checkpoint  # noqa: F401
     from .loading import LoadedDrafter, load_drafter  # noqa: F401
     from .report import ConvertReport, Finding, InspectReport, ValidationReport  # noqa: F401

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import __version__
 from .drafter import AuxConvention, AuxLayers, DrafterSpec
-from .errors import ConversionError, UsageError
+from .errors import ConversionError, FindingsError, UsageError
 from .formats import get_layout
 from .formats.base import Layout, get_path, rename, write_config
 from .io.writer import CheckpointWriter, OutputTensor, check_not_overlapping
@@ -72,7 +72,10 @@ def plan_conversion(loaded: LoadedDrafter, to: str, *, drop: Iterable[str] = (),
                     aux_convention: AuxConvention = "hidden_state_index") -> tuple[ConvertReport, list[OutputTensor], dict]:
     """Plan a conversion from headers and small vectors only; raises ConversionError when it cannot be exact."""
     dst = get_layout(to)
-    spec = loaded.require_spec()
+    try:
+        spec = loaded.require_spec()
+    except FindingsError as exc:
+        raise ConversionError(exc.message, exc.path) from exc
     read = loaded.read
     drop_set = set(drop)
     problems: list[str] = []

@@ -38,10 +38,14 @@ class UsageError(EagleconvError):
     """Bad arguments: unknown format, destination inside the source, and the like."""
 
 
-class ConversionError(EagleconvError):
-    """The conversion cannot be done exactly (unmapped tensor, missing lm_head...).
+class FindingsError(EagleconvError):
+    """The input is readable but inconsistent (a shape field missing, an unmapped tensor...).
 
     These are findings about the checkpoint, so the exit code is 1.
     """
 
     exit_code = 1
+
+
+class ConversionError(FindingsError):
+    """The conversion cannot be done exactly (unmapped tensor, missing lm_head, refused source...)."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import ConversionError, FormatError
 from .loading import load_drafter
 from .report import FlagsView, InspectReport, TensorRow, VocabSummary
 
@@ -13,10 +12,7 @@ def inspect(path: str | Path, *, from_format: str | None = None, allow_pickle: b
     """Describe the drafter at ``path``: layout, EAGLE version, flags, dims, aux ids, vocab, tensors."""
     loaded = load_drafter(path, layout=from_format, allow_pickle=allow_pickle)
     try:
-        try:
-            spec = loaded.require_spec()
-        except ConversionError as exc:
-            raise FormatError(f"cannot describe this drafter: {exc.message}", loaded.store.path) from exc
+        spec = loaded.require_spec()
         store, read = loaded.store, loaded.read
         rows = [TensorRow(name=i.name, shape=list(i.shape), dtype=i.dtype, bytes=i.nbytes, file=i.file)
                 for i in sorted(store.tensors.values(), key=lambda i: i.name)]

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .drafter import AuxConvention, DrafterSpec
-from .errors import ConversionError
+from .errors import FindingsError
 from .formats import detect_layout, get_layout, read_drafter
 from .formats.base import Layout, ReadResult
 from .io.reader import Checkpoint, open_checkpoint
@@ -26,7 +26,7 @@ class LoadedDrafter:
         return self.read.spec
 
     def require_spec(self) -> DrafterSpec:
-        """The spec, or a ConversionError naming every reason it could not be built."""
+        """The spec, or a FindingsError (exit 1) naming every reason it could not be built."""
         if self.read.spec is not None and not self.read.errors:
             return self.read.spec
         problems = list(self.read.errors)
@@ -35,7 +35,7 @@ class LoadedDrafter:
                 "shape-bearing fields absent from config and not derivable from the tensors: "
                 + ", ".join(self.read.missing)
             )
-        raise ConversionError("; ".join(problems), self.store.path)
+        raise FindingsError("; ".join(problems), self.store.path)
 
     def close(self) -> None:
         self.store.close()

@@ -117,3 +117,10 @@ def test_schema_command_writes_schemas(tmp_path):
     assert result.exit_code == 0
     names = sorted(p.name for p in tmp_path.iterdir())
     assert "drafter-spec.schema.json" in names and "config-speculators-eagle3.schema.json" in names
+
+
+def test_inspect_of_an_inconsistent_drafter_exits_1(drafter):
+    src = drafter(producer="specforge")
+    edit_config(src, num_attention_heads=None)
+    result = CliRunner().invoke(cli, ["inspect", str(src)])
+    assert result.exit_code == 1 and "num_attention_heads" in result.output and "Traceback" not in result.output
