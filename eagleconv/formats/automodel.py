@@ -8,7 +8,7 @@ what converting to ``vllm`` does here.
 from __future__ import annotations
 
 from . import register
-from .base import Seen, Layout, Rename, SameAs, architectures_of, hf_fields, marker_score
+from .base import Seen, Layout, Rename, SameAs, architectures_of, hf_fields
 
 
 @register
@@ -29,11 +29,8 @@ class AutomodelLayout(Layout):
                 "fc_norm": False, "norm_output": False}
 
     @classmethod
-    def detect(cls, seen: Seen):
+    def looks_like(cls, seen: Seen):
         config, names = seen.config, seen.names
-        score, why = marker_score(cls, config)
-        if score:
-            return score, why
         if "model.fc.weight" in names:
             if "LlamaEagle3DraftModel" in architectures_of(config):
                 return 50, ["model.-prefixed tensors with architectures LlamaEagle3DraftModel"]

@@ -197,7 +197,17 @@ class Layout:
     # hooks ------------------------------------------------------------------
     @classmethod
     def detect(cls, seen: Seen) -> tuple[int, list[str]]:
-        """How strongly (0 = not at all) the checkpoint looks like this layout, and why."""
+        """How strongly (0 = not at all) the checkpoint is in this layout, and why.
+
+        A checkpoint eagleconv wrote names its layout; anything else is judged
+        by ``looks_like`` from the config and the tensor names.
+        """
+        score, why = marker_score(cls, seen.config)
+        return (score, why) if score else cls.looks_like(seen)
+
+    @classmethod
+    def looks_like(cls, seen: Seen) -> tuple[int, list[str]]:
+        """Layout-specific evidence from config and tensor names (see each layout)."""
         return 0, []
 
     @classmethod

@@ -10,7 +10,7 @@ no EAGLE-3.1 switch exists.  eagleconv writes this layout as
 from __future__ import annotations
 
 from . import register
-from .base import Seen, Capability, Layout, Rename, SameAs, architectures_of, has_prefix, hf_fields, marker_score
+from .base import Seen, Capability, Layout, Rename, SameAs, architectures_of, has_prefix, hf_fields
 
 
 @register
@@ -32,11 +32,8 @@ class EagleLayout(Layout):
     )
 
     @classmethod
-    def detect(cls, seen: Seen):
+    def looks_like(cls, seen: Seen):
         config, names = seen.config, seen.names
-        score, why = marker_score(cls, config)
-        if score:
-            return score, why
         if "fc.weight" in names and has_prefix(names, "midlayer."):
             if seen.weights_kind == "pickle":
                 return 30, ["midlayer.* tensors in a pytorch_model.bin pickle"]

@@ -8,7 +8,7 @@ and no ``fc_norm``.  Aux ids and ``norm_before_fc`` live only in the nested
 from __future__ import annotations
 
 from . import register
-from .base import Seen, Capability, ConfigField, Layout, SameAs, has_prefix, hf_fields, marker_score
+from .base import Seen, Capability, ConfigField, Layout, SameAs, has_prefix, hf_fields
 
 MODELOPT_EAGLE_KEYS = {"use_input_layernorm_in_first_layer", "use_last_layernorm", "use_mtp_layernorm",
                        "next_layer_regular", "parallel_draft_step", "parallel_draft_heads_num_layers"}
@@ -35,11 +35,8 @@ class ModelOptLayout(Layout):
     )
 
     @classmethod
-    def detect(cls, seen: Seen):
+    def looks_like(cls, seen: Seen):
         config, names = seen.config, seen.names
-        score, why = marker_score(cls, config)
-        if score:
-            return score, why
         eagle_config = config.get("eagle_config")
         keys = set(eagle_config) & MODELOPT_EAGLE_KEYS if isinstance(eagle_config, dict) else set()
         if keys and "fc.weight" in names and has_prefix(names, "layers."):

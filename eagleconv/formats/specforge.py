@@ -11,7 +11,7 @@ numbering (default [1, L//2-1, L-4]).  Before SpecForge PR #879,
 from __future__ import annotations
 
 from . import register
-from .base import Seen, Capability, ConfigField, Layout, Rename, SameAs, architectures_of, has_prefix, hf_fields, marker_score
+from .base import Seen, Capability, ConfigField, Layout, Rename, SameAs, architectures_of, has_prefix, hf_fields
 
 
 @register
@@ -37,11 +37,8 @@ class SpecForgeLayout(Layout):
     requires = ("d2t", "t2d", "lm_head.weight")
 
     @classmethod
-    def detect(cls, seen: Seen):
+    def looks_like(cls, seen: Seen):
         config, names = seen.config, seen.names
-        score, why = marker_score(cls, config)
-        if score:
-            return score, why
         if "fc.weight" in names and has_prefix(names, "midlayer."):
             if "LlamaForCausalLMEagle3" in architectures_of(config):
                 return 30, ["midlayer.* tensors with architectures LlamaForCausalLMEagle3"]

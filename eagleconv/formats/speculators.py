@@ -14,7 +14,7 @@ from typing import Any
 
 from ..drafter import DrafterSpec, Verifier
 from . import register
-from .base import Seen, ConfigField, Layout, SameAs, get_path, hf_fields, marker_score
+from .base import Seen, ConfigField, Layout, SameAs, get_path, hf_fields
 
 
 @register
@@ -38,11 +38,8 @@ class SpeculatorsLayout(Layout):
                                     "auto_map", "embed_requires_grad"}
 
     @classmethod
-    def detect(cls, seen: Seen):
-        config, names = seen.config, seen.names
-        score, why = marker_score(cls, config)
-        if score:
-            return score, why
+    def looks_like(cls, seen: Seen):
+        config = seen.config
         if config.get("speculators_model_type") == "eagle3":
             return 100, ["config.json speculators_model_type = 'eagle3'"]
         return 0, []

@@ -8,7 +8,7 @@ ids are read as ``layer_output`` numbering and its Llama ids as vLLM's.
 from __future__ import annotations
 
 from . import register
-from .base import Seen, Capability, ConfigField, Layout, SameAs, hf_fields, marker_score
+from .base import Seen, Capability, ConfigField, Layout, SameAs, hf_fields
 
 
 @register
@@ -32,11 +32,8 @@ class TorchSpecLayout(Layout):
         return "layer_output" if architecture == "deepseek_mla" else "hidden_state_index"
 
     @classmethod
-    def detect(cls, seen: Seen):
-        config, names = seen.config, seen.names
-        score, why = marker_score(cls, config)
-        if score:
-            return score, why
+    def looks_like(cls, seen: Seen):
+        config = seen.config
         if "_torchspec_version" in config:
             return 100, [f"config.json _torchspec_version = {config['_torchspec_version']!r}"]
         if "torchspec_version" in seen.metadata:

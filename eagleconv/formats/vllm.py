@@ -12,7 +12,7 @@ TRT-LLM's ``eagle_config.return_hidden_post_norm``.
 from __future__ import annotations
 
 from . import register
-from .base import Seen, ConfigField, Layout, SameAs, architectures_of, has_prefix, hf_fields, marker_score
+from .base import Seen, ConfigField, Layout, SameAs, architectures_of, has_prefix, hf_fields
 
 VLLM_ARCHITECTURES = {
     "LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM", "Eagle3Qwen3ForCausalLM",
@@ -50,11 +50,8 @@ class VllmLayout(Layout):
     }
 
     @classmethod
-    def detect(cls, seen: Seen):
+    def looks_like(cls, seen: Seen):
         config, names = seen.config, seen.names
-        score, why = marker_score(cls, config)
-        if score:
-            return score, why
         if "fc.weight" in names and has_prefix(names, "layers."):
             archs = set(architectures_of(config)) & VLLM_ARCHITECTURES
             if archs:
