@@ -122,3 +122,6 @@ class ValidationReport(_Report):
     engines: list[str] = Field(default_factory=list, description="engine profiles checked, e.g. 'vllm 0.32'")
     numeric_scan: bool = False
     findings: list[Finding] = Field(default_factory=list)
+    detected_by: list[str] = Field(default_factory=list, description="why this layout was chosen")
+    target: str | None = Field(None, description="the target model config checked against (--target)")
+    tp: int | None = Field(None, description="tensor-parallel size checked (--tp)")

@@ -223,6 +223,8 @@ def formats(as_json: bool) -> None:
     _console().print(table)
 
 
+from . import validate_cmds  # noqa: E402,F401
+
 def main() -> None:
     cli(prog_name="eagleconv")
 

@@ -1,0 +1,40 @@
+"""Human rendering of a ValidationReport with rich."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ..report import ValidationReport
+
+STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
+
+
+def render_validation(report: ValidationReport, console: Console) -> None:
+    summary = Table.grid(padding=(0, 2))
+    summary.add_column(style="bold")
+    summary.add_column()
+    if report.path:
+        summary.add_row("path", escape(report.path))
+    if report.format:
+        summary.add_row("format", f"{report.format}  ({escape('; '.join(report.detected_by))})")
+        summary.add_row("EAGLE", f"{report.eagle_version}, {report.architecture}")
+    if report.flags:
+        summary.add_row("flags", ", ".join(f"{k}={'on' if v else 'off'}" for k, v in report.flags.model_dump().items()))
+    if report.format:
+        ids = "absent" if report.aux_layer_ids is None else f"{report.aux_layer_ids} ({report.aux_layer_convention})"
+        summary.add_row("aux layer ids", ids)
+    summary.add_row("engines", ", ".join(report.engines) + ("" if report.numeric_scan else "  (no numeric scan)"))
+    console.print(summary)
+    if report.findings:
+        table = Table(show_lines=False)
+        for col in ("severity", "code", "engine", "finding"):
+            table.add_column(col, overflow="fold")
+        for f in report.findings:
+            table.add_row(f"[{STYLE[f.severity]}]{f.severity}[/]", f.code, f.engine or "-", escape(f.message))
+        console.print(table)
+    errors = sum(f.severity == "error" for f in report.findings)
+    warnings = sum(f.severity == "warning" for f in report.findings)
+    verdict = "[bold green]ok[/]" if report.ok else "[bold red]FAILED[/]"
+    console.print(f"{verdict}: {errors} error(s), {warnings} warning(s)")

@@ -1,0 +1,52 @@
+"""Engine profiles: how each inference engine release reads an EAGLE-3/3.1 drafter.
+
+Each engine is one module that registers :class:`~eagleconv.engines.base.EngineProfile`
+objects with ``register``.  Users name a profile as ``vllm`` (the engine's
+default release), ``vllm:0.32`` / ``vllm 0.32`` (a given one) or ``all`` (the
+default release of every engine).
+"""
+
+from __future__ import annotations
+
+from ..errors import UsageError
+from .base import EngineProfile, EngineView, Subject, engine_view
+
+PROFILES: dict[str, EngineProfile] = {}
+DEFAULTS: dict[str, str] = {}
+
+
+def register(profile: EngineProfile, *, default: bool = False) -> EngineProfile:
+    """Add a profile; the first one of an engine (or one marked default) is what ``--engine NAME`` picks."""
+    if profile.label in PROFILES:
+        raise ValueError(f"engine profile {profile.label!r} registered twice")
+    PROFILES[profile.label] = profile
+    if default or profile.engine not in DEFAULTS:
+        DEFAULTS[profile.engine] = profile.label
+    return profile
+
+
+def resolve_engines(names: tuple[str, ...] | list[str] | str) -> list[EngineProfile]:
+    """Profiles for user-given names: 'vllm', 'vllm:0.32', 'vllm 0.32', 'vllm==0.32' or 'all'."""
+    if isinstance(names, str):
+        names = [names]
+    out: list[EngineProfile] = []
+    for raw in names:
+        name = raw.strip().lower().replace("==", " ").replace(":", " ").replace("@", " ")
+        if name == "all":
+            picked = [PROFILES[label] for label in DEFAULTS.values()]
+        elif name in DEFAULTS:
+            picked = [PROFILES[DEFAULTS[name]]]
+        elif " ".join(name.split()) in PROFILES:
+            picked = [PROFILES[" ".join(name.split())]]
+        else:
+            raise UsageError(f"unknown engine {raw!r}; choose one of: all, {', '.join(DEFAULTS)}, "
+                             f"{', '.join(PROFILES)}")
+        out += [p for p in picked if p not in out]
+    return out
+
+
+# Importing the engine modules registers their profiles (vllm first: it is the default engine).
+from . import vllm, sglang, trtllm, tokenspeed  # noqa: E402,F401,I001
+
+__all__ = ["DEFAULTS", "PROFILES", "EngineProfile", "EngineView", "Subject", "engine_view", "register",
+           "resolve_engines"]

@@ -1,0 +1,201 @@
+"""What an engine profile is: data describing how one engine release reads a drafter.
+
+A profile says which config paths the engine reads for each flag and their
+defaults, how it counts the aux hidden states it builds fc for, where it takes
+the target layers to capture from, which architecture names it registers and
+which drafter class each builds, and how its weight loader renames, skips,
+rejects or ignores tensor names.  Checks (``checks.py``) are small functions
+that compare what the engine will do with what the checkpoint states; a
+profile lists the checks that apply to it.  Adding an engine is one module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..drafter import Architecture, DrafterSpec
+from ..formats.base import _MISSING, get_path
+
+if TYPE_CHECKING:
+    from ..formats.base import Layout, ReadResult
+    from ..report import Finding
+    from ..validation.target import TargetInfo
+
+
+@dataclass(frozen=True)
+class FlagRule:
+    """Config paths an engine reads for one flag (first present wins) and its value when none is."""
+
+    paths: tuple[str, ...]
+    default: bool = False
+
+
+@dataclass(frozen=True)
+class DrafterClass:
+    """A drafter model class the engine instantiates, and what it reads."""
+
+    name: str
+    family: Architecture | None  # None: whatever the checkpoint is (the class is not modelled in detail)
+    aux_count_paths: tuple[str, ...]  # int paths give K; list paths give len(list)
+    aux_count_default: int | None = 3  # None: K comes from the engine's runtime options
+    ignores_flags: Mapping[str, bool] = field(default_factory=dict)  # flag -> how the class behaves (it never reads it)
+    skips_input_norm: bool = True  # input_norm.* is skipped silently while norm_before_fc is off
+    unknown_keys: str | None = None  # overrides KeyRules.unknown for this class
+
+
+@dataclass(frozen=True)
+class KeyRules:
+    """How the engine's weight loader treats on-disk tensor names."""
+
+    renames: tuple[tuple[str, str], ...] = ()  # (old prefix, new prefix), first occurrence
+    dropped: tuple[str, ...] = ()  # substrings dropped before loading (t2d...)
+    reject_prefixed: tuple[str, ...] = ()  # prefixes that make the name unloadable (vLLM adds its own model.)
+    unknown: str = "raise"  # "raise" | "ignore": an unknown name after renaming
+    unknown_bias: str = "ignore"  # an unknown name ending in .bias
+
+
+@dataclass(frozen=True)
+class CaptureRules:
+    """Where the engine takes the target layers to capture from, and how it numbers them."""
+
+    paths: tuple[str, ...]  # read by every runner, first present wins
+    some_runners: tuple[tuple[str, str], ...] = ()  # (path, which runners read it and which ignore it)
+    default: str = "(2, L//2, L-3)"
+    default_ids: Callable[[int], tuple[int, ...]] | None = None
+    shift: Callable[[tuple[int, ...]], tuple[int, ...]] = lambda ids: ids  # engine-side renumbering (SGLang +1)
+    shift_rule: str = ""
+    from_runtime: str | None = None  # the engine takes the layers from a runtime option, not the config
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """One engine release, as data plus the named checks that apply to it."""
+
+    engine: str
+    version: str
+    summary: str
+    flags: dict[str, FlagRule]
+    classes: dict[str, DrafterClass]  # registered architecture name -> class ({} with default_class: not modelled)
+    capture: CaptureRules
+    keys: KeyRules | None  # None: the loader's behaviour is not modelled
+    registry_complete: bool = True  # False: an unknown architecture is a warning, not an error
+    default_class: DrafterClass | None = None  # used when the registry is not modelled (classes == {})
+    rejected_architectures: dict[str, str] = field(default_factory=dict)  # name -> what the engine does instead
+    resolve_architecture: Callable[[str], str] = lambda a: a  # e.g. vLLM's EAGLEConfig 'Eagle3' prefix
+    wrapped_mla_model_types: frozenset[str] | None = None  # MLA detection for a wrapped drafter config
+    speculators_view: Callable[[Mapping[str, Any]], Translation] | None = None
+    shares_from_target: dict[str, str] = field(default_factory=dict)  # canonical -> "absent" | "always" | "same_width"
+    tensor_parallel: bool = False
+    checks: tuple[Callable[..., list[Finding]], ...] = ()
+    history: tuple[str, ...] = ()  # what changed around this release, for the findings reference
+
+    @property
+    def label(self) -> str:
+        return f"{self.engine} {self.version}"
+
+
+@dataclass
+class Translation:
+    """A foreign config family (speculators) rewritten into the config the engine's class reads."""
+
+    config: dict[str, Any] | None
+    problems: list[str] = field(default_factory=list)  # the engine raises while translating
+    defaulted: dict[str, str] = field(default_factory=dict)  # flag -> why the engine filled it in
+
+
+@dataclass
+class Subject:
+    """What is being validated: a config, optionally with tensors, seen through a layout."""
+
+    config: dict[str, Any]
+    layout: type[Layout] | None
+    read: ReadResult | None
+    names: set[str]  # tensor names as stored on disk (empty for lint)
+    has_tensors: bool
+    path: str | None = None
+    target: TargetInfo | None = None
+    tp: int | None = None
+
+    @property
+    def spec(self) -> DrafterSpec | None:
+        return self.read.spec if self.read is not None else None
+
+    def stated(self, key: str) -> Any:
+        """The value the checkpoint's config states for a canonical field, or None if absent."""
+        if self.layout is None or key not in self.layout.fields:
+            return None
+        for path in self.layout.fields[key].read:
+            value = get_path(self.config, path)
+            if value is not _MISSING:
+                return value
+        return None
+
+
+@dataclass
+class EngineView:
+    """The checkpoint as one engine release will see it."""
+
+    profile: EngineProfile
+    config: dict[str, Any]  # the config the engine's model class reads (after any translation)
+    speculators: bool
+    architecture: str | None  # after the engine's rewrite
+    cls: DrafterClass | None
+    flags: dict[str, tuple[bool, str]]  # flag -> (value, where it came from)
+    aux_count: int | None
+    aux_count_source: str
+    problems: list[str] = field(default_factory=list)  # translation failures (the engine raises)
+
+
+def lookup(config: Mapping[str, Any], path: str) -> Any:
+    value = get_path(config, path)
+    return None if value is _MISSING else value
+
+
+def read_flag(config: Mapping[str, Any], rule: FlagRule) -> tuple[bool, str]:
+    for path in rule.paths:
+        value = lookup(config, path)
+        if value is not None:
+            return bool(value), path
+    return rule.default, f"default {str(rule.default).lower()}"
+
+
+def read_aux_count(config: Mapping[str, Any], cls: DrafterClass) -> tuple[int | None, str]:
+    for path in cls.aux_count_paths:
+        value = lookup(config, path)
+        if isinstance(value, list) and value:
+            return len(value), f"len({path})"
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value, path
+    if cls.aux_count_default is None:
+        return None, "the engine's runtime options"
+    return cls.aux_count_default, f"default {cls.aux_count_default}"
+
+
+def engine_view(profile: EngineProfile, subject: Subject) -> EngineView:
+    """Translate the checkpoint's config the way the engine does, then resolve class, flags and K."""
+    config, speculators, problems, defaulted = subject.config, False, [], {}
+    if "speculators_model_type" in config and profile.speculators_view is not None:
+        translation = profile.speculators_view(config)
+        speculators, problems, defaulted = True, translation.problems, translation.defaulted
+        config = translation.config or {}
+    archs = config.get("architectures")
+    names = [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
+    architecture, cls = None, profile.default_class if not profile.classes else None
+    for name in names if profile.classes else ():  # engines instantiate the first architecture they know
+        rewritten = name if speculators else profile.resolve_architecture(name)
+        architecture = architecture or rewritten
+        if rewritten in profile.classes:
+            architecture, cls = rewritten, profile.classes[rewritten]
+            break
+    flags: dict[str, tuple[bool, str]] = {}
+    for flag, rule in profile.flags.items():
+        if cls is not None and flag in cls.ignores_flags:
+            flags[flag] = (cls.ignores_flags[flag], f"{cls.name} does not read it and behaves as {str(cls.ignores_flags[flag]).lower()}")
+        elif flag in defaulted:
+            flags[flag] = (read_flag(config, rule)[0], defaulted[flag])
+        else:
+            flags[flag] = read_flag(config, rule)
+    count, source = (read_aux_count(config, cls) if cls is not None else (None, "unknown class"))
+    return EngineView(profile, config, speculators, architecture, cls, flags, count, source, problems)

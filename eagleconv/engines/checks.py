@@ -1,0 +1,388 @@
+"""Checks shared by every engine profile: each compares what one engine will do with what the checkpoint states.
+
+A check is ``check(subject, view) -> list[Finding]``, decorated with the codes
+it can emit (the findings reference lists, per code, the engines whose
+profiles run a check emitting it).  Checks read profile *data*; nothing here
+branches on an engine's name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..canonical import FC_NORM_NAME, expected_tensors
+from ..drafter import AuxLayers
+from ..report import Finding
+from .base import EngineView, Subject, lookup
+
+Check = Callable[[Subject, EngineView], list[Finding]]
+
+
+def emits(*codes: str) -> Callable[[Check], Check]:
+    """Record which finding codes a check can produce (read by the findings reference)."""
+    def mark(fn: Check) -> Check:
+        fn.codes = codes  # type: ignore[attr-defined]
+        return fn
+    return mark
+
+
+def finding(view: EngineView, code: str, severity: str, message: str, tensor: str | None = None) -> Finding:
+    return Finding(code=code, severity=severity, message=message, tensor=tensor, engine=view.profile.label)  # type: ignore[arg-type]
+
+
+def family_of(subject: Subject) -> str | None:
+    """The checkpoint's architecture family, from the spec or (config only) from the config."""
+    if subject.spec is not None:
+        return subject.spec.architecture
+    c = subject.config
+    decoder = c.get("transformer_layer_config") if isinstance(c.get("transformer_layer_config"), dict) else c
+    if "kv_lora_rank" in decoder:
+        return "deepseek_mla"
+    if decoder.get("model_type") == "qwen3":
+        return "qwen3"
+    return "llama" if decoder.get("model_type") in ("llama", None) else None
+
+
+def checkpoint_aux_count(subject: Subject) -> tuple[int | None, str]:
+    """K the checkpoint was trained with, and the evidence."""
+    spec = subject.spec
+    if spec is not None:
+        info = subject.read.tensors.get("fc.weight") if subject.read else None
+        if info is not None:
+            return spec.aux.count, f"fc.weight is {list(info.shape)} = [hidden, {spec.aux.count} x {spec.target_hidden_size}]"
+        return spec.aux.count, "the config"
+    ids = subject.stated("aux_layer_ids")
+    if isinstance(ids, list) and ids:
+        return len(ids), f"the config states {len(ids)} aux layer ids"
+    n = subject.stated("num_aux_hidden_states")
+    return (n, "num_aux_hidden_states") if isinstance(n, int) else (None, "")
+
+
+def intended_ids(subject: Subject) -> tuple[tuple[int, ...] | None, str]:
+    """The aux ids the checkpoint means, in vLLM's hidden-state-index numbering."""
+    spec = subject.spec
+    if spec is not None and spec.aux.ids is not None:
+        return spec.aux.ids_as("hidden_state_index"), f"{list(spec.aux.ids)} in {spec.aux.convention} numbering"
+    ids = subject.stated("aux_layer_ids")
+    if isinstance(ids, list) and ids and subject.layout is not None:
+        convention = subject.layout.aux_convention_for(family_of(subject) or "llama")
+        shift = 1 if convention == "layer_output" else 0
+        return tuple(i + shift for i in ids), f"{ids} in {convention} numbering"
+    return None, ""
+
+
+# -- architecture ----------------------------------------------------------------
+
+@emits("EC040")
+def check_architecture(subject: Subject, view: EngineView) -> list[Finding]:
+    """Registry lookup, the class's family against the checkpoint's, and MLA detection."""
+    p = view.profile
+    out = [finding(view, "EC040", "error", problem) for problem in view.problems]
+    if view.problems:
+        return out
+    archs = view.config.get("architectures")
+    if not p.classes:
+        return out
+    if view.cls is None:
+        if not archs:
+            return out + [finding(view, "EC040", "error", f"config has no architectures; {p.label} cannot pick a drafter class")]
+        for name in archs:
+            if name in p.rejected_architectures:
+                return out + [finding(view, "EC040", "error", f"architecture {name}: {p.rejected_architectures[name]}")]
+        rewritten = f" (rewritten to {view.architecture})" if view.architecture not in archs else ""
+        severity = "error" if p.registry_complete else "warning"
+        known = "is not registered" if p.registry_complete else "is not among the architectures eagleconv knows it registers"
+        return out + [finding(view, "EC040", severity, f"architecture {', '.join(archs)}{rewritten} {known} in {p.label} "
+                              f"(known: {', '.join(sorted(p.classes))})")]
+    family = family_of(subject)
+    if view.cls.family is not None and family is not None and family != view.cls.family:
+        out.append(finding(view, "EC040", "error", f"{view.architecture} makes {p.label} build {view.cls.name}, a "
+                           f"{view.cls.family} drafter, but this checkpoint is a {family} drafter; its "
+                           f"{'MLA ' if family == 'deepseek_mla' else ''}tensors do not fit"))
+    if view.cls.family == "deepseek_mla" and not view.speculators and p.wrapped_mla_model_types is not None:
+        model_type = view.config.get("model_type")
+        if model_type not in p.wrapped_mla_model_types or view.config.get("kv_lora_rank") is None:
+            out.append(finding(view, "EC040", "error", f"model_type {model_type!r}: {p.label} treats a wrapped EAGLE "
+                               f"drafter as MLA only for model_type in {sorted(p.wrapped_mla_model_types)} with "
+                               "kv_lora_rank set, so this MLA drafter is not run as MLA (vllm#45760). Set model_type "
+                               "deepseek_v3 (eagleconv convert --to vllm does)"))
+    return out
+
+
+# -- aux hidden states -------------------------------------------------------------
+
+@emits("EC011")
+def check_aux_count(subject: Subject, view: EngineView) -> list[Finding]:
+    """K the engine builds fc (and fc_norm) for, against the K the checkpoint was trained with."""
+    k, evidence = checkpoint_aux_count(subject)
+    if view.cls is None or k is None:
+        return []
+    if view.aux_count is None:
+        return [finding(view, "EC011", "info", f"{view.profile.label} takes the number of aux hidden states from "
+                        f"{view.aux_count_source}; it must be {k} for this checkpoint ({evidence})")]
+    if view.aux_count == k:
+        return []
+    fix = "set num_aux_hidden_states" + (" (inside transformer_layer_config)" if view.speculators else "") + \
+          f" = {k} or eagle_config.eagle_aux_hidden_state_layer_ids"
+    consequence = "loading fails on fc's shape assertion" if subject.has_tensors else "loading fc will fail its shape assertion"
+    return [finding(view, "EC011", "error", f"{view.profile.label} builds fc for K = {view.aux_count} aux hidden states "
+                    f"({view.aux_count_source}) but the checkpoint has K = {k} ({evidence}): {consequence}; {fix}",
+                    "fc.weight" if subject.has_tensors else None)]
+
+
+@emits("EC010", "EC012", "EC013")
+def check_capture(subject: Subject, view: EngineView) -> list[Finding]:
+    """Which target layers the engine captures: guessed, renumbered, or out of range."""
+    rules, label = view.profile.capture, view.profile.label
+    intended, described = intended_ids(subject)
+    target = subject.target
+    out: list[Finding] = []
+    if rules.from_runtime:
+        if intended is not None:
+            return [finding(view, "EC010", "info", f"{label} takes the captured layers from {rules.from_runtime}, "
+                            f"not the config: pass {list(intended)} (the checkpoint's {described})")]
+        return [finding(view, "EC010", "warning", f"{label} takes the captured layers from {rules.from_runtime} and "
+                        "the config does not say which layers the drafter was trained on")]
+    ids, source, partial = None, "", ""
+    for path in rules.paths:
+        value = lookup(view.config, path)
+        if isinstance(value, list) and value:
+            ids, source = tuple(value), path
+            break
+    if ids is None:
+        for path, note in rules.some_runners:
+            value = lookup(view.config, path)
+            if isinstance(value, list) and value:
+                ids, source, partial = tuple(value), path, note
+                break
+    guess = rules.default
+    if target is not None and rules.default_ids is not None:
+        guess += f" = {list(rules.default_ids(target.num_hidden_layers))} for this {target.num_hidden_layers}-layer target"
+    if ids is None:
+        producer = ""
+        if subject.layout is not None and subject.layout.name == "eagle":
+            producer = " (SafeAILab's EAGLE hard-codes the same layers, so for its checkpoints the guess is right)"
+        return [finding(view, "EC010", "warning", f"no aux layer ids in the config: {label} guesses {guess}{producer}; "
+                        "a wrong guess silently collapses acceptance. Stamp the trained ids "
+                        "(eagleconv convert --aux-layer-ids)")]
+    if partial:
+        out.append(finding(view, "EC010", "warning", f"aux layer ids only at {source}: {partial}, and guesses {guess}. "
+                           "Also set the top-level eagle_aux_hidden_state_layer_ids"))
+    engine_ids = rules.shift(ids)
+    shifted = f" ({rules.shift_rule}: {list(ids)} -> {list(engine_ids)})" if engine_ids != ids else ""
+    if intended is not None and sorted(engine_ids) != sorted(intended):
+        severity = "warning" if partial else "error"
+        out.append(finding(view, "EC012", severity, f"{label} reads {source} = {list(ids)} as hidden-state indices"
+                           f"{shifted} and captures {list(engine_ids)}, but the checkpoint means {list(intended)} "
+                           f"(its {described}): every aux state is a layer off"))
+    if target is not None:
+        L = target.num_hidden_layers
+        bad = [i for i in engine_ids if not 0 <= i <= L]
+        if bad:
+            out.append(finding(view, "EC013", "error", f"{label} would capture target layers {list(engine_ids)} but the "
+                               f"target has {L} layers (valid ids 0..{L}); {bad} are never captured"))
+    return out
+
+
+# -- flags -------------------------------------------------------------------------
+
+FLAG_CONSEQUENCES = {
+    "fc_norm": "the per-aux fc_norm RMSNorms (EAGLE-3.1)",
+    "norm_before_fc": "the input_norm RMSNorm over the concatenated aux states",
+    "norm_output": "post-norm feedback to the next draft step (EAGLE-3.1)",
+    "norm_before_residual": "layer 0's residual from hidden_norm(g)",
+    "use_aux_hidden_state": "the aux hidden states (fc)",
+}
+
+
+@emits("EC022")
+def check_flags(subject: Subject, view: EngineView) -> list[Finding]:
+    """Every flag as the engine reads it, against the checkpoint's."""
+    out = []
+    spec = subject.spec
+    for flag in FLAG_CONSEQUENCES:
+        if spec is not None:
+            ours = getattr(spec.flags, flag)
+        else:
+            stated_value = subject.stated(flag)
+            ours = bool(stated_value) if stated_value is not None else (flag == "use_aux_hidden_state")
+        stated = subject.stated(flag) is not None
+        if flag not in view.flags:
+            if ours and flag != "use_aux_hidden_state":
+                out.append(finding(view, "EC022", "error", f"{flag} is true but {view.profile.label} has no such switch: "
+                                   f"it runs without {FLAG_CONSEQUENCES[flag]}"))
+            continue
+        theirs, source = view.flags[flag]
+        if theirs == ours:
+            continue
+        if stated:
+            out.append(finding(view, "EC022", "error", f"the checkpoint sets {flag} = {str(ours).lower()} but "
+                               f"{view.profile.label} reads {str(theirs).lower()} ({source}): it runs "
+                               f"{'with' if theirs else 'without'} {FLAG_CONSEQUENCES[flag]}"))
+        else:
+            layout = subject.layout.name if subject.layout else "its layout"
+            out.append(finding(view, "EC022", "warning", f"{flag} is absent: {view.profile.label} uses "
+                               f"{str(theirs).lower()} ({source}) while {layout} checkpoints default to "
+                               f"{str(ours).lower()}; state it explicitly"))
+    return out
+
+
+# -- tensor names --------------------------------------------------------------------
+
+def _engine_name(view: EngineView, name: str) -> str:
+    for old, new in view.profile.keys.renames if view.profile.keys else ():
+        if old in name:
+            return name.replace(old, new, 1)
+    return name
+
+
+@emits("EC003", "EC021", "EC050")
+def check_keys(subject: Subject, view: EngineView) -> list[Finding]:
+    """Replay the engine's weight loader over the stored names: what it rejects, ignores or never fills."""
+    rules, spec, cls = view.profile.keys, subject.spec, view.cls
+    if rules is None or spec is None or not subject.has_tensors or subject.read is None:
+        return []
+    if cls is None:  # unregistered architecture (reported by check_architecture): judge the names as its class would
+        cls = next((c for c in view.profile.classes.values() if c.family == spec.architecture), None)
+        if cls is None:
+            return []
+    if cls.family is not None and cls.family != spec.architecture:
+        return []  # reported by check_architecture; the names cannot be judged against the wrong class
+    label = view.profile.label
+    fc_norm = view.flags.get("fc_norm", (False, ""))[0]
+    norm_before_fc = view.flags.get("norm_before_fc", (False, ""))[0]
+    k = view.aux_count or spec.aux.count
+    layers = lookup(view.config, "num_hidden_layers")
+    engine_spec = spec.model_copy(update={
+        "flags": spec.flags.model_copy(update={"fc_norm": fc_norm, "norm_before_fc": norm_before_fc}),
+        "aux": AuxLayers(count=k),
+    })
+    expected = expected_tensors(engine_spec, num_layers=layers if isinstance(layers, int) else None)
+    unknown_policy = cls.unknown_keys or rules.unknown
+    canonical_of = {stored: canonical for canonical, stored in subject.read.canonical.items()}
+    out: list[Finding] = []
+    groups: dict[tuple[str, str], list[str]] = {}  # (severity, what happens) -> stored names
+
+    def group(severity: str, what: str, stored: str) -> None:
+        groups.setdefault((severity, what), []).append(stored)
+
+    for stored in sorted(subject.names):
+        if any(s in stored for s in rules.dropped):
+            continue
+        prefix = next((p for p in rules.reject_prefixed if stored.startswith(p)), None)
+        if prefix is not None:
+            group("error", f"{label} adds its own '{prefix}' prefix to every key but lm_head/d2t/t2d, so these names "
+                  f"become {prefix}{prefix}... and loading raises ValueError (strip the prefix: eagleconv convert "
+                  "--to vllm)", stored)
+            continue
+        name = _engine_name(view, stored)
+        if name == "d2t" or name in expected:
+            continue
+        if m := FC_NORM_NAME.match(name):
+            if not fc_norm:
+                verb = "raises 'There is no module or parameter named fc_norm'" if unknown_policy == "raise" \
+                    else "silently ignores it: the drafter runs without its trained per-aux norms"
+                out.append(finding(view, "EC021", "error", f"{stored} is present but {label} reads fc_norm = false "
+                                   f"({view.flags.get('fc_norm', (False, 'not read'))[1]}): it {verb}", stored))
+            elif int(m.group(1)) >= k:
+                out.append(finding(view, "EC050", "error", f"{stored}: {label} builds fc_norm.0..{k - 1} for K = {k}; "
+                                   f"fc_norm.{m.group(1)} {'makes loading raise' if unknown_policy == 'raise' else 'is silently ignored'}",
+                                   stored))
+            continue
+        if name == "input_norm.weight" and not norm_before_fc and cls.skips_input_norm:
+            out.append(finding(view, "EC021", "error", f"{stored} is present but {label} reads norm_before_fc = "
+                               f"false ({view.flags.get('norm_before_fc', (False, 'not read'))[1]}): it silently "
+                               "skips the tensor and runs without the trained input norm", stored))
+            continue
+        needed = canonical_of.get(stored)
+        needed_here = needed is not None and needed in expected and expected[needed].required
+        if name.endswith(".bias") and rules.unknown_bias == "ignore":
+            group("warning", f"{label} silently ignores unexpected .bias tensors (attention_bias/mlp_bias are off), "
+                  "so biases the drafter was trained with are lost", stored)
+        elif unknown_policy == "raise":
+            group("error", f"not parameters of {cls.name}: {label} raises 'There is no module or parameter named "
+                  "...' at load", stored)
+        elif needed_here:
+            group("error", f"{label} does not recognise these names and silently skips them, leaving required "
+                  "weights uninitialised", stored)
+        else:
+            group("warning", f"{label} silently ignores these tensors", stored)
+    for (severity, what), stored_names in groups.items():
+        shown = ", ".join(stored_names[:4]) + (f" and {len(stored_names) - 4} more" if len(stored_names) > 4 else "")
+        out.append(finding(view, "EC003", severity, f"{shown}: {what}", stored_names[0] if len(stored_names) == 1 else None))
+    if any(sev == "error" and "prefix" in what for sev, what in groups):
+        return out  # loading fails on the prefix first; missing-tensor consequences would only repeat it
+    names = {_engine_name(view, n) for n in subject.names}
+    if fc_norm and not any(FC_NORM_NAME.match(n) for n in names):
+        out.append(finding(view, "EC021", "error", f"{label} reads fc_norm = true but there are no fc_norm.{{i}}.weight "
+                           "tensors: it silently keeps weight 1.0 (unscaled norms the drafter was not trained with)"))
+    if norm_before_fc and cls.family != "deepseek_mla" and "input_norm.weight" not in names:
+        out.append(finding(view, "EC021", "error", f"{label} reads norm_before_fc = true but input_norm.weight is "
+                           "missing: it silently keeps weight 1.0"))
+    return out
+
+
+# -- sharing with the target -----------------------------------------------------------
+
+SHARE_REASONS = {
+    "absent": "the checkpoint has none",
+    "always": "it always uses the target's",
+    "same_width": "the drafter's hidden size equals the target's",
+}
+
+
+@emits("EC042", "EC050")
+def check_sharing(subject: Subject, view: EngineView) -> list[Finding]:
+    """embed_tokens / lm_head the engine takes from the target instead of the checkpoint."""
+    spec = subject.spec
+    if spec is None or not subject.has_tensors:
+        return []
+    out = []
+    shared_embed = view.profile.shares_from_target.get("embed_tokens.weight")
+    if shared_embed in ("absent", "always") and (shared_embed == "always" or spec.embed_tokens == "target") \
+            and spec.hidden_size != spec.target_hidden_size:
+        out.append(finding(view, "EC050", "error", f"{view.profile.label} uses the target's embed_tokens, which is "
+                           f"{spec.target_hidden_size} wide (target_hidden_size), but the drafter's layers are "
+                           f"{spec.hidden_size} wide: ship the drafter's own embed_tokens", "embed_tokens.weight"))
+    for tensor, when in view.profile.shares_from_target.items():
+        owner = spec.embed_tokens if tensor == "embed_tokens.weight" else spec.lm_head
+        applies = {"absent": owner == "target", "always": True,
+                   "same_width": spec.hidden_size == spec.target_hidden_size}[when]
+        if not applies:
+            continue
+        discarded = owner == "drafter"
+        out.append(finding(view, "EC042", "warning" if discarded and when == "always" else "info",
+                           f"{view.profile.label} uses the target's {tensor.split('.')[0]} ({SHARE_REASONS[when]})"
+                           + ("; the checkpoint's own copy is discarded" if discarded else ""), tensor))
+    return out
+
+
+# -- tensor parallelism -------------------------------------------------------------------
+
+@emits("EC051")
+def check_tensor_parallel(subject: Subject, view: EngineView) -> list[Finding]:
+    """Divisibility the engine needs to shard heads, KV heads and the MLP across --tp ranks."""
+    spec, tp = subject.spec, subject.tp
+    if spec is None or not tp or tp == 1 or not view.profile.tensor_parallel:
+        return []
+    out = []
+
+    def need(ok: bool, what: str) -> None:
+        if not ok:
+            out.append(finding(view, "EC051", "error", f"--tp {tp}: {what}"))
+
+    need(spec.num_attention_heads % tp == 0, f"num_attention_heads {spec.num_attention_heads} is not divisible by {tp}")
+    if spec.num_key_value_heads is not None:
+        nkv = spec.num_key_value_heads
+        need(nkv % tp == 0 if nkv >= tp else tp % nkv == 0,
+             f"num_key_value_heads {nkv} can be neither split nor replicated evenly over {tp} ranks")
+    need(spec.intermediate_size % tp == 0, f"intermediate_size {spec.intermediate_size} is not divisible by {tp}")
+    for name, rows in (("vocab_size", spec.vocab_size), ("draft_vocab_size", spec.draft_vocab_size)):
+        if rows % tp:
+            out.append(finding(view, "EC051", "info", f"--tp {tp}: {name} {rows} is not divisible by {tp}; the engine "
+                               "pads the embedding/lm_head rows per rank (no error)"))
+    return out
+
+
+COMMON_CHECKS: tuple[Check, ...] = (check_architecture, check_aux_count, check_capture, check_flags, check_keys,
+                                    check_sharing)

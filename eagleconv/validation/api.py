@@ -1,0 +1,248 @@
+"""``eagleconv.validate()`` and ``lint()``: every finding for a checkpoint (or a config alone), per engine.
+
+Order of work: refuse what is not an EAGLE-3 drafter (EC002), read it through
+its layout, add the engine-independent findings, then each engine profile's,
+then the target's and, last and optionally, the streamed numeric scan.  A
+duplicate JSON key (EC001) or a non-EAGLE-3 input (EC002) becomes an error
+finding in the report (exit 1), not an exception: the input was readable
+enough to judge.  Unreadable or unsafe input still raises (exit 2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import EagleconvError, FormatError
+from ..formats import LAYOUTS, detect_layout, get_layout, read_drafter
+from ..formats.base import Layout, ReadResult, architectures_of
+from ..io.reader import CHUNK_BYTES, TensorStore
+from ..jsonio import load_json
+from ..report import Finding, FlagsView, ValidationReport
+from .structural import flag_findings, read_findings, shape_findings, vocab_findings
+
+JUDGED_CODES = ("EC001", "EC002")  # errors about the input that are reported as findings, not raised
+SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+
+
+def not_eagle3(config: Mapping[str, Any], tensors: Mapping[str, Any] | None) -> str | None:
+    """Why this is an EAGLE-1/EAGLE-2 drafter (or no drafter), or None."""
+    kind = config.get("speculators_model_type")
+    if kind is not None and kind != "eagle3":
+        return f"speculators_model_type {kind!r}: not an EAGLE-3 speculator"
+    if tensors:
+        fc = tensors.get("fc.weight") or tensors.get("model.fc.weight")
+        has_head = any(n.endswith("lm_head.weight") for n in tensors)
+        if fc is not None and len(fc.shape) == 2 and fc.shape[1] == 2 * fc.shape[0] and not has_head \
+                and "draft_vocab_size" not in config:
+            return (f"fc.weight is {list(fc.shape)} (= [H, 2H]: embedding + one feature, the EAGLE-1/EAGLE-2 "
+                    "input) and there is no lm_head and no draft_vocab_size")
+        return None
+    eagle3_marks = ("draft_vocab_size", "target_hidden_size", "num_aux_hidden_states", "eagle_aux_hidden_state_layer_ids",
+                    "eagle_config", "fc_norm", "norm_output", "norm_before_fc", "speculators_model_type", "eagleconv")
+    if not any(k in config for k in eagle3_marks) and not any("eagle3" in a.lower() for a in architectures_of(config)):
+        return ("the config has no EAGLE-3 field (draft_vocab_size, target_hidden_size, aux layer ids, eagle_config, "
+                "EAGLE-3 architecture): an EAGLE-1/EAGLE-2 config or not a drafter config")
+    return None
+
+
+# -- lint: which layout wrote a config, from the config alone ------------------------
+
+def _modelopt_config(c: Mapping[str, Any]) -> bool:
+    from ..formats.modelopt import MODELOPT_EAGLE_KEYS
+
+    return isinstance(c.get("eagle_config"), dict) and bool(set(c["eagle_config"]) & MODELOPT_EAGLE_KEYS)
+
+
+CONFIG_LAYOUT_RULES: tuple[tuple[str, str, Any], ...] = (
+    ("speculators", "speculators_model_type is set", lambda c: "speculators_model_type" in c),
+    ("torchspec", "_torchspec_version is set", lambda c: "_torchspec_version" in c),
+    ("modelopt", "eagle_config has ModelOpt keys", _modelopt_config),
+    ("automodel", "architectures LlamaEagle3DraftModel", lambda c: "LlamaEagle3DraftModel" in architectures_of(c)),
+    ("eagle", "architectures LlamaForCausalLM (SafeAILab template)", lambda c: architectures_of(c) == ["LlamaForCausalLM"]),
+    ("vllm", "an HF-style EAGLE-3 config (use --from specforge for SpecForge's numbering)", lambda c: True),
+)
+
+
+def layout_from_config(config: Mapping[str, Any]) -> tuple[type[Layout], list[str]]:
+    stamp = config.get("eagleconv")
+    if isinstance(stamp, Mapping) and stamp.get("layout") in LAYOUTS:
+        return LAYOUTS[stamp["layout"]], [f"config.json eagleconv.layout = {stamp['layout']!r}"]
+    for name, why, test in CONFIG_LAYOUT_RULES:
+        if test(config):
+            return LAYOUTS[name], [why]
+    raise AssertionError("unreachable: the last rule matches everything")
+
+
+# -- running the checks ----------------------------------------------------------------
+
+def _flags_of(read: ReadResult | None, layout: type[Layout] | None, config: Mapping[str, Any]) -> dict[str, bool]:
+    if read is not None and read.spec is not None:
+        return read.spec.flags.model_dump()
+    from ..engines.base import Subject
+
+    subject = Subject(dict(config), layout, read, set(), False)
+    flags = {}
+    for flag in ("fc_norm", "norm_before_fc", "norm_output", "norm_before_residual", "use_aux_hidden_state"):
+        value = subject.stated(flag)
+        flags[flag] = bool(value) if value is not None else flag == "use_aux_hidden_state"
+    return flags
+
+
+def _dedupe_sorted(findings: list[Finding]) -> list[Finding]:
+    seen, out = set(), []
+    for f in findings:
+        key = (f.code, f.severity, f.message, f.tensor, f.engine)
+        if key not in seen:
+            seen.add(key)
+            out.append(f)
+    return sorted(out, key=lambda f: (SEVERITY_ORDER[f.severity], f.code))
+
+
+def _report(findings: list[Finding], **fields: Any) -> ValidationReport:
+    findings = _dedupe_sorted(findings)
+    return ValidationReport(ok=not any(f.severity == "error" for f in findings), findings=findings, **fields)
+
+
+def _judged(exc: EagleconvError) -> Finding:
+    where = f" ({exc.path})" if exc.path else ""
+    return Finding(code=exc.code or "EC002", severity="error", message=exc.message + where)
+
+
+def check(config: dict[str, Any], store: TensorStore | None, *, path: str | None, layout_name: str | None,
+          engines: Any, target: str | Path | None, tp: int | None, numeric: bool, chunk_bytes: int,
+          weights_kind: str = "safetensors", metadata: Mapping[str, str] | None = None) -> ValidationReport:
+    """Validate ``config`` (+ ``store``'s tensors when given) against ``engines``: the core of validate and lint."""
+    from ..engines import engine_view, resolve_engines
+    from ..engines.base import Subject
+    from .semantics import semantics_findings
+    from .target import load_target, target_findings
+
+    profiles = resolve_engines(engines)
+    target_info = load_target(target) if target is not None else None
+    common = {"path": path, "engines": [p.label for p in profiles], "numeric_scan": False,
+              "target": str(target) if target is not None else None, "tp": tp}
+    tensors = store.tensors if store is not None else {}
+    reason = not_eagle3(config, tensors if store is not None else None)
+    if reason is not None:
+        return _report([Finding(code="EC002", severity="error", message=f"not an EAGLE-3 drafter: {reason}")], **common)
+    try:
+        if layout_name is not None:
+            layout, detected_by = get_layout(layout_name), [f"--from {layout_name}"]
+        elif store is not None:
+            layout, detected_by = detect_layout(config, set(tensors), metadata or {}, weights_kind, path)
+        else:
+            layout, detected_by = layout_from_config(config)
+    except FormatError as exc:
+        if exc.code != "EC002":
+            raise
+        return _report([_judged(exc)], **common)
+    read = read_drafter(layout, config, tensors)
+    findings = read_findings(read) + shape_findings(read) if store is not None else read_findings(read)
+    # Engine profiles say per engine what a flag/tensor disagreement does; keep only the engine-free EC020 then.
+    findings += [f for f in flag_findings(read) if f.code == "EC020" or not profiles] if store is not None else []
+    if store is not None:
+        findings += vocab_findings(read, store)
+    subject = Subject(dict(config), layout, read, set(tensors), store is not None, path, target_info, tp)
+    if store is None and read.spec is not None:
+        findings += [f for f in flag_findings(read) if f.code == "EC020"]
+    for profile in profiles:
+        view = engine_view(profile, subject)
+        for run in profile.checks:
+            findings += run(subject, view)
+    flags = _flags_of(read, layout, config)
+    findings += semantics_findings(layout.name, flags)
+    if target_info is not None:
+        findings += target_findings(read.spec, target_info)
+    if numeric and store is not None:
+        from .numeric import numeric_findings
+
+        findings += numeric_findings(read, store, chunk_bytes)
+        common["numeric_scan"] = True
+    spec = read.spec
+    ids = list(spec.aux.ids) if spec is not None and spec.aux.ids is not None else subject.stated("aux_layer_ids")
+    return _report(
+        findings, format=layout.name, detected_by=detected_by,
+        eagle_version=("3.1" if flags["fc_norm"] or flags["norm_output"] else "3"),
+        architecture=spec.architecture if spec is not None else _family(subject),
+        flags=FlagsView(**flags),
+        aux_layer_ids=list(ids) if isinstance(ids, list | tuple) and ids else None,
+        aux_layer_convention=(spec.aux.convention if spec is not None else
+                              (layout.aux_convention_for(_family(subject) or "llama") if ids else None)),
+        **common,
+    )
+
+
+def _family(subject) -> str | None:
+    from ..engines.checks import family_of
+
+    return family_of(subject)
+
+
+def validate(source: str | Path | Mapping[str, Any], config: Mapping[str, Any] | str | Path | None = None, *,
+             engines: Any = ("vllm",), target: str | Path | None = None, numeric: bool = True, tp: int | None = None,
+             from_format: str | None = None, allow_pickle: bool = False,
+             chunk_bytes: int = CHUNK_BYTES) -> ValidationReport:
+    """Validate a drafter checkpoint directory, or an in-memory state dict with its config, for ``engines``.
+
+    ``source``: a checkpoint directory, or ``{name: torch.Tensor}`` (then
+    ``config`` is required: a dict or a config.json path).  ``engines``:
+    profile names ("vllm", "vllm:0.32", "sglang", "all"...).  ``target``: the
+    target model's directory or config.json.  ``numeric=False`` reads headers
+    and the small vectors (d2t, t2d) only.  Returns the same report as
+    ``eagleconv validate --json``.
+    """
+    if isinstance(source, Mapping):
+        from ..io.reader import StateDictTensors
+
+        if config is None:
+            raise FormatError("validating a state dict needs its config (a dict or a config.json path)")
+        try:
+            cfg = dict(config) if isinstance(config, Mapping) else load_json(config)
+        except EagleconvError as exc:
+            if exc.code not in JUDGED_CODES:
+                raise
+            return _report([_judged(exc)], path=None, engines=[p.label for p in _profiles(engines)])
+        return check(cfg, StateDictTensors(source), path=None, layout_name=from_format, engines=engines,
+                     target=target, tp=tp, numeric=numeric, chunk_bytes=chunk_bytes)
+    from ..io.reader import open_checkpoint
+
+    try:
+        store = open_checkpoint(source, allow_pickle=allow_pickle)
+    except EagleconvError as exc:
+        if exc.code not in JUDGED_CODES:
+            raise
+        return _report([_judged(exc)], path=str(source), engines=[p.label for p in _profiles(engines)])
+    try:
+        if store.config is None:
+            raise FormatError("no config.json: cannot tell which drafter layout this is", store.path)
+        return check(store.config, store, path=str(store.path), layout_name=from_format, engines=engines,
+                     target=target, tp=tp, numeric=numeric, chunk_bytes=chunk_bytes,
+                     weights_kind=store.weights_kind, metadata=store.metadata)
+    finally:
+        store.close()
+
+
+def lint(config: str | Path | Mapping[str, Any], *, engines: Any = ("vllm",), target: str | Path | None = None,
+         from_format: str | None = None, tp: int | None = None) -> ValidationReport:
+    """Check a drafter config.json alone (no tensors): what each engine will make of it."""
+    path = None
+    if not isinstance(config, Mapping):
+        path = str(config)
+        try:
+            config = load_json(config)
+        except EagleconvError as exc:
+            if exc.code not in JUDGED_CODES:
+                raise
+            return _report([_judged(exc)], path=path, engines=[p.label for p in _profiles(engines)])
+        if not isinstance(config, dict):
+            raise FormatError("config is not a JSON object", path)
+    return check(dict(config), None, path=path, layout_name=from_format, engines=engines, target=target, tp=tp,
+                 numeric=False, chunk_bytes=CHUNK_BYTES)
+
+
+def _profiles(engines: Any):
+    from ..engines import resolve_engines
+
+    return resolve_engines(engines)

@@ -1,0 +1,70 @@
+"""The streamed numeric scan: NaN/Inf, all-zero fc/lm_head, norm-weight statistics.
+
+Tensors are read in chunks of at most ``chunk_bytes`` through
+``TensorStore.iter_raw_chunks``, which reuses one buffer, so at most one chunk
+of one tensor is in memory.  NaN/Inf are found on the raw bits (no float
+decode); only norm weights (a few KB) are decoded, for their statistics.
+"""
+
+from __future__ import annotations
+
+from ..formats.base import ReadResult
+from ..io.dtypes import FLOAT_DTYPES, nonfinite_mask, to_float32
+from ..io.reader import CHUNK_BYTES, TensorStore
+from ..report import Finding
+
+ZERO_CHECKED = ("fc.weight", "lm_head.weight")
+
+
+def _is_norm(canonical: str) -> bool:
+    return canonical.endswith(("norm.weight", "layernorm.weight")) or canonical.startswith("fc_norm.")
+
+
+def _not_zero(chunk, dtype: str) -> bool:
+    import numpy as np
+
+    if chunk.dtype.kind == "f":
+        return bool(np.any(chunk != 0))
+    sign = {1: 0x7F, 2: 0x7FFF}[chunk.dtype.itemsize]  # raw BF16 / FP8 bits: ignore the sign (-0.0)
+    return bool(np.any(chunk & sign))
+
+
+def scan_tensor(store: TensorStore, name: str, dtype: str, chunk_bytes: int) -> tuple[int, int | None, bool]:
+    """(non-finite count, first non-finite flat index, any non-zero element), one chunk at a time."""
+    import numpy as np
+
+    count, first, nonzero, offset = 0, None, False, 0
+    for chunk in store.iter_raw_chunks(name, chunk_bytes):
+        mask = nonfinite_mask(chunk, dtype)
+        if mask is not None:
+            hits = int(np.count_nonzero(mask))
+            if hits and first is None:
+                first = offset + int(np.argmax(mask))
+            count += hits
+        if not nonzero:
+            nonzero = _not_zero(chunk, dtype)
+        offset += chunk.size
+    return count, first, nonzero
+
+
+def numeric_findings(read: ReadResult, store: TensorStore, chunk_bytes: int = CHUNK_BYTES) -> list[Finding]:
+    out: list[Finding] = []
+    for canonical in sorted(read.tensors):
+        info = read.tensors[canonical]
+        stored = read.canonical[canonical]
+        if info.dtype not in FLOAT_DTYPES or info.numel == 0:
+            continue
+        count, first, nonzero = scan_tensor(store, stored, info.dtype, chunk_bytes)
+        if count:
+            out.append(Finding(code="EC060", severity="error", tensor=stored,
+                               message=f"{stored} has {count} NaN/Inf value(s) of {info.numel}; first at flat index {first}"))
+        if canonical in ZERO_CHECKED and not nonzero:
+            out.append(Finding(code="EC061", severity="warning", tensor=stored,
+                               message=f"{stored} is entirely zero: uninitialised or wiped; the drafter proposes garbage"))
+        if _is_norm(canonical) and len(info.shape) == 1 and not count:
+            values = to_float32(store.read_raw(stored), info.dtype)
+            ones = " (all exactly 1.0: never trained, or folded into fc)" if bool((values == 1.0).all()) else ""
+            out.append(Finding(code="EC062", severity="info", tensor=stored,
+                               message=f"{stored}: mean {values.mean():.4g}, min {values.min():.4g}, "
+                                       f"max {values.max():.4g}{ones}"))
+    return out
