@@ -21,10 +21,16 @@ PRODUCERS = ("eagle", "specforge", "torchspec", "vllm", "speculators", "automode
 
 @dataclass(frozen=True)
 class TinyDims:
-    """Small but non-degenerate sizes: every dimension differs so shape mix-ups show."""
+    """Small but non-degenerate sizes, so shape mix-ups show.
+
+    ``target_hidden`` equals ``hidden`` by default because a drafter that
+    borrows the target's embedding (most layouts ship none) must have the
+    target's width; ``WIDE_TARGET`` is the Llama-3.3-70B-style case where the
+    drafter is narrower than the target and ships its own embedding.
+    """
 
     hidden: int = 32
-    target_hidden: int = 48
+    target_hidden: int = 32
     heads: int = 4
     kv_heads: int = 2
     head_dim: int = 8
@@ -39,6 +45,9 @@ class TinyDims:
     qk_nope_head_dim: int = 8
     qk_rope_head_dim: int = 4
     v_head_dim: int = 12
+
+
+WIDE_TARGET = TinyDims(target_hidden=48)
 
 
 @dataclass(frozen=True)
@@ -250,13 +259,13 @@ def make_drafter(directory: str | Path, recipe: DrafterRecipe | None = None, **o
     return out
 
 
-def make_target_config(directory: str | Path, dims: TinyDims | None = None, architecture: str = "llama") -> Path:
+def make_target_config(directory: str | Path, dims: TinyDims | None = None) -> Path:
     """A target model's config.json (no weights) matching TinyDims, for --target checks."""
     d = dims or TinyDims()
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": d.target_hidden,
-           "intermediate_size": 4 * d.target_hidden, "num_attention_heads": 6, "num_key_value_heads": 2,
+           "intermediate_size": 4 * d.target_hidden, "num_attention_heads": d.heads, "num_key_value_heads": d.kv_heads,
            "num_hidden_layers": d.target_layers, "vocab_size": d.vocab, "rms_norm_eps": 1e-5,
            "max_position_embeddings": 4096, "torch_dtype": "bfloat16"}
     (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")

@@ -186,3 +186,21 @@ def test_embeddings_need_explicit_drop_for_specforge(drafter, tmp_path):
     report = convert(src, tmp_path / "y", "specforge", drop=["embed_tokens"])
     assert [r.source for r in report.dropped] == ["embed_tokens.weight"]
     assert "embed_tokens.weight" not in tensor_digests(tmp_path / "y")
+
+
+@pytest.mark.parametrize("layouts", [("vllm", "speculators"), ("torchspec", "automodel")])
+def test_drafter_narrower_than_its_target_round_trips(drafter, tmp_path, layouts):
+    """Llama-3.3-70B style: target_hidden_size != hidden_size, own embedding."""
+    from eagleconv.synthetic import WIDE_TARGET
+
+    src = drafter(producer="speculators", eagle31=True, dims=WIDE_TARGET, embed_tokens=True)
+    spec = inspect(src).spec
+    assert (spec.hidden_size, spec.target_hidden_size, spec.embed_tokens) == (32, 48, "drafter")
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    convert(src, a, layouts[0])
+    convert(a, b, layouts[1])
+    convert(b, c, "speculators")
+    assert tensor_digests(c) == tensor_digests(src)
+    # Everything but the verifier name survives (only speculators records it; the report says so).
+    assert inspect(c).spec.model_dump(exclude={"extra", "verifier"}) == spec.model_dump(exclude={"extra", "verifier"})
+    assert inspect(b).spec.target_hidden_size == 48

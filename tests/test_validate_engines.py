@@ -16,7 +16,7 @@ from conftest import edit_config
 
 import eagleconv
 from eagleconv.formats import LAYOUTS
-from eagleconv.synthetic import DrafterRecipe, TinyDims, canonical_tensors, make_drafter, producer_config
+from eagleconv.synthetic import WIDE_TARGET, DrafterRecipe, TinyDims, canonical_tensors, make_drafter, producer_config
 
 SERVABLE = TinyDims(target_hidden=32)
 
@@ -288,13 +288,13 @@ def test_ec050_fc_norm_beyond_k():
 
 
 def test_ec050_tokenspeed_ignores_target_hidden(drafter):
-    path = drafter(producer="vllm", embed_tokens=True)  # hidden 32, target hidden 48
+    path = drafter(producer="vllm", embed_tokens=True, dims=WIDE_TARGET)  # hidden 32, target hidden 48
     assert "EC050" in errors(eagleconv.validate(path, engines=["tokenspeed"]))
     assert "EC050" not in codes(eagleconv.validate(drafter(producer="vllm", dims=SERVABLE), engines=["tokenspeed"]))
 
 
 def test_ec050_shared_embedding_width(drafter):
-    report = eagleconv.validate(drafter(producer="vllm"))  # no embed_tokens, hidden 32 != target hidden 48
+    report = eagleconv.validate(drafter(producer="vllm", dims=WIDE_TARGET))  # no embed_tokens, hidden 32 != 48
     assert any(f.code == "EC050" and "embed_tokens" in f.message for f in report.findings)
 
 
