@@ -31,7 +31,7 @@ def get_layout(name: str) -> type[Layout]:
         raise UsageError(f"unknown format {name!r}; choose one of: {', '.join(LAYOUTS)}") from None
 
 
-def detect_layout(config: Mapping[str, Any] | None, names: set[str], metadata: Mapping[str, str] | None = None,
+def detect_layout(config: Mapping[str, Any] | None, names: set[str] | None, metadata: Mapping[str, str] | None = None,
                   weights_kind: str = "safetensors", path: object = None) -> tuple[type[Layout], list[str]]:
     """The best-matching layout for a config plus tensor names, with the reasons.
 

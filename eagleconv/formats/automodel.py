@@ -31,6 +31,9 @@ class AutomodelLayout(Layout):
     @classmethod
     def looks_like(cls, seen: Seen):
         config, names = seen.config, seen.names
+        if names is None:
+            found = "LlamaEagle3DraftModel" in architectures_of(config)
+            return (50, ["architectures LlamaEagle3DraftModel"]) if found else (0, [])
         if "model.fc.weight" in names:
             if "LlamaEagle3DraftModel" in architectures_of(config):
                 return 50, ["model.-prefixed tensors with architectures LlamaEagle3DraftModel"]

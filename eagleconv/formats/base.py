@@ -20,8 +20,7 @@ from typing import Any, ClassVar
 from pydantic import ValidationError
 
 from ..canonical import CANONICAL_NAME, FC_NORM_NAME, layer_indices
-from ..drafter import Architecture, AuxConvention, AuxLayers, DrafterSpec, EagleFlags, MlaDims, Verifier
-from ..errors import FormatError
+from ..drafter import Architecture, AuxConvention, AuxLayers, DrafterSpec, EagleFlags, MlaDims
 from ..io.reader import TensorInfo
 
 # -- tensor renames -------------------------------------------------------------
@@ -166,10 +165,13 @@ class Capability:
 
 @dataclass(frozen=True)
 class Seen:
-    """What detection looks at: the config, the stored tensor names, and how weights are stored."""
+    """What detection looks at: the config, the stored tensor names, and how weights are stored.
+
+    ``names`` is None when only a config is at hand (``eagleconv lint``).
+    """
 
     config: Mapping[str, Any]
-    names: set[str]
+    names: set[str] | None
     metadata: Mapping[str, str] = field(default_factory=dict)
     weights_kind: str = "safetensors"
 

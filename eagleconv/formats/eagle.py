@@ -34,6 +34,9 @@ class EagleLayout(Layout):
     @classmethod
     def looks_like(cls, seen: Seen):
         config, names = seen.config, seen.names
+        if names is None:
+            found = architectures_of(config) == ["LlamaForCausalLM"]
+            return (25, ["architectures LlamaForCausalLM (SafeAILab template)"]) if found else (0, [])
         if "fc.weight" in names and has_prefix(names, "midlayer."):
             if seen.weights_kind == "pickle":
                 return 30, ["midlayer.* tensors in a pytorch_model.bin pickle"]

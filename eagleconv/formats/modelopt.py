@@ -39,6 +39,8 @@ class ModelOptLayout(Layout):
         config, names = seen.config, seen.names
         eagle_config = config.get("eagle_config")
         keys = set(eagle_config) & MODELOPT_EAGLE_KEYS if isinstance(eagle_config, dict) else set()
-        if keys and "fc.weight" in names and has_prefix(names, "layers."):
+        if keys and names is None:
+            return 50, [f"ModelOpt eagle_config keys {sorted(keys)}"]
+        if keys and names and "fc.weight" in names and has_prefix(names, "layers."):
             return 50, [f"layers.N.* tensors with ModelOpt eagle_config keys {sorted(keys)}"]
         return 0, []

@@ -39,6 +39,8 @@ class SpecForgeLayout(Layout):
     @classmethod
     def looks_like(cls, seen: Seen):
         config, names = seen.config, seen.names
+        if names is None:  # a SpecForge config alone looks like vLLM's; --from specforge says otherwise
+            return 0, []
         if "fc.weight" in names and has_prefix(names, "midlayer."):
             if "LlamaForCausalLMEagle3" in architectures_of(config):
                 return 30, ["midlayer.* tensors with architectures LlamaForCausalLMEagle3"]

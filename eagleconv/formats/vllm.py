@@ -52,6 +52,8 @@ class VllmLayout(Layout):
     @classmethod
     def looks_like(cls, seen: Seen):
         config, names = seen.config, seen.names
+        if names is None:  # a config alone: the HF-style fallback
+            return 1, ["an HF-style EAGLE-3 config (pass --from specforge for SpecForge's aux-id numbering)"]
         if "fc.weight" in names and has_prefix(names, "layers."):
             archs = set(architectures_of(config)) & VLLM_ARCHITECTURES
             if archs:

@@ -307,7 +307,7 @@ def _read_index(directory: Path, index_name: str, extension: str) -> dict[str, s
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
         raise UnsafeInputError("index has no weight_map object", index_path)
-    for tensor, shard in weight_map.items():
+    for shard in weight_map.values():
         validate_shard_name(shard, index_path, extension)
     return weight_map
 

@@ -167,7 +167,7 @@ class CheckpointWriter:
                 else [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
             )
             weight_map: dict[str, str] = {}
-            for shard_name, shard in zip(names, shards):
+            for shard_name, shard in zip(names, shards, strict=True):
                 self._write_shard(staging / shard_name, shard, metadata, on_bytes)
                 weight_map.update({t.name: shard_name for t in shard})
                 written.append(shard_name)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EagleconvError, FormatError
-from ..formats import LAYOUTS, detect_layout, get_layout, read_drafter
+from ..formats import detect_layout, get_layout, read_drafter
 from ..formats.base import Layout, ReadResult, architectures_of
 from ..io.reader import CHUNK_BYTES, TensorStore
 from ..jsonio import load_json
@@ -45,34 +45,6 @@ def not_eagle3(config: Mapping[str, Any], tensors: Mapping[str, Any] | None) -> 
         return ("the config has no EAGLE-3 field (draft_vocab_size, target_hidden_size, aux layer ids, eagle_config, "
                 "EAGLE-3 architecture): an EAGLE-1/EAGLE-2 config or not a drafter config")
     return None
-
-
-# -- lint: which layout wrote a config, from the config alone ------------------------
-
-def _modelopt_config(c: Mapping[str, Any]) -> bool:
-    from ..formats.modelopt import MODELOPT_EAGLE_KEYS
-
-    return isinstance(c.get("eagle_config"), dict) and bool(set(c["eagle_config"]) & MODELOPT_EAGLE_KEYS)
-
-
-CONFIG_LAYOUT_RULES: tuple[tuple[str, str, Any], ...] = (
-    ("speculators", "speculators_model_type is set", lambda c: "speculators_model_type" in c),
-    ("torchspec", "_torchspec_version is set", lambda c: "_torchspec_version" in c),
-    ("modelopt", "eagle_config has ModelOpt keys", _modelopt_config),
-    ("automodel", "architectures LlamaEagle3DraftModel", lambda c: "LlamaEagle3DraftModel" in architectures_of(c)),
-    ("eagle", "architectures LlamaForCausalLM (SafeAILab template)", lambda c: architectures_of(c) == ["LlamaForCausalLM"]),
-    ("vllm", "an HF-style EAGLE-3 config (use --from specforge for SpecForge's numbering)", lambda c: True),
-)
-
-
-def layout_from_config(config: Mapping[str, Any]) -> tuple[type[Layout], list[str]]:
-    stamp = config.get("eagleconv")
-    if isinstance(stamp, Mapping) and stamp.get("layout") in LAYOUTS:
-        return LAYOUTS[stamp["layout"]], [f"config.json eagleconv.layout = {stamp['layout']!r}"]
-    for name, why, test in CONFIG_LAYOUT_RULES:
-        if test(config):
-            return LAYOUTS[name], [why]
-    raise AssertionError("unreachable: the last rule matches everything")
 
 
 # -- running the checks ----------------------------------------------------------------
@@ -133,7 +105,7 @@ def check(config: dict[str, Any], store: TensorStore | None, *, path: str | None
         elif store is not None:
             layout, detected_by = detect_layout(config, set(tensors), metadata or {}, weights_kind, path)
         else:
-            layout, detected_by = layout_from_config(config)
+            layout, detected_by = detect_layout(config, None, path=path)
     except FormatError as exc:
         if exc.code != "EC002":
             raise
