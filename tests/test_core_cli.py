@@ -124,3 +124,13 @@ def test_inspect_of_an_inconsistent_drafter_exits_1(drafter):
     edit_config(src, num_attention_heads=None)
     result = CliRunner().invoke(cli, ["inspect", str(src)])
     assert result.exit_code == 1 and "num_attention_heads" in result.output and "Traceback" not in result.output
+
+
+def test_validate_strict_turns_warnings_into_exit_1(drafter, tmp_path):
+    src = drafter(producer="automodel")  # no aux ids recorded: EC010 is a warning
+    out = tmp_path / "v"
+    assert run("convert", str(src), str(out), "--to", "vllm").exit_code == 0
+    plain = CliRunner().invoke(cli, ["validate", str(out), "--json"])
+    strict = CliRunner().invoke(cli, ["validate", str(out), "--strict", "--json"])
+    assert plain.exit_code == 0 and strict.exit_code == 1
+    assert any(f["code"] == "EC010" and f["severity"] == "warning" for f in json.loads(strict.output)["findings"])

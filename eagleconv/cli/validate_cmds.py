@@ -13,14 +13,19 @@ ENGINE_HELP = ("Engine profile to check against (repeatable): vllm, sglang, trtl
                "vllm:0.32 or vllm:52a31cc, or all. Default: vllm.")
 
 
-def _emit(report, as_json: bool) -> tuple[object, int]:
+def _emit(report, as_json: bool, strict: bool = False) -> tuple[object, int]:
+    """Print the report; exit 1 on error findings (or, with --strict, on warnings too)."""
     if as_json:
         click.echo(report.model_dump_json(indent=2))
     else:
         from .render_validation import render_validation
 
         render_validation(report, _console())
-    return report, 0 if report.ok else 1
+    failed = not report.ok or (strict and any(f.severity == "warning" for f in report.findings))
+    return report, 1 if failed else 0
+
+
+STRICT_HELP = "Exit 1 on warnings too (for pre-upload gates)."
 
 
 @cli.command()
@@ -31,10 +36,11 @@ def _emit(report, as_json: bool) -> tuple[object, int]:
 @click.option("--no-numeric", is_flag=True, help="Skip the NaN/Inf/zero scan: read headers and d2t/t2d only.")
 @click.option("--from", "from_format", type=click.Choice(FORMATS), help="Read PATH as this layout instead of detecting it.")
 @click.option("--allow-pickle", is_flag=True, help="Load .bin/.pt pickles with torch.load(weights_only=True).")
+@click.option("--strict", is_flag=True, help=STRICT_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def validate(ctx: click.Context, path: str, engines: tuple[str, ...], target: str | None, tp: int | None,
-             no_numeric: bool, from_format: str | None, allow_pickle: bool, as_json: bool) -> None:
+             no_numeric: bool, from_format: str | None, allow_pickle: bool, strict: bool, as_json: bool) -> None:
     """Check drafter checkpoint PATH against what each engine will do with it.
 
     Exit 0: no error finding; 1: error findings; 2: unreadable or unsafe input.
@@ -43,7 +49,7 @@ def validate(ctx: click.Context, path: str, engines: tuple[str, ...], target: st
 
     run_command(ctx, as_json, lambda: _emit(validate_checkpoint(
         path, engines=engines, target=target, tp=tp, numeric=not no_numeric, from_format=from_format,
-        allow_pickle=allow_pickle), as_json))
+        allow_pickle=allow_pickle), as_json, strict))
 
 
 @cli.command()
@@ -52,15 +58,16 @@ def validate(ctx: click.Context, path: str, engines: tuple[str, ...], target: st
 @click.option("--target", metavar="DIR_OR_CONFIG_JSON", help="Target model directory or config.json.")
 @click.option("--tp", type=click.IntRange(min=1), help="Check tensor-parallel sharding for this many ranks.")
 @click.option("--from", "from_format", type=click.Choice(FORMATS), help="Read CONFIG as this layout's config.")
+@click.option("--strict", is_flag=True, help=STRICT_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def lint(ctx: click.Context, config: str, engines: tuple[str, ...], target: str | None, tp: int | None,
-         from_format: str | None, as_json: bool) -> None:
+         from_format: str | None, strict: bool, as_json: bool) -> None:
     """Check a drafter config.json alone, without tensors (missing shape fields are findings)."""
     from ..validation import lint as lint_config
 
     run_command(ctx, as_json, lambda: _emit(lint_config(config, engines=engines, target=target, tp=tp,
-                                                         from_format=from_format), as_json))
+                                                         from_format=from_format), as_json, strict))
 
 
 @cli.command()
