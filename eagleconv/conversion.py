@@ -12,8 +12,6 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-import numpy as np
-
 from . import __version__
 from .drafter import AuxConvention, AuxLayers, DrafterSpec
 from .errors import ConversionError, FindingsError, UsageError
@@ -135,12 +133,10 @@ def plan_conversion(loaded: LoadedDrafter, to: str, *, drop: Iterable[str] = (),
             problems.append(f"the {dst.name} layout requires {needed}, which the source lacks and which cannot be "
                             "derived exactly")
             continue
-        array, how = derived
+        data, dtype, shape, how = derived
         dest = rename(dst.renames, needed, to_canonical=False) or needed
-        data = array.tobytes()
-        dtype = "I64" if array.dtype == np.int64 else "BOOL"
-        plan.append(PlanRow(source=None, destination=dest, shape=list(array.shape), dtype=dtype, action="derive", reason=how))
-        out.append(OutputTensor(dest, dtype, tuple(array.shape), len(data), _bytes_writer(data)))
+        plan.append(PlanRow(source=None, destination=dest, shape=list(shape), dtype=dtype, action="derive", reason=how))
+        out.append(OutputTensor(dest, dtype, shape, len(data), _bytes_writer(data)))
         notes.append(f"derived {dest}: {how}")
 
     if problems:
@@ -155,20 +151,24 @@ def plan_conversion(loaded: LoadedDrafter, to: str, *, drop: Iterable[str] = (),
     return report, out, config
 
 
-def _derive(needed: str, loaded: LoadedDrafter, spec: DrafterSpec) -> tuple[np.ndarray, str] | None:
-    """An exact derivation of ``needed`` from what the source has, or None."""
+def _derive(needed: str, loaded: LoadedDrafter, spec: DrafterSpec) -> tuple[bytes, str, tuple[int, ...], str] | None:
+    """An exact derivation of ``needed`` from what the source has: (bytes, dtype, shape, how), or None."""
     t, store = loaded.read.tensors, loaded.store
     if needed == "d2t" and not spec.compressed_vocab:
-        return identity_d2t(spec.draft_vocab_size), "identity mapping (draft vocab = target vocab)"
+        return (identity_d2t(spec.draft_vocab_size), "I64", (spec.draft_vocab_size,),
+                "identity mapping (draft vocab = target vocab)")
     if needed == "t2d":
+        shape = (spec.vocab_size,)
         if "d2t" in t:
-            check = check_d2t(store.read_raw(loaded.read.canonical["d2t"]), t["d2t"].dtype, spec.vocab_size,
-                              spec.draft_vocab_size)
+            info = t["d2t"]
+            check = check_d2t(store.read_bytes(loaded.read.canonical["d2t"]), info.dtype, info.shape,
+                              spec.vocab_size, spec.draft_vocab_size)
             if check.target_ids is not None:
-                return t2d_from_target_ids(check.target_ids, spec.vocab_size), "from d2t (t2d[i + d2t[i]] = true)"
+                return (t2d_from_target_ids(check.target_ids, spec.vocab_size), "BOOL", shape,
+                        "from d2t (t2d[i + d2t[i]] = true)")
             return None
         if not spec.compressed_vocab:
-            return np.ones(spec.vocab_size, dtype=bool), "all true (draft vocab = target vocab)"
+            return b"\x01" * spec.vocab_size, "BOOL", shape, "all true (draft vocab = target vocab)"
     return None
 
 
@@ -225,10 +225,11 @@ def _verify_output(staged: Path, tensors: Sequence[OutputTensor], dst_layout: st
 def convert(source: str | Path, destination: str | Path, to: str, *, from_format: str | None = None,
             dry_run: bool = False, force: bool = False, overwrite: bool = False, drop: Iterable[str] = (),
             aux_layer_ids: Sequence[int] | None = None, aux_convention: AuxConvention = "hidden_state_index",
-            max_shard_size: int | None = None, allow_pickle: bool = False,
+            max_shard_size: int | None = None, allow_pickle: bool = False, durable: bool = True,
             on_bytes: Callable[[int], None] | None = None, on_total: Callable[[int], None] | None = None) -> ConvertReport:
     """Convert ``source`` to layout ``to`` at ``destination``.  See the module docstring.
 
+    ``durable=False`` skips fsync (the output is still published atomically).
     Raises ConversionError (exit 1) when the source has error findings (unless
     ``force``) or cannot be converted exactly; UsageError/UnsafeInputError
     (exit 2) for bad arguments or unsafe input.  Nothing is written on error.
@@ -250,7 +251,7 @@ def convert(source: str | Path, destination: str | Path, to: str, *, from_format
         report.dry_run = dry_run
         if dry_run:
             return report
-        writer = CheckpointWriter(destination, sources=[source], overwrite=overwrite)
+        writer = CheckpointWriter(destination, sources=[source], overwrite=overwrite, durable=durable)
         if on_total:
             on_total(sum(t.nbytes for t in tensors))
         metadata = {"format": "pt", "eagleconv_version": __version__}

@@ -179,3 +179,17 @@ def test_every_shard_is_fsynced_before_index_and_rename(drafter, tmp_path, monke
     assert ("fsync", "config.json") in names[:published]
     assert tensor_bytes(out) == renamed(tensor_bytes(src))
 
+
+
+def test_no_fsync_skips_every_fsync_but_still_publishes_atomically(drafter, tmp_path, monkeypatch):
+    calls: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real_fsync(fd))[1])
+    src = drafter(producer="specforge")
+    convert(src, tmp_path / "durable", "vllm", max_shard_size=2048)
+    assert calls, "the default must fsync"
+    calls.clear()
+    convert(src, tmp_path / "fast", "vllm", max_shard_size=2048, durable=False)
+    assert calls == []
+    assert tensor_bytes(tmp_path / "fast") == tensor_bytes(tmp_path / "durable")
+    assert not list(tmp_path.glob(".fast.*"))

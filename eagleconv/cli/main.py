@@ -120,12 +120,14 @@ def inspect(ctx: click.Context, path: str, from_format: str | None, allow_pickle
 @click.option("--max-shard-size", metavar="SIZE", help="Split the output into shards of at most SIZE (e.g. 2GB).")
 @click.option("--overwrite", is_flag=True, help="Replace DST if it exists (atomically, after the new one is complete).")
 @click.option("--force", is_flag=True, help="Convert even if the source has error-severity findings.")
+@click.option("--no-fsync", is_flag=True,
+              help="Skip fsync (faster on slow disks; still atomic, but a power loss may lose the output).")
 @click.option("--allow-pickle", is_flag=True, help="Load .bin/.pt pickles with torch.load(weights_only=True).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def convert(ctx: click.Context, src: str, dst: str, to: str, from_format: str | None, dry_run: bool, drop: tuple[str, ...],
             aux_layer_ids: str | None, aux_convention: str, max_shard_size: str | None, overwrite: bool, force: bool,
-            allow_pickle: bool, as_json: bool) -> None:
+            no_fsync: bool, allow_pickle: bool, as_json: bool) -> None:
     """Convert drafter SRC to layout --to at DST, exactly (tensor bytes are preserved)."""
     from ..conversion import convert as convert_checkpoint
 
@@ -142,7 +144,8 @@ def convert(ctx: click.Context, src: str, dst: str, to: str, from_format: str | 
             report = convert_checkpoint(src, dst, to, from_format=from_format, dry_run=dry_run, force=force,
                                         overwrite=overwrite, drop=drop, aux_layer_ids=ids,
                                         aux_convention=aux_convention, max_shard_size=shard,
-                                        allow_pickle=allow_pickle, on_bytes=on_bytes, on_total=on_total)
+                                        allow_pickle=allow_pickle, durable=not no_fsync,
+                                        on_bytes=on_bytes, on_total=on_total)
         if as_json:
             click.echo(report.model_dump_json(indent=2))
         else:

@@ -59,9 +59,16 @@ class TensorStore:
     tensors: dict[str, TensorInfo]
     metadata: dict[str, str]
 
+    def read_bytes(self, name: str) -> bytes:
+        """The whole tensor's exact stored bytes.  For small tensors (d2t, t2d, norms)."""
+        raise NotImplementedError
+
     def read_raw(self, name: str) -> np.ndarray:
         """The whole tensor as a raw numpy array (BF16 as uint16 bits).  For small tensors."""
-        raise NotImplementedError
+        import numpy as np
+
+        info = self.tensors[name]
+        return np.frombuffer(self.read_bytes(name), dtype=raw_numpy_dtype(info.dtype)).reshape(info.shape)
 
     def iter_raw_chunks(self, name: str, chunk_bytes: int = CHUNK_BYTES) -> Iterator[np.ndarray]:
         """The tensor's elements, flattened, in chunks of at most ``chunk_bytes``.
@@ -73,7 +80,9 @@ class TensorStore:
 
     def copy_into(self, name: str, out_fd: int) -> None:
         """Append the tensor's exact bytes to ``out_fd``."""
-        os.write(out_fd, self.read_raw(name).tobytes())
+        data = memoryview(self.read_bytes(name))
+        while data:
+            data = data[os.write(out_fd, data):]
 
     def close(self) -> None:
         pass
@@ -135,14 +144,11 @@ class Checkpoint(TensorStore):
             raise UnsafeInputError(f"file shrank while reading ({len(data)} of {size} bytes)", path)
         return data
 
-    def read_raw(self, name: str) -> np.ndarray:
+    def read_bytes(self, name: str) -> bytes:
         if self._memory is not None:
-            return self._memory.read_raw(name)
-        info, loc = self.tensors[name], self._locations[name]
-        data = self._pread_exact(self._fd_for(loc.path), loc.end - loc.start, loc.start, loc.path)
-        import numpy as np
-
-        return np.frombuffer(data, dtype=raw_numpy_dtype(info.dtype)).reshape(info.shape)
+            return self._memory.read_bytes(name)
+        loc = self._locations[name]
+        return self._pread_exact(self._fd_for(loc.path), loc.end - loc.start, loc.start, loc.path)
 
     def iter_raw_chunks(self, name: str, chunk_bytes: int = CHUNK_BYTES) -> Iterator[np.ndarray]:
         if self._memory is not None:
@@ -246,13 +252,19 @@ class StateDictTensors(TensorStore):
                 raise FormatError(f"tensor {name!r} has unsupported dtype {getattr(tensor, 'dtype', type(tensor))}")
             self.tensors[name] = TensorInfo(name, dtype, tuple(int(d) for d in tensor.shape))
 
-    def read_raw(self, name: str) -> np.ndarray:
+    def read_bytes(self, name: str) -> bytes:
+        return self._byte_view(name).tobytes()
+
+    def _byte_view(self, name: str):
+        """The tensor's storage as a flat uint8 numpy array, without copying."""
         import torch
 
-        info = self.tensors[name]
         flat = self._tensors[name].detach().to("cpu").contiguous().reshape(-1)
-        as_bytes = flat.view(torch.uint8).numpy()
-        return as_bytes.view(raw_numpy_dtype(info.dtype)).reshape(info.shape)
+        return flat.view(torch.uint8).numpy()
+
+    def read_raw(self, name: str) -> np.ndarray:
+        info = self.tensors[name]
+        return self._byte_view(name).view(raw_numpy_dtype(info.dtype)).reshape(info.shape)
 
     def iter_raw_chunks(self, name: str, chunk_bytes: int = CHUNK_BYTES) -> Iterator[np.ndarray]:
         flat = self.read_raw(name).reshape(-1)
@@ -261,9 +273,7 @@ class StateDictTensors(TensorStore):
             yield flat[start:start + step]
 
     def copy_into(self, name: str, out_fd: int) -> None:
-        import numpy as np
-
-        data = memoryview(np.ascontiguousarray(self.read_raw(name)).reshape(-1).view(np.uint8))
+        data = memoryview(self._byte_view(name))
         while data:
             written = os.write(out_fd, data)
             data = data[written:]

@@ -114,13 +114,14 @@ def _fsync_file(path: Path) -> None:
         os.close(fd)
 
 
-def _write_file(path: Path, data: bytes) -> None:
+def _write_file(path: Path, data: bytes, durable: bool = True) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
 
@@ -128,8 +129,13 @@ def _write_file(path: Path, data: bytes) -> None:
 class CheckpointWriter:
     """Writes one checkpoint directory atomically.  Use as a context manager or call ``write``."""
 
-    def __init__(self, destination: str | Path, sources: Sequence[str | Path] = (), overwrite: bool = False):
+    def __init__(self, destination: str | Path, sources: Sequence[str | Path] = (), overwrite: bool = False,
+                 durable: bool = True):
+        """``durable=False`` skips every fsync (and the early-writeback hints): the
+        destination is still published atomically by rename, but a power loss soon
+        after may leave it incomplete.  For scratch space, like ``cp``."""
         self.destination = Path(destination)
+        self.durable = durable
         check_not_overlapping(sources, self.destination)
         if self.destination.exists() and not overwrite:
             raise UsageError("destination already exists (pass --overwrite to replace it)", self.destination)
@@ -168,23 +174,25 @@ class CheckpointWriter:
             )
             weight_map: dict[str, str] = {}
             for shard_name, shard in zip(names, shards, strict=True):
-                self._write_shard(staging / shard_name, shard, metadata, on_bytes)
+                self._write_shard(staging / shard_name, shard, metadata, on_bytes, self.durable)
                 weight_map.update({t.name: shard_name for t in shard})
                 written.append(shard_name)
             # Durability: every shard is fsynced before config, index and rename.  The
             # fsyncs come after *all* shards are written rather than one per shard, so
             # copying shard i+1 is not serialised behind the disk flushing shard i.
-            for shard_name in names:
-                _fsync_file(staging / shard_name)
+            if self.durable:
+                for shard_name in names:
+                    _fsync_file(staging / shard_name)
             for name, content in files.items():
-                _write_file(staging / name, content.encode() if isinstance(content, str) else content)
+                _write_file(staging / name, content.encode() if isinstance(content, str) else content, self.durable)
                 written.append(name)
             if len(shards) > 1:  # the index goes last: its presence means the shards are complete
                 total = sum(t.nbytes for t in tensors)
                 index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
-                _write_file(staging / SAFETENSORS_INDEX, dump_json(index).encode())
+                _write_file(staging / SAFETENSORS_INDEX, dump_json(index).encode(), self.durable)
                 written.append(SAFETENSORS_INDEX)
-            _fsync_dir(staging)
+            if self.durable:
+                _fsync_dir(staging)
             if verify is not None:
                 verify(staging)
             self._publish(staging)
@@ -195,7 +203,7 @@ class CheckpointWriter:
 
     @staticmethod
     def _write_shard(path: Path, shard: Sequence[OutputTensor], metadata: dict[str, str] | None,
-                     on_bytes: Callable[[int], None] | None) -> None:
+                     on_bytes: Callable[[int], None] | None, durable: bool = True) -> None:
         prefix, _ = build_header([(t.name, t.dtype, t.shape, t.nbytes) for t in shard], metadata)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
@@ -203,7 +211,7 @@ class CheckpointWriter:
             expected = len(prefix)
             for tensor in shard:
                 tensor.write(fd)
-                if tensor.nbytes >= WRITEBACK_MIN_BYTES:
+                if durable and tensor.nbytes >= WRITEBACK_MIN_BYTES:
                     _start_writeback(fd, expected, tensor.nbytes)
                 expected += tensor.nbytes
                 if on_bytes:
@@ -228,6 +236,7 @@ class CheckpointWriter:
             if old is not None:
                 os.rename(old, self.destination)
             raise
-        _fsync_dir(parent)
+        if self.durable:
+            _fsync_dir(parent)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)

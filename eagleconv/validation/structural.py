@@ -102,7 +102,8 @@ def vocab_findings(read: ReadResult, store: TensorStore) -> list[Finding]:
     target_ids = None
     if "d2t" in t:
         name = read.canonical["d2t"]
-        check = check_d2t(store.read_raw(name), t["d2t"].dtype, spec.vocab_size, spec.draft_vocab_size)
+        info = t["d2t"]
+        check = check_d2t(store.read_bytes(name), info.dtype, info.shape, spec.vocab_size, spec.draft_vocab_size)
         out += [_f("EC030", "error", p, name) for p in check.problems]
         target_ids = check.target_ids
     elif spec.compressed_vocab:
@@ -111,7 +112,8 @@ def vocab_findings(read: ReadResult, store: TensorStore) -> list[Finding]:
     if "t2d" in t:
         name = read.canonical["t2d"]
         out += [_f("EC030", "error", p, name)
-                for p in check_t2d(store.read_raw(name), t["t2d"].dtype, spec.vocab_size, spec.draft_vocab_size, target_ids)]
+                for p in check_t2d(store.read_bytes(name), t["t2d"].dtype, t["t2d"].shape, spec.vocab_size,
+                                   spec.draft_vocab_size, target_ids)]
     return out
 
 
