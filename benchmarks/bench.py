@@ -545,7 +545,7 @@ def main(argv: list[str] | None = None) -> int:
 
     by = {b.name: b for b in benches}
     cp = by["cp -r"]
-    lines = [f"| command | wall median (s) | min-max (s) | x cp -r | peak RSS (MB) | exit | correct |",
+    lines = ["| command | wall median (s) | min-max (s) | x cp -r | peak RSS (MB) | exit | correct |",
              "|---|---:|---:|---:|---:|---:|---|"]
     for b in benches:
         correct = "n/a" if not b.verify else ("yes" if not b.problems else "NO")

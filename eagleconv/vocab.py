@@ -74,7 +74,7 @@ def _looks_absolute(offsets: array, ids: list[int], vocab_size: int) -> bool:
     """Sorted in-range values that fail as offsets: someone stored the target ids themselves."""
     if not any(offsets) or not all(0 <= d < vocab_size for d in offsets):
         return False
-    if not all(a < b for a, b in zip(offsets, offsets[1:])):
+    if not all(a < b for a, b in zip(offsets, offsets[1:], strict=False)):
         return False
     return max(ids) >= vocab_size or len(set(ids)) != len(ids)
 
