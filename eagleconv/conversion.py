@@ -16,6 +16,7 @@ from . import __version__
 from .drafter import AuxConvention, AuxLayers, DrafterSpec
 from .errors import ConversionError, FindingsError, UsageError
 from .formats import get_layout
+from .canonical import layer_indices
 from .formats.base import Layout, get_path, rename, write_config
 from .io.writer import CheckpointWriter, OutputTensor, check_not_overlapping
 from .jsonio import dump_json
@@ -88,8 +89,10 @@ def plan_conversion(loaded: LoadedDrafter, to: str, *, drop: Iterable[str] = (),
         notes.append(f"aux layer ids set to {list(ids)} ({aux_convention}) by --aux-layer-ids"
                      + (f", replacing {list(old)}" if old else ""))
 
-    layers = sorted({int(n.split(".")[1]) for n in read.tensors if n.startswith("layers.")})
-    problems += _compat_problems(dst, spec, len(layers))
+    unmatched = sorted(d for d in drop_set if not any(_matches_drop(c, n, {d}) for c, n in read.canonical.items()))
+    if unmatched:
+        raise UsageError(f"--drop {', '.join(unmatched)} matches no tensor of this checkpoint")
+    problems += _compat_problems(dst, spec, len(layer_indices(read.tensors)))
 
     plan: list[PlanRow] = []
     out: list[OutputTensor] = []
@@ -207,8 +210,9 @@ def _config_changes(loaded: LoadedDrafter, dst: type[Layout], spec: DrafterSpec,
     return changes
 
 
-def _verify_output(staged: Path, tensors: Sequence[OutputTensor], dst_layout: str) -> None:
-    """Re-read what was written (headers, index, detection) before it is published."""
+def _verify_output(staged: Path, tensors: Sequence[OutputTensor], dst_layout: str, clean: bool) -> None:
+    """Re-read what was written before it is published: the plan, the layout, and (for a
+    clean source) no error finding, so a --drop cannot publish an unloadable drafter."""
     written = load_drafter(staged)
     try:
         got = {n: (i.dtype, i.shape) for n, i in written.store.tensors.items()}
@@ -218,6 +222,10 @@ def _verify_output(staged: Path, tensors: Sequence[OutputTensor], dst_layout: st
         if written.layout.name != dst_layout or written.read.errors or written.read.missing:
             raise ConversionError(f"internal error: output does not read back as {dst_layout}: "
                                   f"{written.layout.name} {written.read.errors + written.read.missing}", staged)
+        errors = [f for f in checkpoint_findings(written.read, written.store) if f.severity == "error"] if clean else []
+        if errors:
+            raise ConversionError(f"the converted drafter would have {len(errors)} error finding(s), first: "
+                                  f"[{errors[0].code}] {errors[0].message}; nothing was written", staged.parent)
     finally:
         written.close()
 
@@ -257,7 +265,7 @@ def convert(source: str | Path, destination: str | Path, to: str, *, from_format
         metadata = {"format": "pt", "eagleconv_version": __version__}
         report.files_written = writer.write(tensors, {"config.json": dump_json(config)},
                                             max_shard_size=max_shard_size, metadata=metadata, on_bytes=on_bytes,
-                                            verify=lambda staged: _verify_output(staged, tensors, dst_layout=to))
+                                            verify=lambda staged: _verify_output(staged, tensors, to, clean=not errors))
         report.bytes_written = sum(t.nbytes for t in tensors)
         return report
     finally:

@@ -196,3 +196,18 @@ def test_vllm_output_writes_every_engine_synonym(drafter, tmp_path):
     assert cfg["num_aux_hidden_states"] == 3
     assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == cfg["eagle_aux_hidden_state_layer_ids"]
     assert json.dumps(cfg).count("input_norm") == 0
+
+
+def test_drop_that_matches_nothing_is_a_usage_error(drafter, tmp_path):
+    with pytest.raises(UsageError, match="--drop embed_token matches no tensor"):
+        convert(drafter(producer="torchspec"), tmp_path / "out", "specforge", drop=["embed_token"])
+
+
+def test_drop_cannot_publish_an_unloadable_drafter(drafter, tmp_path):
+    """Dropping lm_head under a compressed vocab would make vLLM use the first draft-vocab target logits."""
+    src = drafter(producer="vllm")
+    with pytest.raises(ConversionError, match=r"EC030.*nothing was written"):
+        convert(src, tmp_path / "out", "speculators", drop=["lm_head"])
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.*"))
+    with pytest.raises(ConversionError, match="EC050"):
+        convert(src, tmp_path / "out", "speculators", drop=["fc"])
