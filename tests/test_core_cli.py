@@ -134,3 +134,10 @@ def test_validate_strict_turns_warnings_into_exit_1(drafter, tmp_path):
     strict = CliRunner().invoke(cli, ["validate", str(out), "--strict", "--json"])
     assert plain.exit_code == 0 and strict.exit_code == 1
     assert any(f["code"] == "EC010" and f["severity"] == "warning" for f in json.loads(strict.output)["findings"])
+
+
+def test_cli_format_choices_are_the_registry():
+    from eagleconv.cli.main import FORMATS
+    from eagleconv.formats import LAYOUTS
+
+    assert set(FORMATS) == set(LAYOUTS)

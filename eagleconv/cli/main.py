@@ -19,7 +19,21 @@ import click
 from .. import __version__
 from ..errors import EagleconvError
 
-FORMATS = ("eagle", "specforge", "torchspec", "vllm", "speculators", "automodel", "modelopt")
+def _layout_names() -> tuple[str, ...]:
+    """Layout names for --to/--from, from the module names in eagleconv/formats/ (one module per layout).
+
+    Read from the package directory without importing it, so ``--help`` stays
+    fast; a test keeps these names equal to the registry's.
+    """
+    import importlib.util
+    import pkgutil
+
+    spec = importlib.util.find_spec("eagleconv.formats")
+    locations = spec.submodule_search_locations if spec is not None else None
+    return tuple(sorted(m.name for m in pkgutil.iter_modules(locations or []) if m.name != "base"))
+
+
+FORMATS = _layout_names()
 
 
 class Context:
@@ -210,9 +224,9 @@ def formats(as_json: bool) -> None:
     """List the checkpoint layouts eagleconv reads and writes."""
     from ..formats import LAYOUTS
 
-    rows = [{"name": l.name, "producer": l.producer, "description": l.description,
-             "architectures": sorted(l.architectures), "aux_layer_convention": l.aux_convention}
-            for l in LAYOUTS.values()]
+    rows = [{"name": layout.name, "producer": layout.producer, "description": layout.description,
+             "architectures": sorted(layout.architectures), "aux_layer_convention": layout.aux_convention}
+            for layout in LAYOUTS.values()]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return

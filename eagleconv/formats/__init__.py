@@ -54,7 +54,16 @@ def detect_layout(config: Mapping[str, Any] | None, names: set[str] | None, meta
     return scored[0][2], scored[0][3]
 
 
-# Importing the layout modules registers them.
-from . import automodel, eagle, modelopt, specforge, speculators, torchspec, vllm  # noqa: E402,F401
+def _register_all() -> None:
+    """Import every layout module in this package; each registers itself with ``@register``."""
+    import pkgutil
+    from importlib import import_module
+
+    for module in pkgutil.iter_modules(__path__):
+        if module.name != "base":
+            import_module(f"{__name__}.{module.name}")
+
+
+_register_all()
 
 __all__ = ["LAYOUTS", "Layout", "ReadResult", "detect_layout", "get_layout", "read_drafter", "register", "write_config"]
