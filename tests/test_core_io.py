@@ -232,3 +232,36 @@ def test_missing_weights_and_missing_path(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(FormatError, match="no weights found"):
         open_checkpoint(tmp_path / "empty")
+
+
+def test_tensor_count_is_capped(tmp_path, monkeypatch):
+    from eagleconv.io import safetensors_header
+
+    monkeypatch.setattr(safetensors_header, "MAX_TENSORS", 3)
+    header = {f"t{i}": {"dtype": "U8", "shape": [1], "data_offsets": [i, i + 1]} for i in range(4)}
+    p = tmp_path / "x.safetensors"
+    write_safetensors(p, header, b"\0" * 4)
+    with pytest.raises(UnsafeInputError, match="exceed the limit of 3"):
+        read_header(p)
+
+
+def test_writer_refuses_the_reserved_metadata_name():
+    from eagleconv.io.safetensors_header import build_header
+
+    with pytest.raises(ValueError, match="__metadata__"):
+        build_header([("__metadata__", "F32", (1,), 4)], None)
+
+
+def test_built_header_is_padded_and_parses_back(tmp_path):
+    from eagleconv.io.safetensors_header import build_header
+
+    prefix, offsets = build_header([("a", "F32", (2,), 8), ("b", "BF16", (3,), 6)], {"format": "pt"})
+    assert (len(prefix) - 8) % 8 == 0 and offsets == [0, 8]
+    p = tmp_path / "x.safetensors"
+    p.write_bytes(prefix + b"\0" * 14)
+    header = read_header(p)
+    assert header.metadata == {"format": "pt"} and header.entries["b"].shape == (3,)
+    from safetensors import safe_open
+
+    with safe_open(str(p), "np") as f:  # the reference parser agrees
+        assert sorted(f.keys()) == ["a", "b"]

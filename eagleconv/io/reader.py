@@ -369,7 +369,8 @@ def open_checkpoint(path: str | Path, *, allow_pickle: bool = False) -> Checkpoi
     else:
         pickle_files = [n for n in listing if n.endswith((".bin", ".pt", ".pth"))]
     if not pickle_files:
-        raise FormatError("no weights found (.safetensors, or .bin/.pt with --allow-pickle)", directory)
+        raise FormatError("no weights found (.safetensors, or .bin/.pt with --allow-pickle); "
+                          "to check a config alone, use `eagleconv lint CONFIG_JSON`", directory)
     if not allow_pickle:
         raise UnsafeInputError(
             f"weights are pickles ({', '.join(pickle_files)}); loading a pickle can execute code. "
