@@ -15,6 +15,28 @@ from eagleconv.synthetic import DrafterRecipe, make_drafter
 
 
 @pytest.fixture(autouse=True)
+def _no_network(monkeypatch):
+    """Only loopback connections: nothing in eagleconv may reach a hub or any other host."""
+    import ipaddress
+    import socket
+
+    real_connect = socket.socket.connect
+
+    def connect(self, address):
+        host = address[0] if isinstance(address, tuple) else None
+        if host is not None:
+            try:
+                loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+            except ValueError:
+                loopback = False
+            if not loopback:
+                raise OSError(f"test tried to reach {host}: tests are offline")
+        return real_connect(self, address)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+
+
+@pytest.fixture(autouse=True)
 def _isolated_hf(tmp_path_factory, monkeypatch):
     home = tmp_path_factory.mktemp("hf_home")
     monkeypatch.setenv("HF_HOME", str(home))
