@@ -107,12 +107,18 @@ def speculators_translation(*, propagates_eagle31: bool, qwen3: bool):
 
 @emits("EC041")
 def check_method_detection(subject: Subject, view: EngineView) -> list[Finding]:
-    """vLLM picks the method from the path; 'eagle-' is tested before 'eagle3' and means EAGLE-1."""
+    """vLLM picks the method from the path: 'eagle-' means EAGLE-1, then 'eagle3' means EAGLE-3, else 'draft_model'."""
     path = (subject.path or "").lower()
+    if not path:
+        return []
+    explicit = "pass --speculative-config '{\"method\": \"eagle3\", ...}' explicitly"
     if "eagle-" in path:
         return [finding(view, "EC041", "warning", f"the path contains 'eagle-', so {view.profile.label} auto-detects "
-                        "method 'eagle' (EAGLE-1) unless told otherwise: pass --speculative-config "
-                        "'{\"method\": \"eagle3\", ...}' explicitly")]
+                        f"method 'eagle' (EAGLE-1) unless told otherwise: {explicit}")]
+    if "eagle3" not in path:
+        return [finding(view, "EC041", "info", f"the path contains neither 'eagle-' nor 'eagle3', so without an "
+                        f"explicit method {view.profile.label} serves it as method 'draft_model' (a standalone "
+                        f"draft LM), not EAGLE-3: {explicit}, or name the path ...eagle3...")]
     return []
 
 

@@ -79,8 +79,9 @@ CODES: dict[str, Code] = {c.code: c for c in sorted([
          severity="error when the engine's registry is known to lack the name; warning when eagleconv's copy of the registry is partial"),
     Code("EC041", "serving method is auto-detected wrongly",
          "The engine picks the speculative method from the model path; for this path it picks the wrong one "
-         "(vLLM: a path containing 'eagle-' is served as EAGLE-1). Pass the method explicitly.",
-         severity="warning"),
+         "(vLLM: a path containing 'eagle-' is served as EAGLE-1; one with neither 'eagle-' nor 'eagle3' as a "
+         "standalone 'draft_model'). Pass the method explicitly.",
+         severity="warning for 'eagle-'; info for a path without 'eagle3' (most launch commands name the method)"),
     Code("EC042", "engine replaces a drafter tensor with the target's",
          "The engine shares embed_tokens or lm_head from the target (because the checkpoint has none, or "
          "unconditionally). Correct only if the drafter was trained with the target's tensor.",
