@@ -49,6 +49,19 @@ def test_plain_path_is_served_as_draft_model(tmp_path):
 
 # -- 3. flags: key presence wins, a null reads as false ----------------------------------------
 
+def test_null_nested_flag_is_read_as_false():
+    """``"use_aux_hidden_state" in eagle_config`` then its value (llama_eagle3.py:180-183); null means no fc."""
+    t, cfg = state()
+    cfg["eagle_config"] = {"use_aux_hidden_state": None}
+    [f] = found(eagleconv.validate(t, cfg), "EC022")
+    assert "use_aux_hidden_state" in f.message and "false" in f.message
+    t, cfg = state()
+    cfg["eagle_config"] = {"norm_before_fc": None}
+    cfg["norm_before_fc"] = True  # eagle_config.get('norm_before_fc', top) returns the nested None
+    view = eagleconv.engines.engine_view(eagleconv.engines.PROFILES[V032], _subject(cfg))
+    assert view.flags["norm_before_fc"][0] is False
+
+
 def _subject(cfg):
     from eagleconv.engines.base import Subject
     return Subject(cfg, None, None, set(), False)

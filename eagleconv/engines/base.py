@@ -30,6 +30,7 @@ class FlagRule:
 
     paths: tuple[str, ...]
     default: bool = False
+    null_is_false: bool = False  # the engine tests key presence, so a present null reads as false and wins
 
 
 @dataclass(frozen=True)
@@ -155,8 +156,10 @@ def lookup(config: Mapping[str, Any], path: str) -> Any:
 
 def read_flag(config: Mapping[str, Any], rule: FlagRule) -> tuple[bool, str]:
     for path in rule.paths:
-        value = lookup(config, path)
-        if value is not None:
+        value = get_path(config, path)
+        if value is None and rule.null_is_false:
+            return False, f"{path} is null"
+        if value is not None and value is not _MISSING:
             return bool(value), path
     return rule.default, f"default {str(rule.default).lower()}"
 

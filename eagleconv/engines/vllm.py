@@ -35,12 +35,14 @@ LLAMA_NAMES = ("Eagle3LlamaForCausalLM", "LlamaForCausalLMEagle3", "Eagle3MiniMa
 QWEN3_NAMES = ("Eagle3Qwen3ForCausalLM", "PeagleQwen3ForCausalLM")
 DEEPSEEK_NAMES = ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM")
 
+# Every read is ``getattr``/``dict.get`` with a default, then truthiness: a key that is present wins even when null
+# (llama_eagle3.py:179-188, 231, 252, 101).
 FLAGS = {
-    "fc_norm": FlagRule(("fc_norm",)),
-    "norm_before_fc": FlagRule(("eagle_config.norm_before_fc", "norm_before_fc")),
-    "norm_output": FlagRule(("norm_output",)),
-    "norm_before_residual": FlagRule(("norm_before_residual",)),
-    "use_aux_hidden_state": FlagRule(("eagle_config.use_aux_hidden_state",), default=True),
+    "fc_norm": FlagRule(("fc_norm",), null_is_false=True),
+    "norm_before_fc": FlagRule(("eagle_config.norm_before_fc", "norm_before_fc"), null_is_false=True),
+    "norm_output": FlagRule(("norm_output",), null_is_false=True),
+    "norm_before_residual": FlagRule(("norm_before_residual",), null_is_false=True),
+    "use_aux_hidden_state": FlagRule(("eagle_config.use_aux_hidden_state",), default=True, null_is_false=True),
 }
 
 CAPTURE = CaptureRules(
