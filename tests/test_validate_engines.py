@@ -115,6 +115,8 @@ def test_ec010_eagle_config_ids_ignored_by_vllm_v2_runner(drafter):
 
 SPECULATORS_4_IDS = {  # vllm#54526: a speculators checkpoint with 4 top-level ids and no num_aux_hidden_states
     "architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3", "draft_vocab_size": 32000,
+    "speculators_config": {"algorithm": "eagle3", "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}],
+                           "verifier": {"name_or_path": "meta-llama/Llama-3.1-8B-Instruct"}},
     "target_hidden_size": 4096, "norm_before_residual": False, "eagle_aux_hidden_state_layer_ids": [2, 10, 20, 29],
     "transformer_layer_config": {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
                                  "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,

@@ -112,4 +112,22 @@ def test_unknown_bias_is_ignored_only_under_an_existing_module():
 SPECULATORS = producer_config(DrafterRecipe(producer="speculators", dims=SERVABLE))
 
 
+def test_speculators_without_transformer_layer_config_is_built_from_nothing():
+    """extract_transformers_pre_trained_config starts from {} (speculators/base.py:59); 'Must provide ...' is only
+    validate_speculators_config, which the drafter path never calls."""
+    cfg = {k: v for k, v in json.loads(json.dumps(SPECULATORS)).items() if k != "transformer_layer_config"}
+    [f] = [f for f in found(eagleconv.lint(cfg), "EC040") if "transformer_layer_config" in f.message]
+    assert "Must provide" not in f.message and "hidden_size" in f.message
+
+
+def test_speculators_config_with_model_type_is_not_read_as_speculators():
+    """HFConfigParser picks SpeculatorsConfig only when model_type is absent (transformers_utils/config.py:315-320)."""
+    cfg = {**json.loads(json.dumps(SPECULATORS)), "model_type": "llama"}
+    assert any("model_type" in f.message and "Eagle3Speculator" in f.message
+               for f in found(eagleconv.lint(cfg), "EC040", severity="error"))
+    cfg = {k: v for k, v in json.loads(json.dumps(SPECULATORS)).items() if k != "speculators_config"}
+    assert any("speculators_config" in f.message for f in found(eagleconv.lint(cfg), "EC040", severity="error"))
+    assert not found(eagleconv.lint(SPECULATORS), "EC040")
+
+
 # -- 7. capture layers (gpu_model_runner.py:5251-5285, gpu/spec_decode/eagle/eagle3_utils.py:100-137) --

@@ -86,13 +86,26 @@ def speculators_translation(*, propagates_eagle31: bool, qwen3: bool):
     arch_for = {"llama": "Eagle3LlamaForCausalLM", "qwen3": "Eagle3Qwen3ForCausalLM" if qwen3 else "Eagle3LlamaForCausalLM"}
 
     def translate(config: Mapping[str, Any]) -> Translation:
-        if config.get("speculators_model_type") != "eagle3":
-            return Translation(None, [f"speculators_model_type {config.get('speculators_model_type')!r} is not an "
-                                      "EAGLE-3 speculator"])
+        kind = config.get("speculators_model_type")
+        if config.get("model_type") not in (None, "speculators"):  # HFConfigParser: SpeculatorsConfig needs no model_type
+            return Translation(None, [f"model_type {config['model_type']!r} makes vLLM read this as a plain "
+                                      f"{config['model_type']} config, not a speculators one: EAGLEConfig keeps "
+                                      f"architectures {config.get('architectures')} (e.g. Eagle3Speculator), which "
+                                      "is not registered. Drop model_type"])
+        if config.get("model_type") is None and config.get("speculators_config") is None:
+            return Translation(None, ["no model_type and no speculators_config: vLLM recognises a speculators "
+                                      "config by its speculators_config, so AutoConfig fails on it"])
+        if kind != "eagle3":
+            known = kind in ("peagle", "dflash", "dflash2", "dspark")
+            return Translation(None, [f"speculators_model_type {kind!r} is not an EAGLE-3 speculator: " + (
+                f"vLLM serves it as {kind} (not modelled by eagleconv)" if known else
+                "vLLM raises ValueError('Expected one of: ... Please ensure you're loading a speculators-format "
+                "model.')")])
         layer = config.get("transformer_layer_config")
         if not isinstance(layer, Mapping):
-            return Translation(None, ["no transformer_layer_config: vLLM raises ValueError('Must provide "
-                                      "transformer_layer_config')"])
+            return Translation(None, ["no transformer_layer_config: vLLM builds the drafter config from an empty "
+                                      "dict (or fails on a non-dict), so the drafter class fails on the first "
+                                      "required field (hidden_size)"])
         view: dict[str, Any] = dict(layer)
         defaulted: dict[str, str] = {}
         view["draft_vocab_size"] = config.get("draft_vocab_size")
