@@ -10,7 +10,13 @@ import json
 import torch
 
 import eagleconv
-from eagleconv.synthetic import DrafterRecipe, TinyDims, canonical_tensors, make_drafter, producer_config
+from eagleconv.synthetic import (
+    DrafterRecipe,
+    TinyDims,
+    canonical_tensors,
+    make_drafter,
+    producer_config,
+)
 
 SERVABLE = TinyDims(target_hidden=32)
 V032 = "vllm 0.32"
@@ -84,10 +90,10 @@ def test_d2t_with_full_draft_vocab_raises():
 
 def test_mask_hidden_dropped_by_llama_but_not_deepseek():
     """Only Eagle3Llama/Qwen3 load_weights skip mask_hidden (llama_eagle3.py:431-442); deepseek_eagle3.py has no such branch."""
-    t, cfg = state(**{"mask_hidden": torch.zeros(1, 96)})
+    t, cfg = state(mask_hidden=torch.zeros(1, 96))
     assert not found(eagleconv.validate(t, cfg), "EC003")
     mla = DrafterRecipe(producer="vllm", architecture="deepseek_mla", dims=SERVABLE)
-    t, cfg = state(mla, **{"mask_hidden": torch.zeros(1, 96)})
+    t, cfg = state(mla, mask_hidden=torch.zeros(1, 96))
     assert any("mask_hidden" in f.message for f in found(eagleconv.validate(t, cfg), "EC003", severity="error"))
 
 
@@ -131,3 +137,13 @@ def test_speculators_config_with_model_type_is_not_read_as_speculators():
 
 
 # -- 7. capture layers (gpu_model_runner.py:5251-5285, gpu/spec_decode/eagle/eagle3_utils.py:100-137) --
+
+def test_eagle_config_layer_ids_read_by_v2_runner_only():
+    t, cfg = state()
+    ids = cfg.pop("eagle_aux_hidden_state_layer_ids")
+    cfg["eagle_config"] = {"layer_ids": ids}
+    [f] = found(eagleconv.validate(t, cfg), "EC010")
+    assert f.severity == "warning" and "eagle_config.layer_ids" in f.message and "V1 runner" in f.message
+    cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": ids}
+    [f] = found(eagleconv.validate(t, cfg), "EC010")
+    assert "VLLM_USE_V2_MODEL_RUNNER=0" in f.message

