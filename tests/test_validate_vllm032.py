@@ -104,7 +104,7 @@ def test_rotary_pos_emb_inv_freq_is_dropped():
 
 
 def test_unknown_bias_is_ignored_only_under_an_existing_module():
-    """A '.bias' is ignored only as a missing parameter of a module that exists (utils.py:424-430)."""
+    """A '.bias' is ignored only as a missing parameter of a module that exists (utils.py:431-448)."""
     t, cfg = state(**{"layers.0.self_attn.o_proj.bias": torch.zeros(32, dtype=torch.bfloat16)})
     assert [f.severity for f in found(eagleconv.validate(t, cfg), "EC003")] == ["warning"]
     t, cfg = state(**{"fc_norm.0.bias": torch.zeros(32, dtype=torch.bfloat16)})  # fc_norm off: no fc_norm module

@@ -1,7 +1,9 @@
 """vLLM: the release installable today (0.32.0) and the upstream snapshot before #43132/#46488/#47058.
 
 Sources: vllm-loader.md §2 (config), §3 (weights), §5 (history) and its
-Addendum on 0.32.0.  In short: a raw HF-style config is wrapped in EAGLEConfig,
+Addendum on 0.32.0; the 0.32 profile was then checked rule by rule against the
+0.32.0 sources (VLLM_0_32_AUDIT.md beside this file), and the ``*_032`` rules
+below are what that code does where the note was incomplete.  In short: a raw HF-style config is wrapped in EAGLEConfig,
 which prefixes the architecture with ``Eagle3`` unless it already carries it;
 a speculators config is translated by ``update_eagle3`` (norm_before_residual
 defaults to *true* there); K comes from num_aux_hidden_states, then
@@ -78,7 +80,7 @@ KEYS = KeyRules(
 )
 
 # vLLM 0.32.0, read in its code: AutoWeightsLoader also drops rotary_pos_emb.inv_freq (utils.py:233-240); an
-# unexpected .bias is ignored only under a module that exists (utils.py:424-430); draft_id_to_target_id is a
+# unexpected .bias is ignored only under a module that exists (utils.py:431-448); draft_id_to_target_id is a
 # parameter only when draft_vocab_size differs from the target's vocab (llama_eagle3.py:338-345).
 KEYS_032 = KeyRules(
     renames=KEYS.renames,
