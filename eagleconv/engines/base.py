@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..drafter import Architecture, DrafterSpec
-from ..formats.base import _MISSING, get_path
+from ..formats.base import MISSING, get_path
 
 if TYPE_CHECKING:
     from ..formats.base import Layout, ReadResult
@@ -132,7 +132,7 @@ class Subject:
             return None
         for path in self.layout.fields[key].read:
             value = get_path(self.config, path)
-            if value is not _MISSING:
+            if value is not MISSING:
                 return value
         return None
 
@@ -154,7 +154,7 @@ class EngineView:
 
 def lookup(config: Mapping[str, Any], path: str) -> Any:
     value = get_path(config, path)
-    return None if value is _MISSING else value
+    return None if value is MISSING else value
 
 
 def read_flag(config: Mapping[str, Any], rule: FlagRule) -> tuple[bool, str]:
@@ -162,7 +162,7 @@ def read_flag(config: Mapping[str, Any], rule: FlagRule) -> tuple[bool, str]:
         value = get_path(config, path)
         if value is None and rule.null_is_false:
             return False, f"{path} is null"
-        if value is not None and value is not _MISSING:
+        if value is not None and value is not MISSING:
             return bool(value), path
     return rule.default, f"default {str(rule.default).lower()}"
 

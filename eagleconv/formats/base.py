@@ -122,7 +122,7 @@ def hf_fields(decoder: str = "", **overrides: ConfigField | None) -> dict[str, C
     return {k: v for k, v in table.items() if v is not None}
 
 
-_MISSING = object()
+MISSING = object()  # what get_path returns for an absent path (None is a legal JSON value)
 
 
 class SameAs(str):
@@ -133,7 +133,7 @@ def get_path(config: Mapping[str, Any], path: str) -> Any:
     node: Any = config
     for part in path.split("."):
         if not isinstance(node, Mapping) or part not in node:
-            return _MISSING
+            return MISSING
         node = node[part]
     return node
 
@@ -304,7 +304,7 @@ def read_fields(layout: type[Layout], config: Mapping[str, Any]) -> tuple[dict[s
         for path in cf.read:
             consumed.add(path)
             value = get_path(config, path)
-            if value is not _MISSING and key not in values:
+            if value is not MISSING and key not in values:
                 values[key] = value
     return values, consumed
 
@@ -541,7 +541,7 @@ def write_config(layout: type[Layout], spec: DrafterSpec, provenance: dict[str, 
                 set_path(config, path, values[key])
     prefix = layout.decoder_prefix()
     for rel, value in spec.extra.items():
-        if get_path(config, prefix + rel) is _MISSING:
+        if get_path(config, prefix + rel) is MISSING:
             set_path(config, prefix + rel, value)
     for key, value in layout.extra_config(spec).items():
         config[key] = value
