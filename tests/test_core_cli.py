@@ -141,3 +141,16 @@ def test_cli_format_choices_are_the_registry():
     from eagleconv.formats import LAYOUTS
 
     assert set(FORMATS) == set(LAYOUTS)
+
+
+def test_validate_against_a_synthetic_target_config(drafter, tmp_path):
+    from eagleconv.synthetic import TinyDims, make_target_config
+
+    src = drafter(producer="vllm")
+    target = make_target_config(tmp_path / "target")
+    ok = CliRunner().invoke(cli, ["validate", str(src), "--target", str(target), "--no-numeric", "--json"])
+    payload = json.loads(ok.output)
+    assert not any(f["code"] in ("EC052", "EC013") for f in payload["findings"]), payload["findings"]
+    short = make_target_config(tmp_path / "short", dims=TinyDims(target_layers=8))
+    bad = CliRunner().invoke(cli, ["validate", str(src), "--target", str(short), "--no-numeric", "--json"])
+    assert bad.exit_code == 1 and any(f["code"] == "EC013" for f in json.loads(bad.output)["findings"])

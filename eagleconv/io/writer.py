@@ -6,7 +6,8 @@ the index last; then the staging directory is fsynced and renamed into place
 and the parent directory fsynced.  On any failure the staging directory is
 removed, so a destination is either complete or absent.  Tensor bytes are
 copied by the kernel from the source file (see ``copy_range``), so peak memory
-does not grow with checkpoint size.
+does not grow with checkpoint size.  ``durable=False`` (``--no-fsync``) skips
+the fsyncs but keeps the staging and the rename.
 """
 
 from __future__ import annotations
