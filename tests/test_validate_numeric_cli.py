@@ -154,3 +154,16 @@ def test_help_and_inspect_do_not_import_torch():
 
 def test_library_export():
     assert eagleconv.validate is eagleconv.validation.validate
+
+
+def test_numeric_scan_reports_progress_over_every_float_byte(drafter):
+    import eagleconv
+    from eagleconv.loading import load_drafter
+
+    path = drafter(producer="vllm", dims=SERVABLE)
+    totals, seen = [], []
+    eagleconv.validate(path, progress=(totals.append, seen.append), chunk_bytes=512)
+    loaded = load_drafter(path)
+    floats = sum(i.nbytes for i in loaded.store.tensors.values() if i.dtype in ("BF16", "F16", "F32", "F64"))
+    loaded.close()
+    assert totals == [floats] and sum(seen) == floats and max(seen) <= 512

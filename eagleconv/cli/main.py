@@ -172,10 +172,11 @@ def convert(ctx: click.Context, src: str, dst: str, to: str, from_format: str | 
 
 
 class _progress:
-    """A rich progress bar over bytes written, shown only on a terminal."""
+    """A rich progress bar over bytes processed, shown only on a terminal.  Yields (on_total, on_bytes)."""
 
-    def __init__(self, enabled: bool):
+    def __init__(self, enabled: bool, label: str = "writing"):
         self.enabled = enabled and sys.stderr.isatty()
+        self.label = label
         self.bar = None
         self.task = None
 
@@ -189,7 +190,7 @@ class _progress:
         self.bar.start()
 
         def on_total(total: int) -> None:
-            self.task = self.bar.add_task("writing", total=total)
+            self.task = self.bar.add_task(self.label, total=total)
 
         def on_bytes(n: int) -> None:
             if self.task is not None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from .main import FORMATS, _console, cli, run_command
+from .main import FORMATS, _console, _progress, cli, run_command
 
 ENGINE_HELP = ("Engine profile to check against (repeatable): vllm, sglang, trtllm, tokenspeed, a release such as "
                "vllm:0.32 or vllm:52a31cc, or all. Default: vllm.")
@@ -47,9 +47,13 @@ def validate(ctx: click.Context, path: str, engines: tuple[str, ...], target: st
     """
     from ..validation import validate as validate_checkpoint
 
-    run_command(ctx, as_json, lambda: _emit(validate_checkpoint(
-        path, engines=engines, target=target, tp=tp, numeric=not no_numeric, from_format=from_format,
-        allow_pickle=allow_pickle), as_json, strict))
+    def body():
+        with _progress(enabled=not as_json and not no_numeric, label="scanning") as progress:
+            report = validate_checkpoint(path, engines=engines, target=target, tp=tp, numeric=not no_numeric,
+                                         from_format=from_format, allow_pickle=allow_pickle, progress=progress)
+        return _emit(report, as_json, strict)
+
+    run_command(ctx, as_json, body)
 
 
 @cli.command()

@@ -10,7 +10,7 @@ enough to judge.  Unreadable or unsafe input still raises (exit 2).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,9 @@ from ..io.reader import CHUNK_BYTES, TensorStore
 from ..jsonio import load_json
 from ..report import Finding, FlagsView, ValidationReport
 from .structural import flag_findings, read_findings, shape_findings, vocab_findings
+
+# (on_total, on_bytes) callbacks a caller can pass to follow the numeric scan
+Progress = tuple[Callable[[int], None] | None, Callable[[int], None] | None]
 
 JUDGED_CODES = ("EC001", "EC002")  # errors about the input that are reported as findings, not raised
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
@@ -84,7 +87,8 @@ def _judged(exc: EagleconvError) -> Finding:
 
 def check(config: dict[str, Any], store: TensorStore | None, *, path: str | None, layout_name: str | None,
           engines: Any, target: str | Path | None, tp: int | None, numeric: bool, chunk_bytes: int,
-          weights_kind: str = "safetensors", metadata: Mapping[str, str] | None = None) -> ValidationReport:
+          weights_kind: str = "safetensors", metadata: Mapping[str, str] | None = None,
+          progress: Progress | None = None) -> ValidationReport:
     """Validate ``config`` (+ ``store``'s tensors when given) against ``engines``: the core of validate and lint."""
     from ..engines import engine_view, resolve_engines
     from ..engines.base import Subject
@@ -128,9 +132,12 @@ def check(config: dict[str, Any], store: TensorStore | None, *, path: str | None
     if target_info is not None:
         findings += target_findings(read.spec, target_info)
     if numeric and store is not None:
-        from .numeric import numeric_findings
+        from .numeric import numeric_findings, scanned_bytes
 
-        findings += numeric_findings(read, store, chunk_bytes)
+        on_total, on_bytes = progress or (None, None)
+        if on_total:
+            on_total(scanned_bytes(read))
+        findings += numeric_findings(read, store, chunk_bytes, on_bytes)
         common["numeric_scan"] = True
     spec = read.spec
     ids = list(spec.aux.ids) if spec is not None and spec.aux.ids is not None else subject.stated("aux_layer_ids")
@@ -155,15 +162,16 @@ def _family(subject) -> str | None:
 def validate(source: str | Path | Mapping[str, Any], config: Mapping[str, Any] | str | Path | None = None, *,
              engines: Any = ("vllm",), target: str | Path | None = None, numeric: bool = True, tp: int | None = None,
              from_format: str | None = None, allow_pickle: bool = False,
-             chunk_bytes: int = CHUNK_BYTES) -> ValidationReport:
+             chunk_bytes: int = CHUNK_BYTES, progress: Progress | None = None) -> ValidationReport:
     """Validate a drafter checkpoint directory, or an in-memory state dict with its config, for ``engines``.
 
     ``source``: a checkpoint directory, or ``{name: torch.Tensor}`` (then
     ``config`` is required: a dict or a config.json path).  ``engines``:
     profile names ("vllm", "vllm:0.32", "sglang", "all"...).  ``target``: the
     target model's directory or config.json.  ``numeric=False`` reads headers
-    and the small vectors (d2t, t2d) only.  Returns the same report as
-    ``eagleconv validate --json``.
+    and the small vectors (d2t, t2d) only.  ``progress``: optional
+    ``(on_total, on_bytes)`` callbacks for the numeric scan.  Returns the same
+    report as ``eagleconv validate --json``.
     """
     if isinstance(source, Mapping):
         from ..io.reader import StateDictTensors
@@ -177,7 +185,7 @@ def validate(source: str | Path | Mapping[str, Any], config: Mapping[str, Any] |
                 raise
             return _report([_judged(exc)], path=None, engines=[p.label for p in _profiles(engines)])
         return check(cfg, StateDictTensors(source), path=None, layout_name=from_format, engines=engines,
-                     target=target, tp=tp, numeric=numeric, chunk_bytes=chunk_bytes)
+                     target=target, tp=tp, numeric=numeric, chunk_bytes=chunk_bytes, progress=progress)
     from ..io.reader import open_checkpoint
 
     try:
@@ -191,7 +199,7 @@ def validate(source: str | Path | Mapping[str, Any], config: Mapping[str, Any] |
             raise FormatError("no config.json: cannot tell which drafter layout this is", store.path)
         return check(store.config, store, path=str(store.path), layout_name=from_format, engines=engines,
                      target=target, tp=tp, numeric=numeric, chunk_bytes=chunk_bytes,
-                     weights_kind=store.weights_kind, metadata=store.metadata)
+                     weights_kind=store.weights_kind, metadata=store.metadata, progress=progress)
     finally:
         store.close()
 

@@ -8,6 +8,8 @@ decode); only norm weights (a few KB) are decoded, for their statistics.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..formats.base import ReadResult
 from ..io.dtypes import FLOAT_DTYPES, nonfinite_mask, to_float32
 from ..io.reader import CHUNK_BYTES, TensorStore
@@ -29,7 +31,8 @@ def _not_zero(chunk, dtype: str) -> bool:
     return bool(np.any(chunk & sign))
 
 
-def scan_tensor(store: TensorStore, name: str, dtype: str, chunk_bytes: int) -> tuple[int, int | None, bool]:
+def scan_tensor(store: TensorStore, name: str, dtype: str, chunk_bytes: int,
+                on_bytes: Callable[[int], None] | None = None) -> tuple[int, int | None, bool]:
     """(non-finite count, first non-finite flat index, any non-zero element), one chunk at a time."""
     import numpy as np
 
@@ -44,17 +47,25 @@ def scan_tensor(store: TensorStore, name: str, dtype: str, chunk_bytes: int) -> 
         if not nonzero:
             nonzero = _not_zero(chunk, dtype)
         offset += chunk.size
+        if on_bytes:
+            on_bytes(chunk.nbytes)
     return count, first, nonzero
 
 
-def numeric_findings(read: ReadResult, store: TensorStore, chunk_bytes: int = CHUNK_BYTES) -> list[Finding]:
+def scanned_bytes(read: ReadResult) -> int:
+    """How many bytes the scan reads (for a progress bar's total)."""
+    return sum(i.nbytes for i in read.tensors.values() if i.dtype in FLOAT_DTYPES)
+
+
+def numeric_findings(read: ReadResult, store: TensorStore, chunk_bytes: int = CHUNK_BYTES,
+                     on_bytes: Callable[[int], None] | None = None) -> list[Finding]:
     out: list[Finding] = []
     for canonical in sorted(read.tensors):
         info = read.tensors[canonical]
         stored = read.canonical[canonical]
         if info.dtype not in FLOAT_DTYPES or info.numel == 0:
             continue
-        count, first, nonzero = scan_tensor(store, stored, info.dtype, chunk_bytes)
+        count, first, nonzero = scan_tensor(store, stored, info.dtype, chunk_bytes, on_bytes)
         if count:
             out.append(Finding(code="EC060", severity="error", tensor=stored,
                                message=f"{stored} has {count} NaN/Inf value(s) of {info.numel}; first at flat index {first}"))
