@@ -415,10 +415,20 @@ def build_benches(src: Path, work: Path, validate: bool, shard: str) -> list[Ben
     return benches
 
 
-def measure(benches: list[Bench], manifest: dict, repeat: int, cold: bool, src: Path, work: Path, quiet: bool) -> None:
+def measure(benches: list[Bench], manifest: dict, repeat: int, cold: bool, src: Path, work: Path, quiet: bool,
+            settle: float = 0.0) -> None:
+    """Run every command ``repeat`` times, rotating the order each repetition.
+
+    On this VM a command that follows a large write runs slower (the host is
+    still flushing the virtual disk even after the guest's sync returns), so a
+    fixed order would always handicap the same commands.  Rotating gives each
+    command every position once per len(benches) repetitions, and ``settle``
+    seconds of idle after each write-heavy command lets the disk quiet down.
+    """
     log = work / "last.log"
     for rep in range(repeat):
-        for b in benches:
+        shift = rep % len(benches)
+        for b in benches[shift:] + benches[:shift]:
             if b.output is not None and b.output.exists():
                 shutil.rmtree(b.output)
             os.sync()
@@ -440,6 +450,8 @@ def measure(benches: list[Bench], manifest: dict, repeat: int, cold: bool, src: 
                 print(f"  [{rep + 1}/{repeat}] {b.name:42s} {wall:7.2f} s {rss / 1e6:8.1f} MB  exit {code}", flush=True)
             if b.output is not None and b.output.exists():
                 shutil.rmtree(b.output)
+                os.sync()
+                time.sleep(settle)
 
 
 # --------------------------------------------------------------------------
@@ -513,6 +525,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", type=Path, help="where outputs are written (default: beside the cache)")
     p.add_argument("--repeat", type=int, default=3, help="repetitions of each command (median reported)")
     p.add_argument("--warm", action="store_true", help="do not evict the checkpoint from the page cache before each command")
+    p.add_argument("--settle", type=float, default=3.0,
+                   help="seconds of idle after each command that wrote an output (disk writeback settles)")
     p.add_argument("--json", type=Path, help="also write the results as JSON here")
     args = p.parse_args(argv)
 
@@ -554,7 +568,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"checkpoint {src} ({size / 1e9:.2f} GB), {repeat} repetition(s), page cache "
               f"{'evicted before each data command (cold checkpoint, warm programs); inspect/--help warm' if cold else 'not evicted (warm)'}"
               f"{'' if validate else '; eagleconv validate not available: its rows are skipped'}", flush=True)
-        measure(benches, manifest, repeat, cold, src, work, quiet=args.quick)
+        measure(benches, manifest, repeat, cold, src, work, quiet=args.quick, settle=0.0 if args.quick else args.settle)
     finally:
         if tmp is not None:
             tmp.cleanup()
