@@ -154,3 +154,16 @@ def test_validate_against_a_synthetic_target_config(drafter, tmp_path):
     short = make_target_config(tmp_path / "short", dims=TinyDims(target_layers=8))
     bad = CliRunner().invoke(cli, ["validate", str(src), "--target", str(short), "--no-numeric", "--json"])
     assert bad.exit_code == 1 and any(f["code"] == "EC013" for f in json.loads(bad.output)["findings"])
+
+
+def test_rename_only_convert_imports_neither_torch_numpy_nor_rich(drafter, tmp_path):
+    """The streaming path stays light: these imports alone would cost more than copying a small drafter."""
+    src = drafter(producer="specforge")
+    code = ("import sys; from eagleconv.cli.main import main; sys.argv=['eagleconv'] + sys.argv[1:]\n"
+            "try:\n    main()\nexcept SystemExit as e:\n    assert e.code == 0, e.code\n"
+            "heavy = sorted({'torch', 'numpy', 'rich'} & set(sys.modules))\n"
+            "assert not heavy, heavy\n")
+    proc = subprocess.run([sys.executable, "-c", code, "convert", str(src), str(tmp_path / "out"), "--to", "vllm"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "out" / "model.safetensors").exists()

@@ -165,7 +165,7 @@ def convert(ctx: click.Context, src: str, dst: str, to: str, from_format: str | 
         else:
             from .render import render_convert
 
-            render_convert(report, _console())
+            render_convert(report)
         return report, 0
 
     run_command(ctx, as_json, body)

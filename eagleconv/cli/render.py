@@ -1,11 +1,15 @@
-"""Human rendering of reports with rich.  The only module that knows about terminals."""
+"""Human rendering of inspect and convert reports (rich tables where there are tables)."""
 
 from __future__ import annotations
 
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING
+
+import click
 
 from ..report import ConvertReport, InspectReport
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def human_bytes(n: int) -> str:
@@ -18,6 +22,8 @@ def human_bytes(n: int) -> str:
 
 
 def render_inspect(report: InspectReport, console: Console) -> None:
+    from rich.table import Table
+
     spec = report.spec
     summary = Table.grid(padding=(0, 2))
     summary.add_column(style="bold")
@@ -61,27 +67,34 @@ def render_inspect(report: InspectReport, console: Console) -> None:
         console.print(f"[dim]note:[/dim] {note}")
 
 
-def render_convert(report: ConvertReport, console: Console) -> None:
+def render_convert(report: ConvertReport) -> None:
+    """The plan as a rich table (--dry-run), then one plain line per copy summary, drop, derivation,
+    config change, finding and note.  Plain lines go through click, so a normal convert never pays
+    for importing rich (~0.1 s)."""
     if report.dry_run:
+        from rich.console import Console
+        from rich.table import Table
+
         table = Table(title=f"plan: {report.source_format} -> {report.destination_format}")
         for col in ("source", "destination", "shape", "dtype", "action"):
             table.add_column(col)
         for row in report.plan:
             action = row.action + (f" ({row.reason})" if row.reason else "")
             table.add_row(row.source or "-", row.destination or "-", str(row.shape), row.dtype, action)
-        console.print(table)
+        Console(highlight=False, soft_wrap=True).print(table)
     else:
         copied = sum(1 for r in report.plan if r.action == "copy")
-        console.print(f"[green]converted[/green] {report.source} ({report.source_format}) -> {report.destination} "
-                      f"({report.destination_format}): {copied} tensors copied, {human_bytes(report.bytes_written)}")
+        click.echo(f"{click.style('converted', fg='green')} {report.source} ({report.source_format}) -> "
+                   f"{report.destination} ({report.destination_format}): {copied} tensors copied, "
+                   f"{human_bytes(report.bytes_written)}")
     for row in report.plan:
         if row.action == "drop":
-            console.print(f"[yellow]dropped[/yellow] {row.source}: {row.reason}")
+            click.echo(f"{click.style('dropped', fg='yellow')} {row.source}: {row.reason}")
         elif row.action == "derive":
-            console.print(f"[cyan]derived[/cyan] {row.destination}: {row.reason}")
+            click.echo(f"{click.style('derived', fg='cyan')} {row.destination}: {row.reason}")
     for change in report.config_changes:
-        console.print(f"[yellow]config[/yellow] {change}")
+        click.echo(f"{click.style('config', fg='yellow')} {change}")
     for finding in report.findings:
-        console.print(f"[yellow]{finding.severity}[/yellow] [{finding.code}] {finding.message}")
+        click.echo(f"{click.style(finding.severity, fg='yellow')} [{finding.code}] {finding.message}")
     for note in report.notes:
-        console.print(f"[dim]note:[/dim] {note}")
+        click.echo(f"{click.style('note:', dim=True)} {note}")
