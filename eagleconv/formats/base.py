@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from ..canonical import CANONICAL_NAME, FC_NORM_NAME, layer_indices
 from ..drafter import Architecture, AuxConvention, AuxLayers, DrafterSpec, EagleFlags, MlaDims
+from ..io.dtypes import CONFIG_DTYPE_NAMES
 from ..io.reader import TensorInfo
 
 # -- tensor renames -------------------------------------------------------------
@@ -437,7 +438,7 @@ def _build_spec(layout: type[Layout], arch: Architecture, v: dict[str, Any], t: 
         convention=(aux_convention or layout.aux_convention_for(arch)) if ids else None,
     )
     flags = EagleFlags(**{k: _as_bool(v[k], k) for k in EagleFlags.model_fields if k in v})
-    float_dtypes = [i.dtype for i in t.values() if i.dtype in ("BF16", "F16", "F32", "F64")]
+    float_dtypes = [i.dtype for i in t.values() if i.dtype in CONFIG_DTYPE_NAMES]
     dtype = max(set(float_dtypes), key=float_dtypes.count) if float_dtypes else None
     mla = None
     if arch == "deepseek_mla":
@@ -499,7 +500,6 @@ def carried_keys(layout: type[Layout], config: Mapping[str, Any]) -> dict[str, A
 
 # -- writing ----------------------------------------------------------------------
 
-CONFIG_DTYPE_NAMES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F64": "float64"}
 
 
 def spec_values(layout: type[Layout], spec: DrafterSpec) -> dict[str, Any]:

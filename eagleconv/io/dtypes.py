@@ -31,11 +31,8 @@ _RAW_NUMPY: dict[str, str] = {
     "I64": "<i8", "U64": "<u8", "F64": "<f8",
 }
 
-# torch_dtype strings in config.json -> safetensors dtype
-CONFIG_DTYPES: dict[str, str] = {
-    "bfloat16": "BF16", "float16": "F16", "float32": "F32", "float64": "F64",
-    "half": "F16", "float": "F32",
-}
+# safetensors float dtype -> the torch_dtype name a config.json states for it
+CONFIG_DTYPE_NAMES: dict[str, str] = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F64": "float64"}
 
 TORCH_TO_SAFETENSORS: dict[str, str] = {
     "torch.bool": "BOOL", "torch.uint8": "U8", "torch.int8": "I8", "torch.int16": "I16",

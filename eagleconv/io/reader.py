@@ -178,10 +178,6 @@ class Checkpoint(TensorStore):
         loc = self._locations[name]
         copy_range(self._fd_for(loc.path), loc.start, loc.end - loc.start, out_fd, loc.path)
 
-    def file_of(self, name: str) -> Path | None:
-        loc = self._locations.get(name)
-        return loc.path if loc else None
-
 
 def advise_sequential(fd: int) -> None:
     """Tell the kernel a file is read front to back (doubles readahead, as ``cp`` does).
