@@ -121,6 +121,35 @@ class ConvertReport(_Report):
         return [row for row in self.plan if row.action == "drop"]
 
 
+class TransformChange(_Report):
+    change: str
+    exact: bool = Field(..., description="true when this step leaves what the drafter computes unchanged (up to one "
+                                         "rounding of the folded weights)")
+
+
+class TransformReport(ConvertReport):
+    """What ``eagleconv upgrade`` / ``downgrade`` (and ``eagleconv.upgrade()`` / ``downgrade()``) return.
+
+    ``exact`` / ``divergence`` (inherited) describe the written drafter against
+    the source; for an upgrade ``divergence_unit_weights`` is the same measure
+    with the new norms at weight 1.0, so the report shows what calibration bought.
+    """
+
+    operation: Literal["upgrade", "downgrade"]
+    style: Literal["fc_norm", "norm_before_fc"] | None = None
+    flags_before: FlagsView
+    flags_after: FlagsView
+    eagle_version_before: Literal["3", "3.1"]
+    eagle_version_after: Literal["3", "3.1"]
+    changes: list[TransformChange] = Field(default_factory=list)
+    initialisation: Literal["calibrated", "unit"] | None = Field(
+        None, description="how new norm weights were set: scale-preserving from captured aux states, or 1.0")
+    calibration: str | None = Field(None, description="where the captured aux states came from")
+    divergence_unit_weights: list[StepDivergence] = Field(default_factory=list)
+    compute_dtype: str | None = Field(None, description="dtype the divergence was measured in (None: not measured)")
+    output_dtype: str | None = Field(None, description="dtype of the written weights")
+
+
 class ValidationReport(_Report):
     """What ``eagleconv validate`` / ``lint`` / ``eagleconv.validate()`` return."""
 
