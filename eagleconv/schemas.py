@@ -124,6 +124,7 @@ PUBLISHED: dict[str, str] = {
     "report-inspect": "eagleconv.report:InspectReport",
     "report-convert": "eagleconv.report:ConvertReport",
     "report-validate": "eagleconv.report:ValidationReport",
+    "report-diff": "eagleconv.report:DiffReport",
 }
 
 
