@@ -81,12 +81,13 @@ class InspectReport(_Report):
 
 
 class StepDivergence(_Report):
-    """How far two drafters' outputs are apart at one draft step (``diff``, lossy upgrade/downgrade)."""
+    """One draft step compared between two drafters on identical inputs (``diff``, lossy upgrade/downgrade)."""
 
-    step: int = Field(..., ge=1, description="draft step, 1-based")
-    top1_agreement: float = Field(..., ge=0, le=1, description="fraction of positions with the same argmax token")
-    max_abs_err: float = Field(..., ge=0, description="largest |a - b| over the step's logits")
-    max_rel_err: float = Field(..., ge=0, description="largest |a - b| / max(|a|, tiny) over the step's logits")
+    step: int = Field(..., ge=1, description="1 = the first pass (every scheduled row), k >= 2 = the k-th recursion step")
+    top1_agreement: float = Field(..., ge=0, le=1, description="fraction of rows whose argmax (draft token) agrees")
+    max_abs_err: float = Field(..., ge=0, description="max |logit a - logit b| over target-vocabulary entries finite "
+                                                      "in both")
+    max_rel_err: float = Field(..., ge=0, description="max_abs_err / max |logit a|")
 
 
 class PlanRow(_Report):
@@ -148,6 +149,60 @@ class TransformReport(ConvertReport):
     divergence_unit_weights: list[StepDivergence] = Field(default_factory=list)
     compute_dtype: str | None = Field(None, description="dtype the divergence was measured in (None: not measured)")
     output_dtype: str | None = Field(None, description="dtype of the written weights")
+DiffStep = StepDivergence  # the diff report's name for the same per-step model
+
+
+class DiffReport(_Report):
+    """What ``eagleconv diff A B --json`` and ``eagleconv.diff()`` return."""
+
+    identical: bool = Field(description="same draft tokens and bit-identical logits at every step")
+    steps: list[DiffStep]
+    a: str
+    b: str
+    compute_dtype: str
+    output_dtype: str
+    inputs: str = Field(description="where the inputs came from (synthetic seed or target)")
+    notes: list[str] = Field(default_factory=list)
+
+
+class ForwardStep(_Report):
+    """One draft step of ``validate --forward``."""
+
+    step: int
+    tokens: list[int] = Field(description="the draft token (target vocabulary id) of each sequence")
+    feedback_rms: float = Field(description="RMS of the hidden state fed to the next step (the drift signal)")
+    finite: bool
+
+
+class EngineForward(_Report):
+    """The drafter run as one engine release will read it, against the checkpoint's intended math."""
+
+    engine: str
+    runs: bool = Field(description="false when the engine would not load or run this checkpoint")
+    reason: str | None = None
+    flags: dict[str, bool] = Field(default_factory=dict, description="flags as the engine resolves them")
+    aux_layer_ids: list[int] | None = Field(None, description="target layers the engine captures (hidden_state_index)")
+    differs: list[str] = Field(default_factory=list, description="what differs from the intended drafter")
+    steps: list[DiffStep] = Field(default_factory=list)
+
+
+class ForwardReport(_Report):
+    """``validate --forward``: K draft steps of the reference forward (vLLM's math)."""
+
+    path: str
+    architecture: str
+    eagle_version: str
+    compute_dtype: str
+    output_dtype: str
+    recipe: str = Field(description="RMSNorm rounding recipe: native (vLLM IR) or one_round (vllm_c CUDA)")
+    backend: str
+    inputs: str
+    aux_layer_ids: list[int]
+    steps: list[ForwardStep]
+    borrowed: list[str] = Field(default_factory=list, description="embedding / LM head rows that were synthetic")
+    notes: list[str] = Field(default_factory=list)
+    engines: list[EngineForward] = Field(default_factory=list)
+    findings: list[Finding] = Field(default_factory=list)
 
 
 class ValidationReport(_Report):
@@ -167,3 +222,4 @@ class ValidationReport(_Report):
     detected_by: list[str] = Field(default_factory=list, description="why this layout was chosen")
     target: str | None = Field(None, description="the target model config checked against (--target)")
     tp: int | None = Field(None, description="tensor-parallel size checked (--tp)")
+    forward: ForwardReport | None = Field(None, description="validate --forward: the drafter run for K draft steps")

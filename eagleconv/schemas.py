@@ -98,6 +98,7 @@ PUBLISHED: dict[str, str] = {
     "report-convert": "eagleconv.report:ConvertReport",
     "report-validate": "eagleconv.report:ValidationReport",
     "report-transform": "eagleconv.report:TransformReport",
+    "report-diff": "eagleconv.report:DiffReport",
 }
 
 
