@@ -47,28 +47,56 @@ def _calibration(loaded: LoadedDrafter, calibration: str | Path | None, target: 
 
 def _capture(spec: DrafterSpec, target: str | Path, prompts: str | Path) -> tuple[torch.Tensor, str]:
     """Aux states of a transformers target on the prompts, in the drafter's aux order: [N, K, Ht]."""
-    try:
-        from .forward import capture_aux_states  # the reference forward (eagleconv.forward)
-    except ImportError:
-        raise UsageError("capturing aux states from --target needs eagleconv.forward, which this build lacks; "
-                         "pass --calibration FILE instead") from None
-    states = capture_aux_states(target, prompts, spec)
-    return states, f"{target} on {prompts} ({states.shape[0]} tokens)"
+    import torch
+
+    from .forward import Target, capture_aux_states, default_aux_ids, read_prompts
+
+    tgt = Target(target)
+    prompt_list = read_prompts(prompts)
+    ids = sorted(default_aux_ids(spec, tgt.num_layers))
+    captured = capture_aux_states(tgt, prompt_list, ids)
+    states = torch.cat([torch.cat([c[i] for i in ids], -1) for c in captured], 0)
+    K, Ht = spec.aux.count, spec.target_hidden_size
+    if states.shape[-1] != K * Ht:
+        raise UsageError(f"the target's aux states are {states.shape[-1]} wide; this drafter needs {K} x {Ht}")
+    return states.double().reshape(-1, K, Ht), f"{target} on {prompts} ({states.shape[0]} tokens, layers {ids})"
 
 
-def _measure(loaded: LoadedDrafter, plan: Plan, variant: dict[str, Any] | None, *, target: str | Path | None,
-             prompts: str | Path | None, seed: int) -> tuple[list[StepDivergence], str | None, str]:
-    """Per-step divergence of the transformed drafter from the source, on identical inputs (eagleconv.forward)."""
-    try:
-        from .forward import measure_divergence
-    except ImportError:
-        return [], None, "divergence not measured: this build has no reference forward (eagleconv.forward)"
-    tensors = dict(plan.new_tensors)
-    if variant is not None:
-        tensors.update(variant)
-    steps, compute_dtype = measure_divergence(loaded, plan.transform.spec, tensors, set(plan.transform.removed),
-                                              target=target, prompts=prompts, steps=MEASURE_STEPS, seed=seed)
-    return list(steps), compute_dtype, ""
+class _Measurer:
+    """Source and transformed drafter on identical inputs (eagleconv.forward, float32), compared per draft step."""
+
+    def __init__(self, loaded: LoadedDrafter, target: str | Path | None, prompts: str | Path | None, seed: int):
+        from .forward.api import default_aux_ids
+        from .forward.model import Drafter
+        from .forward.run import InputFactory, _target_and_prompts, run_all
+        from .forward.weights import CheckpointSource
+
+        spec = loaded.require_spec()
+        tgt, prompt_list, layers = _target_and_prompts(target, prompts)
+        self.loaded, self.seed = loaded, seed
+        self.borrowed: dict[str, Any] = {}
+        if tgt is not None:
+            if spec.embed_tokens == "target":
+                self.borrowed["target_embed"] = tgt.embed
+            if spec.lm_head == "target":
+                self.borrowed["target_lm_head"] = tgt.lm_head
+        factory = InputFactory(spec.vocab_size, spec.target_hidden_size, target=tgt, prompts=prompt_list, seed=seed)
+        factory._given = prompt_list is not None
+        self.inputs = factory.make(default_aux_ids(spec, layers))
+        self.description = factory.description
+        source = Drafter(spec, CheckpointSource(loaded), dtype="float32", seed=seed, **self.borrowed)
+        self.compute_dtype = source.compute_dtype
+        self.reference = run_all(source, self.inputs, MEASURE_STEPS)
+
+    def divergence(self, spec: DrafterSpec, tensors: dict[str, Any]) -> list[StepDivergence]:
+        from .forward.model import Drafter
+        from .forward.run import OverlaySource, compare, run_all
+        from .forward.weights import CheckpointSource
+
+        changed = Drafter(spec, OverlaySource(CheckpointSource(self.loaded), tensors), dtype="float32", seed=self.seed,
+                          **self.borrowed)
+        steps, _identical = compare(self.reference, run_all(changed, self.inputs, MEASURE_STEPS))
+        return list(steps)
 
 
 def _run(source: str | Path, destination: str | Path, *, operation: str, to: str | None,
@@ -88,14 +116,12 @@ def _run(source: str | Path, destination: str | Path, *, operation: str, to: str
                                   "layout that can (e.g. --to vllm)", loaded.store.path)
         state.update(plan=plan, before=spec)
         if not plan.transform.exact:
-            steps, compute_dtype, note = _measure(loaded, plan, None, target=target, prompts=prompts, seed=seed)
-            plan.transform.divergence = steps
-            state["compute_dtype"] = compute_dtype
-            if note:
-                plan.transform.notes.append(note)
-            if measure_unit and plan.unit_variant is not None and steps:
-                unit, _, _ = _measure(loaded, plan, plan.unit_variant, target=target, prompts=prompts, seed=seed)
-                state["unit"] = unit
+            measurer = _Measurer(loaded, target, prompts, seed)
+            plan.transform.divergence = measurer.divergence(new, plan.new_tensors)
+            state["compute_dtype"] = measurer.compute_dtype
+            plan.transform.notes.append(f"divergence measured over {MEASURE_STEPS} draft steps on {measurer.description}")
+            if measure_unit and plan.unit_variant is not None:
+                state["unit"] = measurer.divergence(new, {**plan.new_tensors, **plan.unit_variant})
         return plan.transform
 
     report = convert(source, destination, to, transform=transform, **convert_kwargs)

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from . import architectures
 from .conversion import Computed, Transform
 from .drafter import DrafterSpec
 from .errors import ConversionError, FormatError, UsageError
@@ -172,6 +173,9 @@ def plan_upgrade(loaded: LoadedDrafter, *, style: Style = "fc_norm", fc_norm: bo
     if not flags.use_aux_hidden_state and fc_norm:
         raise ConversionError("this drafter has no fc (use_aux_hidden_state = false): there is nothing to normalise; "
                               "pass --no-fc-norm")
+    if fc_norm and style == "norm_before_fc" and not architectures.get(spec.architecture).reads_norm_before_fc:
+        raise ConversionError(f"{spec.architecture} drafters have no input_norm (vLLM's loader rejects one): use "
+                              "--style fc_norm")
     already = flags.fc_norm or flags.norm_before_fc
     add_norm = fc_norm and not already
     changes: list[tuple[str, bool]] = []

@@ -240,3 +240,63 @@ def test_upgrade_cli_json(drafter, tmp_path):
     report = json.loads(result.output)
     assert report["exact"] is True and report["operation"] == "upgrade" and report["style"] is None
     assert report["flags_after"]["fc_norm"] is False
+
+
+# -- measured divergence (the reference forward, eagleconv.forward) ---------------------------------
+
+def synthetic_calibration(path: Path, ids=(2, 8, 13), seed: int = 7) -> Path:
+    """Aux states from the same distribution as the forward's synthetic inputs, another seed."""
+    from eagleconv.forward.inputs import synthetic_aux
+
+    states = torch.cat([synthetic_aux(seed, i, 8, 16, HT) for i in ids], -1).reshape(-1, K * HT)
+    save_file({"aux_hidden_states": states.contiguous()}, str(path))
+    return path
+
+
+def test_flag_off_upgrade_is_identical_under_diff(drafter, tmp_path):
+    src = drafter(producer="vllm")
+    eagleconv.upgrade(src, tmp_path / "out", fc_norm=False, norm_output=False, to="speculators")
+    report = eagleconv.diff(src, tmp_path / "out")
+    assert report.identical and all(s.top1_agreement == 1.0 and s.max_abs_err == 0.0 for s in report.steps)
+
+
+def test_norm_output_changes_only_the_recursion(drafter, tmp_path):
+    """norm_output feeds back the post-norm state: step 1 is bit-identical, later steps are not."""
+    src = drafter(producer="vllm")
+    report = eagleconv.upgrade(src, tmp_path / "out", fc_norm=False)
+    assert report.exact is False and report.compute_dtype == "float32"
+    steps = report.divergence
+    assert [s.step for s in steps] == [1, 2, 3, 4]
+    assert steps[0].max_abs_err == 0.0 and steps[0].top1_agreement == 1.0
+    assert all(s.max_abs_err > 0 for s in steps[1:])
+    # the report's numbers are diff's numbers for the written drafter
+    assert eagleconv.diff(src, tmp_path / "out").steps == steps
+
+
+@pytest.mark.parametrize("architecture", ["llama", "qwen3", "deepseek_mla"])
+def test_calibration_buys_agreement(drafter, tmp_path, architecture):
+    src = drafter(producer="vllm", architecture=architecture, dtype="float32")
+    calibration = synthetic_calibration(tmp_path / "calib.safetensors")
+    report = eagleconv.upgrade(src, tmp_path / "out", norm_output=False, calibration=calibration)
+    calibrated, unit = report.divergence[0], report.divergence_unit_weights[0]
+    # the synthetic states' outlier channels make each token's RMS vary, so no norm is exact on them; the
+    # scale-preserving weights still keep far more of the source's draft tokens than unit weights do
+    assert calibrated.top1_agreement >= unit.top1_agreement + 0.15
+    assert eagleconv.diff(src, tmp_path / "out").steps == report.divergence
+
+
+def test_lossy_downgrade_reports_measured_divergence(drafter, tmp_path):
+    src = drafter(producer="vllm", eagle31=True)
+    report = eagleconv.downgrade(src, tmp_path / "out", allow_lossy=True)
+    assert report.exact is False and len(report.divergence) == 4
+    assert any(s.max_abs_err > 0 for s in report.divergence)
+    assert eagleconv.diff(src, tmp_path / "out").steps == report.divergence
+    result = CliRunner().invoke(cli, ["downgrade", str(src), str(tmp_path / "again"), "--allow-lossy"])
+    assert result.exit_code == 0 and "divergence from the source per draft step (float32)" in result.output
+    assert "step 4: top-1 agreement" in result.output
+
+
+def test_mla_has_no_norm_before_fc_style(drafter, tmp_path):
+    src = drafter(producer="vllm", architecture="deepseek_mla")
+    with pytest.raises(ConversionError, match="use --style fc_norm"):
+        eagleconv.upgrade(src, tmp_path / "out", style="norm_before_fc")

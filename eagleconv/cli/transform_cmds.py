@@ -24,13 +24,13 @@ def _emit(report: TransformReport, as_json: bool) -> tuple[TransformReport, int]
     click.echo(f"EAGLE {report.eagle_version_before} -> {report.eagle_version_after} "
                f"({'exact' if report.exact else 'changes the drafter'})")
     for change in report.changes:
-        click.echo(f"  {'exact' if change.exact else 'lossy'}: {change.change}")
+        click.echo(f"  {'exact' if change.exact else 'changes the function'}: {change.change}")
     if report.divergence:
         click.echo(f"divergence from the source per draft step ({report.compute_dtype}):")
         unit = {s.step: s for s in report.divergence_unit_weights}
         for s in report.divergence:
             line = f"  step {s.step}: top-1 agreement {s.top1_agreement:.3f}, max abs err {s.max_abs_err:.3g}"
-            if s.step in unit:
+            if s.step in unit and report.initialisation == "calibrated":
                 line += f" (unit weights: {unit[s.step].top1_agreement:.3f}, {unit[s.step].max_abs_err:.3g})"
             click.echo(line)
     return report, 0
