@@ -9,6 +9,7 @@ branches on an engine's name.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from ..canonical import FC_NORM_NAME, expected_tensors
 from ..drafter import AuxLayers
@@ -27,7 +28,7 @@ def emits(*codes: str) -> Callable[[Check], Check]:
 
 
 def finding(view: EngineView, code: str, severity: str, message: str, tensor: str | None = None) -> Finding:
-    return Finding(code=code, severity=severity, message=message, tensor=tensor, engine=view.profile.label)  # type: ignore[arg-type]
+    return Finding(code=code, severity=severity, message=message, tensor=tensor, engine=view.profile.label)  # type: ignore[arg-type,unused-ignore]
 
 
 def family_of(subject: Subject) -> str | None:
@@ -35,7 +36,8 @@ def family_of(subject: Subject) -> str | None:
     if subject.spec is not None:
         return subject.spec.architecture
     c = subject.config
-    decoder = c.get("transformer_layer_config") if isinstance(c.get("transformer_layer_config"), dict) else c
+    layer_config = c.get("transformer_layer_config")
+    decoder: dict[str, Any] = layer_config if isinstance(layer_config, dict) else c
     if "kv_lora_rank" in decoder:
         return "deepseek_mla"
     if decoder.get("model_type") == "qwen3":

@@ -8,6 +8,7 @@ subclass registered by ``@register``.  Adding a producer is adding a module
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from ..errors import FormatError, UsageError
@@ -32,7 +33,7 @@ def get_layout(name: str) -> type[Layout]:
 
 
 def detect_layout(config: Mapping[str, Any] | None, names: set[str] | None, metadata: Mapping[str, str] | None = None,
-                  weights_kind: str = "safetensors", path: object = None) -> tuple[type[Layout], list[str]]:
+                  weights_kind: str = "safetensors", path: str | Path | None = None) -> tuple[type[Layout], list[str]]:
     """The best-matching layout for a config plus tensor names, with the reasons.
 
     Detection uses both: ``architectures`` alone lies too often (SafeAILab

@@ -57,7 +57,7 @@ def _flags_of(read: ReadResult | None, layout: type[Layout] | None, config: Mapp
         return read.spec.flags.model_dump()
     from ..engines.base import Subject
 
-    subject = Subject(dict(config), layout, read, set(), False)
+    subject = Subject(dict(config), layout=layout, read=read, names=set(), has_tensors=False)
     flags = {}
     for flag in ("fc_norm", "norm_before_fc", "norm_output", "norm_before_residual", "use_aux_hidden_state"):
         value = subject.stated(flag)
@@ -120,7 +120,8 @@ def check(config: dict[str, Any], store: TensorStore | None, *, path: str | None
     findings += [f for f in flag_findings(read) if f.code == "EC020" or not profiles] if store is not None else []
     if store is not None:
         findings += vocab_findings(read, store)
-    subject = Subject(dict(config), layout, read, set(tensors), store is not None, path, target_info, tp)
+    subject = Subject(dict(config), layout=layout, read=read, names=set(tensors), has_tensors=store is not None, path=path,
+                      target=target_info, tp=tp)
     if store is None and read.spec is not None:
         findings += [f for f in flag_findings(read) if f.code == "EC020"]
     for profile in profiles:
