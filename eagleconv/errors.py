@@ -39,6 +39,14 @@ class FormatError(EagleconvError):
     """Input that is well-formed but is not a drafter layout eagleconv understands."""
 
 
+class AmbiguousLayoutError(FormatError):
+    """Two or more layouts fit the checkpoint equally well; ``--from`` (``from_format=``) must choose."""
+
+    def __init__(self, message: str, path: str | Path | None = None, candidates: list[str] | None = None):
+        self.candidates = list(candidates or [])
+        super().__init__(message, path)
+
+
 class UsageError(EagleconvError):
     """Bad arguments: unknown format, destination inside the source, and the like."""
 
