@@ -343,14 +343,32 @@ def verifier_of(config: dict[str, Any], inspected: InspectReport | None) -> str 
     return name if isinstance(name, str) and name else None
 
 
+# Config keys (at any depth) that name the target model; speculators' verifier.name_or_path is read via the spec.
+TARGET_KEYS = ("base_model", "base_model_name_or_path", "target_model", "target_model_name_or_path",
+               "target_model_path", "verifier_name_or_path")
+
+
+def _target_fields(value: Any, where: str = "") -> Iterable[tuple[str, str]]:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            at = f"{where}.{key}" if where else str(key)
+            if key in TARGET_KEYS and isinstance(item, str):
+                yield at, item
+            else:
+                yield from _target_fields(item, at)
+
+
 def publish_findings(config: dict[str, Any], inspected: InspectReport | None) -> list[Finding]:
-    """Checks that matter only for a config about to be published (EC070)."""
-    name = verifier_of(config, inspected)
-    if name is not None and is_local_path(name):
-        return [Finding(code="EC070", severity="warning",
-                        message=f"the verifier is the local path {name!r}: publishing leaks it and the card cannot "
-                                "set base_model (state the Hub id with --base-model ORG/NAME)")]
-    return []
+    """Checks that matter only for a config about to be published: a target model named by a local path (EC070)."""
+    named: dict[str, str] = {}
+    verifier = verifier_of(config, inspected)
+    if verifier is not None:
+        named["speculators_config.verifier.name_or_path"] = verifier
+    named.update(_target_fields(config))
+    return [Finding(code="EC070", severity="warning",
+                    message=f"{key} is the local path {name!r}: publishing leaks it and nobody can resolve the target "
+                            "from it; the card cannot set base_model (give the Hub id with --base-model ORG/NAME)")
+            for key, name in named.items() if is_local_path(name)]
 
 
 def speculative_tokens(config: dict[str, Any]) -> int:
@@ -481,7 +499,8 @@ def push(path: str | Path, repo_id: str, *, revision: str | None = None, create_
     if base_model is not None and is_local_path(base_model):
         raise UsageError(f"--base-model {base_model!r} is a local path, not a Hub id")
     revision = revision or "main"
-    report = validate(source, engines=engines, numeric=numeric, **_forward_kwargs())
+    forward = _forward_kwargs()
+    report = validate(source, engines=engines, numeric=numeric, **forward)
     config = _config_of(source)
     inspected = inspect(source) if report.ok else None
     extra = publish_findings(config, inspected)
@@ -489,6 +508,8 @@ def push(path: str | Path, repo_id: str, *, revision: str | None = None, create_
     result = PushReport(ok=False, source=str(source), repo_id=repo_id, revision=revision, create_pr=create_pr,
                         private=private, endpoint=_endpoint(endpoint), dry_run=dry_run, validation=report,
                         publish_findings=extra)
+    if not forward:
+        result.notes.append("no forward pass: this eagleconv's validate() has none (static and numeric checks only)")
     warnings = [f for f in report.findings if f.severity == "warning"]
     if not report.ok or (strict and warnings) or inspected is None:
         result.refused = True

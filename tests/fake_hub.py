@@ -9,7 +9,8 @@ so a test can assert that a refused push sent none.
 
 Failure switches (``hub.fail``): ``"commit-500"`` answers the commit with a
 500 after reading it and stores nothing; ``"commit-lost"`` stores the commit
-then drops the connection without an answer.
+then drops the connection without an answer; ``"commit-race"`` lets another
+writer commit first, so the client's ``parentCommit`` is stale (412).
 """
 
 from __future__ import annotations
@@ -144,6 +145,9 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
 
         do_GET = do_POST = do_HEAD = _dispatch
 
+        def hub_other_commit(self, repo: Repo, head: str) -> str:
+            return hub.new_commit(repo, {**repo.commits[head], "other.txt": b"someone else"}, head)
+
         # -- endpoints ---------------------------------------------------------------------
         def _create_repo(self) -> None:
             body = json.loads(self._body() or b"{}")
@@ -206,6 +210,8 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 head = self._resolve(repo, rev)
                 if head is None:
                     return
+                if hub.fail == "commit-race":  # another writer commits first
+                    head = repo.refs[rev] = self.hub_other_commit(repo, head)
                 header = lines[0]["value"]
                 parent = header.get("parentCommit")
                 if parent is not None and parent != head and not create_pr:

@@ -184,6 +184,42 @@ def test_commit_whose_answer_is_lost_is_reconciled_not_retried(hub, drafter):
     assert any("response was lost" in n for n in report.notes)
 
 
+def test_commit_on_a_moved_branch_is_refused_by_parent_commit_and_reported(hub, drafter):
+    hub.fail = "commit-race"
+    code, report = push_json(good(drafter), "org/d")
+    assert code == 2 and not report.ok and "412" in report.error
+    assert hub.commit_posts() == 1
+    head = hub.repos["org/d"].refs["main"]
+    assert head != report.parent_commit and sorted(hub.files("org/d")) == [".gitattributes", "other.txt"]
+    assert any("moved from" in n and head in n for n in report.notes)
+    assert {f.path for f in report.remote} == {".gitattributes", "other.txt"}
+
+
+def test_private_repository_needs_the_token_to_pull(hub, drafter, tmp_path, monkeypatch):
+    assert run("push", good(drafter), "org/secret", "--private").exit_code == 0
+    assert hub.repos["org/secret"].private
+    monkeypatch.delenv("HF_TOKEN")
+    result = run("pull", "org/secret", tmp_path / "x")
+    assert result.exit_code == 2 and "hf://org/secret" in result.output and not (tmp_path / "x").exists()
+
+
+def test_pull_refuses_error_findings_unless_forced(hub, drafter, tmp_path):
+    from fake_hub import Repo
+
+    bad = good(drafter)
+    edit_config(bad, norm_before_fc=True)
+    repo = Repo(private=False)
+    repo.refs["main"] = hub.new_commit(repo, {p.name: p.read_bytes() for p in bad.iterdir()}, None)
+    hub.repos["org/bad"] = repo
+    result = run("pull", "hf://org/bad", tmp_path / "bad", "--json")
+    report = PullReport.model_validate_json(result.stdout)
+    assert result.exit_code == 1 and report.destination is None and report.manifest_verified is None
+    assert any(f.code == "EC020" for f in report.validation.findings) and not (tmp_path / "bad").exists()
+    result = run("pull", "hf://org/bad", tmp_path / "bad", "--force")
+    assert result.exit_code == 0 and (tmp_path / "bad" / "model.safetensors").read_bytes() == \
+        (bad / "model.safetensors").read_bytes()
+
+
 # -- dry run ------------------------------------------------------------------------------------
 
 def test_dry_run_stages_card_and_manifest_without_the_network(hub, drafter, tmp_path):
@@ -301,3 +337,5 @@ def test_local_path_verifiers_are_ec070(name, local):
     assert is_local_path(name) is local
     config = {"speculators_config": {"verifier": {"name_or_path": name}}}
     assert [f.code for f in publish_findings(config, None)] == (["EC070"] if local else [])
+    nested = {"eagle_config": {"target_model": name}, "base_model_name_or_path": name}
+    assert [f.code for f in publish_findings(nested, None)] == (["EC070", "EC070"] if local else [])
