@@ -452,6 +452,23 @@ def model_card(repo_id: str, inspected: InspectReport, validation: ValidationRep
 
 # -- push ----------------------------------------------------------------------------------
 
+def served_as(repo_id: str, engines: Any) -> list[Finding]:
+    """EC041 for the name users will serve: the repo id, not the local directory validate saw.
+
+    The engines' own method-detection rules run on ``repo_id`` (they read only the path).
+    """
+    from types import SimpleNamespace
+
+    from .engines import resolve_engines
+
+    out: list[Finding] = []
+    for profile in resolve_engines(engines):
+        for check in profile.checks:
+            if "EC041" in getattr(check, "codes", ()):
+                out += check(SimpleNamespace(path=repo_id), SimpleNamespace(profile=profile))  # type: ignore[arg-type]
+    return out
+
+
 def _forward_kwargs() -> dict[str, Any]:
     """``forward=True`` when this eagleconv's validate() has a forward pass (the hook for ``validate --forward``)."""
     import inspect as pyinspect
@@ -504,7 +521,8 @@ def push(path: str | Path, repo_id: str, *, revision: str | None = None, create_
     config = _config_of(source)
     inspected = inspect(source) if report.ok else None
     extra = publish_findings(config, inspected)
-    report = apply_ignore(report.model_copy(update={"findings": report.findings + extra}), ignore)
+    findings = [f for f in report.findings if f.code != "EC041"] + served_as(repo_id, engines) + extra
+    report = apply_ignore(report.model_copy(update={"findings": findings}), ignore)
     result = PushReport(ok=False, source=str(source), repo_id=repo_id, revision=revision, create_pr=create_pr,
                         private=private, endpoint=_endpoint(endpoint), dry_run=dry_run, validation=report,
                         publish_findings=extra)

@@ -117,6 +117,13 @@ def test_push_lands_every_file_once_and_verifies(hub, drafter):
     assert ("vllm serve meta-llama/Llama-3.1-8B-Instruct --speculative-config "
             '\'{"model": "org/drafter", "method": "eagle3", "num_speculative_tokens": 3}\'') in card
     assert "vllm 0.32" in card and "hidden_state_index" in card
+    # EC041 judges the name vLLM will see, the repo id ("drafter": no 'eagle3'), not the local directory.
+    ec041 = [f.message for f in report.validation.findings if f.code == "EC041"]
+    assert ec041 and all("neither 'eagle-' nor 'eagle3'" in m for m in ec041)
+    code, named = push_json(src, "org/llama-eagle3-drafter", "--dry-run")
+    assert not any(f.code == "EC041" for f in named.validation.findings)
+    code, named = push_json(src, "org/my-eagle-3.1-drafter", "--dry-run")
+    assert [f.severity for f in named.validation.findings if f.code == "EC041"] == ["warning"]
     assert not (src / "README.md").exists() and not (src / "MANIFEST.json").exists()  # never writes where it reads
 
 
