@@ -140,8 +140,8 @@ def parse_hf_url(text: str) -> HubRef:
     if not text.startswith(HF_SCHEME):
         raise UsageError(f"{text!r} is not an hf://ORG/NAME[@REV] reference")
     body = text[len(HF_SCHEME):]
-    repo_id, _, revision = body.partition("@")
-    if not _REPO_ID.match(repo_id) or ".." in repo_id or (_ and not revision):
+    repo_id, at, revision = body.partition("@")
+    if "/" not in repo_id or not _REPO_ID.match(repo_id) or ".." in repo_id or (at and not revision):
         raise UsageError(f"{text!r}: expected hf://ORG/NAME or hf://ORG/NAME@REVISION")
     return HubRef(repo_id, revision or None)
 

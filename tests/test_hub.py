@@ -346,3 +346,19 @@ def test_local_path_verifiers_are_ec070(name, local):
     assert [f.code for f in publish_findings(config, None)] == (["EC070"] if local else [])
     nested = {"eagle_config": {"target_model": name}, "base_model_name_or_path": name}
     assert [f.code for f in publish_findings(nested, None)] == (["EC070", "EC070"] if local else [])
+
+
+@pytest.mark.parametrize("text", ["hf://org/x@", "hf://x", "hf://../x", "hf://a/b/c", "hf://org/x y"])
+def test_malformed_hf_urls_are_usage_errors_without_requests(hub, text):
+    result = run("validate", text)
+    assert result.exit_code == 2 and "hf://ORG/NAME" in result.output
+    assert hub.requests == []
+
+
+def test_pull_never_writes_over_an_existing_directory(hub, drafter, tmp_path):
+    dest = tmp_path / "exists"
+    dest.mkdir()
+    (dest / "keep.txt").write_text("mine")
+    result = run("pull", "org/d", dest)
+    assert result.exit_code == 2 and "destination exists" in result.output
+    assert [p.name for p in dest.iterdir()] == ["keep.txt"] and hub.requests == []
