@@ -647,7 +647,7 @@ def _upload(result: PushReport, staged: Path, entries: Sequence[ManifestEntry], 
     repo_id, revision = result.repo_id, result.revision
     api = _api(result.endpoint, token)
     try:
-        api.create_repo(repo_id, private=result.private, exist_ok=True, repo_type="model")
+        api.create_repo(repo_id, private=True if result.private else None, exist_ok=True, repo_type="model")
         parent = _head(api, repo_id, revision)
         if parent is None:
             if result.create_pr:

@@ -23,7 +23,7 @@ def _render_push(report) -> None:  # type: ignore[no-untyped-def]
     for f in report.publish_findings:
         console.print(f"[yellow]{f.code}[/] {escape(f.message)}")
     if report.refused:
-        console.print(f"[bold red]push refused[/]: {escape(report.error or '')}; nothing was sent")
+        console.print(f"[bold red]push {escape(report.error or 'refused')}[/]; nothing was sent")
         return
     verb = "would upload" if report.dry_run else "uploaded"
     console.print(f"{verb} to {escape(report.repo_id)}@{escape(report.revision)}"
