@@ -362,3 +362,17 @@ def test_pull_never_writes_over_an_existing_directory(hub, drafter, tmp_path):
     result = run("pull", "org/d", dest)
     assert result.exit_code == 2 and "destination exists" in result.output
     assert [p.name for p in dest.iterdir()] == ["keep.txt"] and hub.requests == []
+
+
+def test_library_push_and_pull_with_an_explicit_token_and_endpoint(hub, drafter, tmp_path, monkeypatch):
+    import eagleconv
+
+    monkeypatch.delenv("HF_TOKEN")
+    monkeypatch.delenv("HF_ENDPOINT")
+    src = good(drafter)
+    report = eagleconv.push(src, "org/lib", endpoint=hub.url, token=TOKEN, create_pr=True, commit_message="from CI")
+    assert isinstance(report, eagleconv.PushReport) and report.ok and report.pr_url
+    assert [e.path for e in report.files] == ["README.md", "config.json", "model.safetensors"]
+    pulled = eagleconv.pull("org/lib", tmp_path / "p", revision="refs/pr/1", endpoint=hub.url, token=TOKEN)
+    assert isinstance(pulled, eagleconv.PullReport) and pulled.ok and pulled.commit == report.commit_oid
+    assert (tmp_path / "p" / "config.json").read_bytes() == (src / "config.json").read_bytes()
