@@ -170,6 +170,14 @@ def _endpoint(explicit: str | None) -> str | None:
     return explicit or os.environ.get("HF_ENDPOINT") or None
 
 
+def _cache_dir() -> str | None:
+    """HF_HUB_CACHE (else HF_HOME/hub) as the environment says now; None: huggingface_hub's default."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.environ["HF_HUB_CACHE"]
+    home = os.environ.get("HF_HOME")
+    return str(Path(home) / "hub") if home else None
+
+
 def offline() -> bool:
     """HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE), as huggingface_hub read it at import or as the environment says now."""
     from huggingface_hub import constants
@@ -272,7 +280,7 @@ def download(ref: HubRef, *, endpoint: str | None = None, token: str | bool | No
     where = f"hf://{ref.repo_id}" + (f"@{ref.revision}" if ref.revision else "")
     local_only = offline()
     try:
-        path = Path(snapshot_download(ref.repo_id, revision=ref.revision, repo_type="model",
+        path = Path(snapshot_download(ref.repo_id, revision=ref.revision, repo_type="model", cache_dir=_cache_dir(),
                                       endpoint=_endpoint(endpoint), token=token, local_files_only=local_only))
     except Exception as exc:  # noqa: BLE001 - every failure becomes one line naming the repository
         if local_only:

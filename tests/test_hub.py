@@ -260,6 +260,9 @@ def test_pull_round_trips_byte_identical(hub, drafter, tmp_path):
         assert (dest / name).read_bytes() == (stage / name).read_bytes()
     assert (dest / "model.safetensors").read_bytes() == (src / "model.safetensors").read_bytes()
     assert not (dest / "model.safetensors").is_symlink()
+    import os
+
+    assert Path(report.snapshot).is_relative_to(os.environ["HF_HUB_CACHE"])  # this test's cache, via HF's layout
     # The same repository as a PATH, pinned to the commit.
     commit = hub.repos["org/d"].refs["main"]
     result = run("inspect", f"hf://org/d@{commit}", "--json")
