@@ -524,6 +524,7 @@ def push(path: str | Path, repo_id: str, *, revision: str | None = None, create_
     if base_model is not None and is_local_path(base_model):
         raise UsageError(f"--base-model {base_model!r} is a local path, not a Hub id")
     revision = revision or "main"
+    seen = _stat(source)  # what validation reads; the staged copy must be of the same bytes
     forward = _forward_kwargs()
     report = validate(source, engines=engines, numeric=numeric, **forward)
     config = _config_of(source)
@@ -559,6 +560,11 @@ def push(path: str | Path, repo_id: str, *, revision: str | None = None, create_
         if on_total:
             on_total(sum((staged / n).stat().st_size for n in names))
         entries, git_ids = build_manifest(staged, names, on_bytes)
+        now = _stat(source)
+        changed = [n for n in names if now.get(n) != seen.get(n)]
+        if changed:
+            raise UsageError(f"{', '.join(changed)} changed while push validated and staged it; nothing was sent",
+                             source)
         card = model_card(repo_id, inspected, report, result.base_model, result.serve_command, entries)
         (staged / CARD).write_text(card, encoding="utf-8")
         card_entries, card_git = build_manifest(staged, [CARD])
@@ -581,6 +587,13 @@ def push(path: str | Path, repo_id: str, *, revision: str | None = None, create_
     finally:
         if not keep:
             shutil.rmtree(staged, ignore_errors=True)
+
+
+def _stat(directory: Path) -> dict[str, tuple[int, int]]:
+    """(size, mtime_ns) of every regular file in ``directory`` (an empty dict when it is not one)."""
+    if not directory.is_dir():
+        return {}
+    return {e.name: (e.stat().st_size, e.stat().st_mtime_ns) for e in os.scandir(directory) if e.is_file()}
 
 
 def _config_of(source: Path) -> dict[str, Any]:

@@ -227,6 +227,23 @@ def test_pull_refuses_error_findings_unless_forced(hub, drafter, tmp_path):
         (bad / "model.safetensors").read_bytes()
 
 
+def test_a_source_rewritten_during_staging_is_refused(hub, drafter):
+    """A trainer still writing the directory: what was validated is not what would be sent."""
+    import os
+
+    import eagleconv
+    from eagleconv.errors import UsageError
+
+    src = good(drafter)
+
+    def on_bytes(n: int) -> None:  # the hashing pass runs after the copy: a writer touches the source meanwhile
+        os.utime(src / "model.safetensors", ns=(1, 1))
+
+    with pytest.raises(UsageError, match="model.safetensors changed while push validated"):
+        eagleconv.push(src, "org/d", progress=(None, on_bytes))
+    assert hub.requests == []
+
+
 # -- dry run ------------------------------------------------------------------------------------
 
 def test_dry_run_stages_card_and_manifest_without_the_network(hub, drafter, tmp_path):
