@@ -315,6 +315,9 @@ def convert(source: str | Path, destination: str | Path, to: str | None, *, from
     ``force``) or cannot be converted exactly; UsageError/UnsafeInputError
     (exit 2) for bad arguments or unsafe input.  Nothing is written on error.
     """
+    from .hub import local_path
+
+    source = local_path(source)  # hf://ORG/NAME[@REV]: the verified cache snapshot
     check_not_overlapping([source], destination)
     loaded = load_drafter(source, layout=from_format, allow_pickle=allow_pickle)
     try:

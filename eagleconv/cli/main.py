@@ -108,7 +108,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def inspect(ctx: click.Context, path: str, from_format: str | None, allow_pickle: bool, as_json: bool) -> None:
-    """Describe a drafter: layout, EAGLE version, flags, dims, aux ids, vocab mapping, tensors."""
+    """Describe a drafter (a directory or hf://ORG/NAME[@REV]): layout, EAGLE version, flags, dims, aux ids, vocab mapping, tensors."""
     from ..inspection import inspect as inspect_checkpoint
 
     def body():
@@ -246,6 +246,7 @@ def formats(as_json: bool) -> None:
 
 
 from . import validate_cmds  # noqa: E402,F401
+from . import hub_cmds  # noqa: E402,F401
 
 def main() -> None:
     cli(prog_name="eagleconv")
