@@ -99,6 +99,8 @@ PUBLISHED: dict[str, str] = {
     "report-validate": "eagleconv.report:ValidationReport",
     "report-transform": "eagleconv.report:TransformReport",
     "report-diff": "eagleconv.report:DiffReport",
+    "report-push": "eagleconv.hub:PushReport",
+    "report-pull": "eagleconv.hub:PullReport",
 }
 
 
