@@ -130,7 +130,7 @@ def _run(source: str | Path, destination: str | Path, *, operation: str, to: str
     after = plan.transform.spec
     return TransformReport(
         **report.model_dump(),
-        operation=operation,  # type: ignore[arg-type]
+        operation=operation,
         flags_before=_flags(before), flags_after=_flags(after),
         eagle_version_before=before.eagle_version, eagle_version_after=after.eagle_version,
         changes=[TransformChange(change=what, exact=exact) for what, exact in plan.changes],

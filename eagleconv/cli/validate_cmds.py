@@ -5,6 +5,8 @@ Registered on the main group by importing this module (see the bottom of main.py
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from .main import FORMATS, _console, _progress, cli, run_command
@@ -17,7 +19,8 @@ class _status:
     """A rich spinner on a terminal while the forward pass runs (nothing under --json)."""
 
     def __init__(self, enabled: bool, label: str):
-        self.enabled, self.label, self._s = enabled, label, None
+        self.enabled, self.label = enabled, label
+        self._s: Any = None
 
     def __enter__(self) -> _status:
         if self.enabled:
