@@ -253,9 +253,10 @@ def synthetic_calibration(path: Path, ids=(2, 8, 13), seed: int = 7) -> Path:
     return path
 
 
-def test_flag_off_upgrade_is_identical_under_diff(drafter, tmp_path):
-    src = drafter(producer="vllm")
-    eagleconv.upgrade(src, tmp_path / "out", fc_norm=False, norm_output=False, to="speculators")
+@pytest.mark.parametrize("architecture,to", [("llama", "speculators"), ("qwen3", "vllm"), ("deepseek_mla", "torchspec")])
+def test_flag_off_upgrade_is_identical_under_diff(drafter, tmp_path, architecture, to):
+    src = drafter(producer="vllm", architecture=architecture)
+    eagleconv.upgrade(src, tmp_path / "out", fc_norm=False, norm_output=False, to=to)
     report = eagleconv.diff(src, tmp_path / "out")
     assert report.identical and all(s.top1_agreement == 1.0 and s.max_abs_err == 0.0 for s in report.steps)
 
@@ -300,3 +301,27 @@ def test_mla_has_no_norm_before_fc_style(drafter, tmp_path):
     src = drafter(producer="vllm", architecture="deepseek_mla")
     with pytest.raises(ConversionError, match="use --style fc_norm"):
         eagleconv.upgrade(src, tmp_path / "out", style="norm_before_fc")
+
+
+def test_upgrade_calibrates_from_a_transformers_target(drafter, tmp_path):
+    """--target + --prompts: the target is run, its aux states at the drafter's layers set the new weights."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(hidden_size=HT, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
+                                 num_hidden_layers=16, vocab_size=128, max_position_embeddings=256,
+                                 rms_norm_eps=1e-5)).save_pretrained(str(tmp_path / "target"), safe_serialization=True)
+    prompts = [[1, 5, 9, 17, 33, 40], [2, 4, 8, 16, 32, 64, 100]]
+    (tmp_path / "prompts.json").write_text(json.dumps(prompts))
+    src = drafter(producer="vllm")  # aux ids (2, 8, 13), hidden-state-index numbering
+    result = CliRunner().invoke(cli, ["upgrade", str(src), str(tmp_path / "out"), "--target", str(tmp_path / "target"),
+                                      "--prompts", str(tmp_path / "prompts.json"), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["initialisation"] == "calibrated" and "13 tokens, layers [2, 8, 13]" in report["calibration"]
+    assert "target" in " ".join(report["notes"])  # divergence measured on the target's own states
+    captured = eagleconv.capture_aux_states(tmp_path / "target", prompts, [2, 8, 13])
+    out = canonical(tmp_path / "out")
+    for i, layer in enumerate((2, 8, 13)):
+        states = torch.cat([c[layer] for c in captured], 0)
+        assert torch.equal(out[f"fc_norm.{i}.weight"], scale_preserving_weight(states, EPS).to(torch.bfloat16))
