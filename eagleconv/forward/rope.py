@@ -65,7 +65,7 @@ def _yarn_inv_freq(rope: Rope, rot: int, dtype: torch.dtype) -> torch.Tensor:
     pos_freqs = rope.theta ** (torch.arange(0, rot, 2, dtype=dtype) / rot)
     inv_extra, inv_inter = 1.0 / pos_freqs, 1.0 / (factor * pos_freqs)
     low = max(math.floor(_yarn_correction_dim(beta_fast, rot, rope.theta, orig)), 0)
-    high = min(math.ceil(_yarn_correction_dim(beta_slow, rot, rope.theta, orig)), rot - 1)
+    high: float = min(math.ceil(_yarn_correction_dim(beta_slow, rot, rope.theta, orig)), rot - 1)
     if low == high:
         high += 0.001
     ramp = ((torch.arange(rot // 2, dtype=dtype) - low) / (high - low)).clamp(0, 1)

@@ -152,7 +152,7 @@ def engine_forward_view(profile: Any, loaded: Any, intended: DrafterSpec, intend
     subject = Subject(dict(loaded.store.config or {}), loaded.layout, loaded.read, set(loaded.store.tensors), True,
                       str(loaded.store.path))
     view = engine_view(profile, subject)
-    report = EngineForward(engine=profile.label, runs=False)
+    report = EngineForward(engine=profile.label, runs=False, aux_layer_ids=None)
     fatal = [f.message for check in (check_architecture, check_aux_count) for f in check(subject, view)
              if f.severity == "error"]
     if fatal:
