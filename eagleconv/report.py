@@ -121,13 +121,7 @@ class ConvertReport(_Report):
         return [row for row in self.plan if row.action == "drop"]
 
 
-class DiffStep(_Report):
-    """One draft step compared between two runs on identical inputs."""
-
-    step: int = Field(description="1 = the first pass (every scheduled row), k >= 2 = the k-th recursion step")
-    top1_agreement: float = Field(description="fraction of rows whose argmax (draft token) agrees")
-    max_abs_err: float = Field(description="max |logit a - logit b| over target-vocabulary entries finite in both")
-    max_rel_err: float = Field(description="max_abs_err / max |logit a|")
+DiffStep = StepDivergence  # one draft step compared between two runs on identical inputs
 
 
 class DiffReport(_Report):
