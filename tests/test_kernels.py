@@ -273,6 +273,23 @@ def test_fused_add_rms_norm(impl, case, gen):
         assert_same_bits(out.cpu(), emu_y, what, first_rounding_on_a_tie(xc.float() + rc.float(), wc, eps, recipe))
 
 
+@pytest.mark.parametrize("impl", IMPLS)
+def test_fused_add_variance_from_the_rounded_sum(impl, gen):
+    """variance_from="rounded_sum" is vllm_c's fused add (issue #52104): norm of the bf16-rounded residual."""
+    tokens, hidden = 37, 2880
+    pair = make_aux(gen, tokens, 2, hidden, torch.bfloat16).to(DEVICE)
+    x, residual = pair[:, :hidden], pair[:, hidden:]
+    w = make_weights(gen, 1, hidden, torch.bfloat16)[0].to(DEVICE)
+    for recipe in kernels.RECIPES:
+        y, res = kernels.fused_add_rms_norm(x, residual, w, 1e-6, recipe, variance_from="rounded_sum", impl=impl)
+        native_y, native_res = kernels.fused_add_rms_norm(x, residual, w, 1e-6, recipe, impl=impl)
+        rounded = (x.cpu().float() + residual.cpu().float()).to(torch.bfloat16)
+        assert torch.equal(res.cpu(), rounded) and torch.equal(native_res, res)
+        assert_same_bits(y.cpu(), vllm_rms_norm(rounded, w.cpu(), 1e-6, recipe), f"{impl} rounded_sum {recipe}",
+                         first_rounding_on_a_tie(rounded, w.cpu(), 1e-6, recipe))
+        assert float((y != native_y).double().mean()) > 0.01, "the variance source made no difference"
+
+
 # ---- the bf16 rounding helper, the API's edges, Triton being optional ----
 
 @pytest.mark.skipif(not TRITON_RUNS, reason="Triton (or its interpreter) unavailable")

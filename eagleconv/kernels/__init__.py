@@ -42,6 +42,7 @@ from . import _torch
 Recipe = Literal["native", "one_round"]
 Impl = Literal["auto", "triton", "torch"]
 Path = Literal["triton", "interpreter", "torch"]
+VarianceFrom = Literal["fp32_sum", "rounded_sum"]
 
 RECIPES: tuple[str, ...] = ("native", "one_round")
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -196,16 +197,19 @@ def rms_norm(x: Tensor, w: Tensor, eps: float, recipe: Recipe = "native", *,
 
 
 def fused_add_rms_norm(x: Tensor, residual: Tensor, w: Tensor, eps: float, recipe: Recipe = "native", *,
-                       out: Tensor | None = None, residual_out: Tensor | None = None,
-                       impl: Impl = "auto") -> tuple[Tensor, Tensor]:
+                       variance_from: VarianceFrom = "fp32_sum", out: Tensor | None = None,
+                       residual_out: Tensor | None = None, impl: Impl = "auto") -> tuple[Tensor, Tensor]:
     """``(rms_norm(x + residual), x + residual)`` with vLLM's native semantics, in one launch.
 
     The sum is taken in fp32; the new residual is that sum rounded once to
     ``x``'s dtype, and the variance comes from the unrounded fp32 sum (vLLM's
-    native op; its CUDA kernel takes it from the rounded sum, issue #52104).
-    Returns new tensors; the inputs are not modified.
+    native op).  ``variance_from="rounded_sum"`` takes it from the rounded
+    residual instead, as vLLM's CUDA kernel does (issue #52104).  Returns new
+    tensors; the inputs are not modified.
     """
     _check_common(recipe, impl, eps)
+    if variance_from not in ("fp32_sum", "rounded_sum"):
+        raise ValueError(f"variance_from must be 'fp32_sum' or 'rounded_sum', not {variance_from!r}")
     if residual.shape != x.shape or residual.device != x.device:
         raise ValueError(f"residual: shape {tuple(residual.shape)} on {residual.device}, expected "
                          f"{tuple(x.shape)} on {x.device}")
@@ -218,7 +222,7 @@ def fused_add_rms_norm(x: Tensor, residual: Tensor, w: Tensor, eps: float, recip
     if out2.numel() == 0:
         return result, new_residual
     if _runs_triton(x.device, impl):
-        _triton_module().fused_add_rms_norm(x2, r2, w2, eps, recipe, out2, res2)
+        _triton_module().fused_add_rms_norm(x2, r2, w2, eps, recipe, out2, res2, variance_from == "rounded_sum")
     else:
-        _torch.fused_add_rms_norm(x2, r2, w2, eps, recipe, out2, res2)
+        _torch.fused_add_rms_norm(x2, r2, w2, eps, recipe, out2, res2, variance_from == "rounded_sum")
     return result, new_residual

@@ -31,8 +31,9 @@ def fc_norm_concat(xs: list[Tensor], weights: list[Tensor], eps: float, recipe: 
 
 
 def fused_add_rms_norm(x: Tensor, residual: Tensor, w: Tensor, eps: float, recipe: str,
-                       out: Tensor, residual_out: Tensor) -> None:
-    # Sum in fp32, return the residual rounded once, take the variance from the unrounded fp32 sum.
+                       out: Tensor, residual_out: Tensor, rounded_sum: bool) -> None:
+    # Sum in fp32, return the residual rounded once; the variance from the unrounded fp32 sum (native)
+    # or from the rounded residual (vllm_c).
     s = x.to(torch.float32) + residual.to(torch.float32)
     residual_out.copy_(s)
-    normalize_into(out, s, w, eps, recipe)
+    normalize_into(out, residual_out.to(torch.float32) if rounded_sum else s, w, eps, recipe)

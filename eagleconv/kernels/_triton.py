@@ -124,7 +124,7 @@ def _fc_norm_concat_kernel(
 @triton.jit
 def _fused_add_rms_norm_kernel(
     X, stride_x, R, stride_r, W, Y, stride_y, RO, stride_ro, T, H, eps,
-    BLOCK_H: tl.constexpr, ROWS: tl.constexpr, ROUND_FIRST: tl.constexpr,
+    BLOCK_H: tl.constexpr, ROWS: tl.constexpr, ROUND_FIRST: tl.constexpr, ROUNDED_SUM: tl.constexpr,
 ):
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_H)
@@ -134,8 +134,11 @@ def _fused_add_rms_norm_kernel(
     x = tl.load(X + r64 * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     r = tl.load(R + r64 * stride_r + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     s = x + r
-    # The residual goes out rounded once; the variance comes from the unrounded fp32 sum (vLLM native).
+    # The residual goes out rounded once; the variance comes from the unrounded fp32 sum (vLLM native),
+    # or, ROUNDED_SUM, from the rounded one (vllm_c's packed add, issue #52104).
     _store_rounded(RO + r64 * stride_ro + cols[None, :], s, mask, RO.dtype.element_ty)
+    if ROUNDED_SUM:
+        s = _round_to(s, RO.dtype.element_ty)
     w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
     rstd = tl.math.rsqrt(tl.sum(s * s, axis=1) / H + eps)
     y = _scale(s, w, rstd, ROUND_FIRST, W.dtype.element_ty)
@@ -182,10 +185,11 @@ def fc_norm_concat(xs: list[Tensor], weights: list[Tensor], eps: float, recipe: 
 
 
 def fused_add_rms_norm(x: Tensor, residual: Tensor, w: Tensor, eps: float, recipe: str,
-                       out: Tensor, residual_out: Tensor) -> None:
+                       out: Tensor, residual_out: Tensor, rounded_sum: bool) -> None:
     tokens, hidden = x.shape
     block_h, rows, num_warps = _tiling(hidden)
     _fused_add_rms_norm_kernel[(triton.cdiv(tokens, rows),)](
         x, x.stride(0), residual, residual.stride(0), w, out, out.stride(0), residual_out, residual_out.stride(0),
-        tokens, hidden, float(eps), BLOCK_H=block_h, ROWS=rows, ROUND_FIRST=recipe == "native", num_warps=num_warps,
+        tokens, hidden, float(eps), BLOCK_H=block_h, ROWS=rows, ROUND_FIRST=recipe == "native", ROUNDED_SUM=rounded_sum,
+        num_warps=num_warps,
     )
