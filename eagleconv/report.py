@@ -149,7 +149,9 @@ class TransformReport(ConvertReport):
     divergence_unit_weights: list[StepDivergence] = Field(default_factory=list)
     compute_dtype: str | None = Field(None, description="dtype the divergence was measured in (None: not measured)")
     output_dtype: str | None = Field(None, description="dtype of the written weights")
-DiffStep = StepDivergence  # the diff report's name for the same per-step model
+
+
+DiffStep = StepDivergence  # one draft step compared between two runs on identical inputs
 
 
 class DiffReport(_Report):
@@ -203,6 +205,11 @@ class ForwardReport(_Report):
     notes: list[str] = Field(default_factory=list)
     engines: list[EngineForward] = Field(default_factory=list)
     findings: list[Finding] = Field(default_factory=list)
+    device: str = Field("cpu", description="where the forward ran (cpu, cuda)")
+    kernels: str | None = Field(None, description="--backend triton: how the kernels ran (triton, or interpreter on CPU)")
+    against_torch: list[DiffStep] = Field(
+        default_factory=list, description="a backend other than torch: per step, its logits against the torch backend's "
+        "on the same inputs and device")
 
 
 class ValidationReport(_Report):
@@ -222,6 +229,6 @@ class ValidationReport(_Report):
     detected_by: list[str] = Field(default_factory=list, description="why this layout was chosen")
     target: str | None = Field(None, description="the target model config checked against (--target)")
     tp: int | None = Field(None, description="tensor-parallel size checked (--tp)")
-    forward: ForwardReport | None = Field(None, description="validate --forward: the drafter run for K draft steps")
     ignored: list[Finding] = Field(default_factory=list,
                                    description="warnings and infos the caller judged acceptable (--ignore CODE)")
+    forward: ForwardReport | None = Field(None, description="validate --forward: the drafter run for K draft steps")

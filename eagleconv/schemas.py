@@ -98,9 +98,9 @@ PUBLISHED: dict[str, str] = {
     "report-convert": "eagleconv.report:ConvertReport",
     "report-validate": "eagleconv.report:ValidationReport",
     "report-transform": "eagleconv.report:TransformReport",
-    "report-diff": "eagleconv.report:DiffReport",
     "report-push": "eagleconv.hub:PushReport",
     "report-pull": "eagleconv.hub:PullReport",
+    "report-diff": "eagleconv.report:DiffReport",
 }
 
 

@@ -15,7 +15,7 @@ import math
 import pytest
 import torch
 
-from eagleconv.drafter import AuxLayers, DrafterSpec, EagleFlags, MlaDims
+from eagleconv.drafter import AuxLayers, DrafterSpec, EagleFlags, MlaDims, Rope
 from eagleconv.synthetic import DrafterRecipe, TinyDims, canonical_tensors
 
 D = TinyDims()
@@ -245,7 +245,8 @@ def make_case(arch: str, flags: dict, layers: int = 1):
         head_dim=None if arch == "deepseek_mla" else D.head_dim, intermediate_size=D.intermediate,
         rms_norm_eps=1e-5, target_hidden_size=D.target_hidden, vocab_size=D.vocab, draft_vocab_size=D.draft_vocab,
         aux=AuxLayers(count=3, ids=D.aux_ids, convention="hidden_state_index"), flags=EagleFlags(**flags),
-        embed_tokens="drafter", lm_head="drafter", dtype="F64", rope=stated,
+        embed_tokens="drafter", lm_head="drafter", dtype="F64",
+        rope=Rope.from_config(stated, interleaved=arch == "deepseek_mla"),
         mla=MlaDims(q_lora_rank=D.q_lora_rank, kv_lora_rank=D.kv_lora_rank, qk_nope_head_dim=D.qk_nope_head_dim,
                     qk_rope_head_dim=D.qk_rope_head_dim, v_head_dim=D.v_head_dim) if arch == "deepseek_mla" else None)
     return spec, tensors, oracle_rope

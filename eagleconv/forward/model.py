@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from ..drafter import DrafterSpec
-from .attention import ATTENTION, Cache
+from .attention import Cache, attention_of
 from .ops import NormOps, get_ops
 from .rope import resolve_rope
 from .weights import TensorSource, Weights
@@ -81,10 +81,7 @@ class Drafter:
             self.dtype = getattr(torch, dtype)
         self.compute_dtype = str(self.dtype).removeprefix("torch.")
         self.ops: NormOps = get_ops(backend, recipe)
-        stated = dict(spec.rope.stated)  # the typed DrafterSpec.rope (arch); theta may be a layout default
-        if spec.rope.theta is not None:
-            stated.setdefault("rope_theta", spec.rope.theta)
-        self.rope = resolve_rope(stated, spec.architecture)
+        self.rope = resolve_rope(spec.rope, spec.architecture)
         self.notes += list(self.rope.notes)
         if spec.rms_norm_eps is None:
             self.eps = DEFAULT_EPS
@@ -94,7 +91,7 @@ class Drafter:
         self.w = Weights(source, self.dtype, seed=seed, target_embed=target_embed, target_lm_head=target_lm_head,
                          device=device)
         self.w.width = spec.hidden_size
-        self.attention = ATTENTION[spec.architecture]
+        self.attention = attention_of(spec.architecture)
         self.target_ids = self._draft_to_target()
         self.logit_scale = float(spec.extra.get("logit_scale", 1.0) or 1.0)
 

@@ -27,25 +27,22 @@ class Rope:
     notes: tuple[str, ...] = ()
 
 
-def resolve_rope(stated: dict[str, Any], architecture: str) -> Rope:
-    """Read rope_theta / rope_scaling / rope_parameters the way vLLM's config does."""
-    params: dict[str, Any] = {}
-    for key in ("rope_scaling", "rope_parameters"):
-        value = stated.get(key)
-        if isinstance(value, dict):
-            params.update(value)
-    theta = stated.get("rope_theta", params.get("rope_theta"))
+def resolve_rope(typed: Any, architecture: str) -> Rope:
+    """The spec's typed RoPE (``DrafterSpec.rope``) as vLLM will run it; an absent theta gets vLLM's default."""
     notes: list[str] = []
+    theta = typed.theta
     if theta is None:
         theta = DEFAULT_THETA[architecture]
         notes.append(f"rope_theta absent: vLLM's {architecture} default {theta:g}")
-    kind = str(params.get("rope_type", params.get("type", "default")) or "default")
-    if architecture == "deepseek_mla" and kind != "default":
+    kind = {"none": "default"}.get(typed.scaling, typed.scaling)
+    if typed.interleaved and kind != "default":
         kind = "deepseek_yarn"  # vLLM rewrites every non-default MLA rope type (deepseek_v2.py)
     if kind not in ("default", "linear", "llama3", "yarn", "deepseek_yarn"):
-        raise ValueError(f"rope type {kind!r} is not implemented by the reference forward")
-    return Rope(float(theta), kind, {k: v for k, v in params.items() if k not in ("rope_type", "type", "rope_theta")},
-                tuple(notes))
+        raise ValueError(f"rope scaling {kind!r} is not implemented by the reference forward")
+    keys = ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor", "beta_fast",
+            "beta_slow", "mscale", "mscale_all_dim", "attn_factor", "extrapolation_factor")
+    params = {k: getattr(typed, k) for k in keys if getattr(typed, k) is not None}
+    return Rope(float(theta), kind, params, tuple(notes))
 
 
 def yarn_get_mscale(scale: float = 1.0, mscale: float = 1.0) -> float:

@@ -75,13 +75,16 @@ def run_all(drafter: Drafter, inputs: list[DraftInputs], steps: int) -> list[Dra
     return [drafter.draft(x, steps) for x in inputs]
 
 
+TINY = 1e-6  # floor of |a| in max_rel_err (StepDivergence: |a - b| / max(|a|, tiny))
+
+
 def compare(a: list[DraftResult], b: list[DraftResult]) -> tuple[list[DiffStep], bool]:
     """Per step: top-1 agreement, max abs / rel logit error; and whether everything is bit-identical."""
     steps: list[DiffStep] = []
     identical = True
     for k in range(len(a[0].logits)):
         agree = total = 0
-        max_abs, max_ref = 0.0, 0.0
+        max_abs, max_rel = 0.0, 0.0
         for ra, rb in zip(a, b):
             la = ra.first_pass_logits if k == 0 else ra.logits[k]
             lb = rb.first_pass_logits if k == 0 else rb.logits[k]
@@ -93,10 +96,11 @@ def compare(a: list[DraftResult], b: list[DraftResult]) -> tuple[list[DiffStep],
             if not torch.equal(fa, fb) or not torch.equal(la[both], lb[both]):
                 identical = False
             if bool(both.any()):
-                max_abs = max(max_abs, float((la[both] - lb[both]).abs().max()))
-                max_ref = max(max_ref, float(la[both].abs().max()))
+                err = (la[both] - lb[both]).abs()
+                max_abs = max(max_abs, float(err.max()))
+                max_rel = max(max_rel, float((err / la[both].abs().clamp_min(TINY)).max()))
         steps.append(DiffStep(step=k + 1, top1_agreement=agree / max(1, total), max_abs_err=max_abs,
-                              max_rel_err=max_abs / max_ref if max_ref > 0 else 0.0))
+                              max_rel_err=max_rel))
     return steps, identical
 
 
@@ -152,7 +156,7 @@ def engine_forward_view(profile: Any, loaded: Any, intended: DrafterSpec, intend
     subject = Subject(dict(loaded.store.config or {}), layout=loaded.layout, read=loaded.read,
                       names=set(loaded.store.tensors), has_tensors=True, path=str(loaded.store.path))
     view = engine_view(profile, subject)
-    report = EngineForward(engine=profile.label, runs=False)
+    report = EngineForward(engine=profile.label, runs=False, aux_layer_ids=None)
     fatal = [f.message for check in (check_architecture, check_aux_count) for f in check(subject, view)
              if f.severity == "error"]
     if fatal:
@@ -218,19 +222,54 @@ def _step_ok(results: list[DraftResult], k: int) -> bool:
     return all(bool(torch.isfinite(r.feedback[k]).all()) and not bool(torch.isnan(r.logits[k]).any()) for r in results)
 
 
+def _check_backend(backend: str, device: str, dtype: str) -> str | None:
+    """Refuse, as a usage error, a backend or device that cannot run; for triton, how its kernels will run."""
+    import torch
+
+    from .ops import BACKENDS
+
+    if backend not in BACKENDS:
+        raise UsageError(f"unknown forward backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    try:
+        kind = torch.device(device).type
+    except RuntimeError:
+        raise UsageError(f"unknown device {device!r}") from None
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {device}: no CUDA device is available")
+    if backend != "triton":
+        return None
+    from .. import kernels
+
+    if dtype == "float64":
+        raise UsageError("--backend triton computes in float32, bfloat16 or float16; --dtype float64 is the torch "
+                         "reference")
+    if not kernels.triton_available():
+        raise UsageError("--backend triton needs Triton: pip install 'eagleconv[kernels]'")
+    path = kernels.path_for(device)
+    if path == "torch":
+        raise UsageError(f"--backend triton on {kind} runs only through Triton's interpreter: set TRITON_INTERPRET=1 "
+                         "(slow; for tests) or use --device cuda")
+    return path
+
+
 def validate_forward(path: str | Path, *, engines: Any = (), steps: int = 4, target: str | Path | None = None,
                      prompts: str | Path | None = None, seed: int = 0, dtype: str = "float32", recipe: str = "native",
                      backend: str = "torch", allow_pickle: bool = False, layout: str | None = None,
-                     batch: int = 4, length: int = 16) -> ForwardReport:
-    """Run K draft steps of the reference forward and, per engine profile, the drafter as that engine reads it."""
+                     batch: int = 4, length: int = 16, device: str = "cpu") -> ForwardReport:
+    """Run K draft steps of the reference forward and, per engine profile, the drafter as that engine reads it.
+
+    With a ``backend`` other than torch, the torch backend also runs on the same inputs and device, and
+    ``against_torch`` holds the per-step max error and top-1 agreement between the two.
+    """
     from ..engines import resolve_engines
     from ..loading import load_drafter
 
     if steps < 1:
         raise UsageError("--steps must be at least 1")
+    kernels_path = _check_backend(backend, device, dtype)
     tgt, prompt_list, L = _target_and_prompts(target, prompts)
     drafter = load(path, dtype=dtype, recipe=recipe, backend=backend, seed=seed, target=tgt, allow_pickle=allow_pickle,
-                   layout=layout)
+                   layout=layout, device=device)
     spec = drafter.spec
     factory = InputFactory(spec.vocab_size, spec.target_hidden_size, target=tgt, prompts=prompt_list, seed=seed,
                            batch=batch, length=length)
@@ -250,7 +289,11 @@ def validate_forward(path: str | Path, *, engines: Any = (), steps: int = 4, tar
                            output_dtype=str(results[0].logits[0].dtype).removeprefix("torch."),
                            recipe=recipe, backend=backend, inputs=factory.description, aux_layer_ids=list(ids),
                            steps=out_steps, borrowed=drafter.borrowed(), notes=notes,
-                           findings=_findings_for(results, str(path)))
+                           findings=_findings_for(results, str(path)), device=device, kernels=kernels_path)
+    if backend != "torch":
+        reference = load(path, dtype=dtype, recipe=recipe, backend="torch", seed=seed, target=tgt,
+                         allow_pickle=allow_pickle, layout=layout, device=device)
+        report.against_torch, _ = compare(run_all(reference, factory.make(ids), steps), results)
     if engines:
         loaded = load_drafter(path, layout=layout, allow_pickle=allow_pickle)
         loaded.store.close()
@@ -261,9 +304,13 @@ def validate_forward(path: str | Path, *, engines: Any = (), steps: int = 4, tar
                 extra = _missing_norms(espec, base.names())
                 if extra:
                     view.differs.append(f"initialises {', '.join(sorted(extra))} to ones (absent from the checkpoint)")
+                if espec == spec and eids == ids and not extra:  # the engine computes exactly the intended math
+                    view.steps, _ = compare(results, results)
+                    report.engines.append(view)
+                    continue
                 engine_drafter = Drafter(espec, OverlaySource(base, extra) if extra else base, dtype=dtype,
                                          recipe=recipe, backend=backend, seed=seed, target_embed=drafter.w.target_embed,
-                                         target_lm_head=drafter.w.target_lm_head)
+                                         target_lm_head=drafter.w.target_lm_head, device=device)
                 view.steps, _ = compare(results, run_all(engine_drafter, factory.make(eids), steps))
             report.engines.append(view)
     return report

@@ -16,19 +16,11 @@ from __future__ import annotations
 
 import mmap
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any, Protocol
 
 import torch
 
 BLOCK_BYTES = 128 * 1024 * 1024  # compute-dtype bytes of one upcast weight block
-
-TORCH_DTYPES: dict[str, torch.dtype] = {
-    "BOOL": torch.bool, "U8": torch.uint8, "I8": torch.int8, "I16": torch.int16, "I32": torch.int32,
-    "I64": torch.int64, "F16": torch.float16, "BF16": torch.bfloat16, "F32": torch.float32, "F64": torch.float64,
-    "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
-}
-
 
 class TensorSource(Protocol):
     """Canonical name -> tensor in its stored dtype, without copying the whole state dict."""
@@ -57,40 +49,22 @@ class DictSource:
 
 
 class CheckpointSource:
-    """A loaded checkpoint's tensors, memory-mapped, by canonical name."""
+    """A loaded checkpoint's tensors by canonical name, memory-mapped (io.torch_tensors), pages released on demand."""
 
     def __init__(self, loaded: Any):
-        self._loaded = loaded
-        self._canonical: dict[str, str] = dict(loaded.read.canonical)  # canonical -> stored name
-        self._maps: dict[Path, mmap.mmap] = {}
+        from ..io.torch_tensors import TorchTensors
+
+        self._tensors = TorchTensors(loaded.store, loaded.read.canonical)
 
     def names(self) -> set[str]:
-        return set(self._canonical)
+        return set(self._tensors)
 
     def raw(self, name: str) -> torch.Tensor:
-        store = self._loaded.store
-        stored = self._canonical[name]
-        info = store.tensors[stored]
-        dtype = TORCH_DTYPES.get(info.dtype)
-        if dtype is None:
-            raise ValueError(f"tensor {stored!r} has dtype {info.dtype}, which the forward pass cannot compute with")
-        memory = getattr(store, "_memory", None)
-        if memory is not None:  # a pickle checkpoint, loaded whole under --allow-pickle
-            return memory._tensors[stored]
-        loc = store._locations[stored]
-        mm = self._maps.get(loc.path)
-        if mm is None:
-            with open(loc.path, "rb") as f:
-                mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
-            self._maps[loc.path] = mm
-        count = loc.end - loc.start
-        if count == 0:
-            return torch.empty(info.shape, dtype=dtype)
-        flat = torch.frombuffer(mm, dtype=torch.uint8, count=count, offset=loc.start)
-        return flat.view(dtype).view(info.shape)
+        return self._tensors[name]
 
     def release(self) -> None:
-        for mm in self._maps.values():
+        """Drop the mapped pages from this process (they stay in the page cache): RSS stays near one layer."""
+        for mm in self._tensors._maps.values():
             try:
                 mm.madvise(mmap.MADV_DONTNEED)
             except (AttributeError, OSError):  # pragma: no cover - platform without madvise
@@ -144,6 +118,7 @@ class Weights:
                             dim=-1)
         if bias is not None and self.has(bias):
             out = out + self.get(bias)
+        self.source.release()  # the weight's pages leave this process: RSS stays near one upcast block
         return out
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
