@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from .. import architectures
 from ..drafter import DrafterSpec
 from .attention import Cache, attention_of
 from .ops import NormOps, get_ops
@@ -113,7 +114,7 @@ class Drafter:
         a = aux.to(device=self.device, dtype=self.dtype)
         if not spec.flags.use_aux_hidden_state:
             return a
-        if spec.flags.norm_before_fc and spec.architecture != "deepseek_mla":
+        if spec.flags.norm_before_fc and architectures.get(spec.architecture).reads_norm_before_fc:
             a = ops.rms_norm(a, w.get("input_norm.weight"), self.eps)
         if spec.flags.fc_norm:
             K = spec.aux.count
