@@ -18,13 +18,15 @@ import torch.nn.functional as F
 
 from .. import architectures
 from ..drafter import DrafterSpec
+from ..formats.vllm import VllmLayout
 from .attention import Cache, attention_of
 from .ops import NormOps, get_ops
 from .rope import resolve_rope
 from .weights import TensorSource, Weights
 
 COMPUTE_DTYPES = ("float32", "float64", "checkpoint")
-DEFAULT_EPS = 1e-6  # LlamaConfig / Qwen3Config / DeepseekV3Config default, what vLLM's EAGLEConfig falls back to
+# LlamaConfig / Qwen3Config / DeepseekV3Config default, what vLLM's EAGLEConfig falls back to: one home, the vllm layout
+DEFAULT_EPS: float = VllmLayout.defaults["rms_norm_eps"]
 _CHECKPOINT_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "F64": torch.float64}
 
 
