@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -260,10 +260,20 @@ class ReadResult:
     config: dict[str, Any] = field(default_factory=dict)
 
 
+DDP_HINT = ("every tensor name starts with 'module.', the prefix DistributedDataParallel adds: save "
+            "model.module.state_dict() (or strip the prefix) and convert that")
+
+
+def ddp_prefixed(names: Iterable[str]) -> bool:
+    """All names carry DDP's ``module.`` wrapper prefix (a common way to save a drafter that loads nowhere)."""
+    names = list(names)
+    return bool(names) and all(n.startswith("module.") for n in names)
+
+
 def map_names(layout: type[Layout], names: list[str]) -> tuple[dict[str, str], list[str]]:
     """Layout names -> canonical names, with strict accounting.  Returns (canonical->layout, errors)."""
     out: dict[str, str] = {}
-    errors: list[str] = []
+    errors: list[str] = [DDP_HINT] if ddp_prefixed(names) else []
     for name in sorted(names):
         canonical = rename(layout.renames, name, to_canonical=True)
         if canonical is None or not CANONICAL_NAME.match(canonical):

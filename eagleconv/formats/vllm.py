@@ -1,7 +1,7 @@
 """vLLM's own layout: what ``--speculative-config '{"method": "eagle3"}'`` loads without renames.
 
 Tensors have no ``model.`` prefix and the decoder is ``layers.N.*``
-(vllm-loader.md §3).  The config writes every synonym vLLM, SGLang, TRT-LLM
+(vLLM's Eagle3 ``load_weights``).  The config writes every synonym vLLM, SGLang, TRT-LLM
 and tokenspeed read, so one artifact means the same thing to all of them:
 aux ids at the top level (target capture) *and* in ``eagle_config`` plus
 ``num_aux_hidden_states`` (fc width); ``norm_before_fc`` at the top level and

@@ -221,9 +221,14 @@ def validate(source: str | Path | Mapping[str, Any], config: Mapping[str, Any] |
 
 def lint(config: str | Path | Mapping[str, Any], *, engines: Any = ("vllm",), target: str | Path | None = None,
          from_format: str | None = None, tp: int | None = None) -> ValidationReport:
-    """Check a drafter config.json alone (no tensors): what each engine will make of it."""
+    """Check a drafter config.json alone (no tensors): what each engine will make of it.
+
+    ``config``: a dict, a config.json path, or a directory (its config.json is read).
+    """
     path = None
     if not isinstance(config, Mapping):
+        if Path(config).is_dir():
+            config = Path(config) / "config.json"
         path = str(config)
         keys: list[str] = []
         config = load_json(config, duplicates=keys)
