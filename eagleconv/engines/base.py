@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..drafter import Architecture, DrafterSpec
+from ..drafter import ArchitectureName, DrafterSpec
 from ..formats.base import MISSING, get_path
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ class DrafterClass:
 
     name: str
     _: KW_ONLY
-    family: Architecture | None  # None: whatever the checkpoint is (the class is not modelled in detail)
+    family: ArchitectureName | None  # None: whatever the checkpoint is (the class is not modelled in detail)
     aux_count_paths: tuple[str, ...]  # int paths give K; list paths give len(list)
     aux_count_default: int | None = 3  # None: K comes from the engine's runtime options
     ignores_flags: Mapping[str, bool] = field(default_factory=dict)  # flag -> how the class behaves (it never reads it)
