@@ -160,7 +160,8 @@ def check(config: dict[str, Any], store: TensorStore | None, *, path: str | None
         eagle_version=("3.1" if flags["fc_norm"] or flags["norm_output"] else "3"),
         architecture=spec.architecture if spec is not None else _family(subject),
         flags=FlagsView(**flags),
-        aux_layer_ids=list(ids) if isinstance(ids, list | tuple) and ids else None,
+        aux_layer_ids=list(ids) if isinstance(ids, list | tuple) and ids and all(
+            isinstance(i, int) and not isinstance(i, bool) for i in ids) else None,  # else EC005 says why
         aux_layer_convention=(spec.aux.convention if spec is not None else
                               (layout.aux_convention_for(_family(subject) or "llama") if ids else None)),
         **common,
