@@ -1,7 +1,7 @@
 """EAGLE-3 <-> EAGLE-3.1: the math of ``upgrade`` and ``downgrade``, as transforms over canonical tensors.
 
 How the aux hidden states ``a_1..a_K`` (each ``Ht`` wide) reach the decoder
-(vllm-loader.md §4.1)::
+(vLLM: combine_hidden_states in llama_eagle3.py)::
 
     EAGLE-3                    g = fc(cat(a_i))
     norm_before_fc             g = fc(rms(cat(a_i)) * w_in)

@@ -45,7 +45,7 @@ def rms64(x: torch.Tensor) -> torch.Tensor:
 
 
 def combine(t: dict[str, torch.Tensor], aux: torch.Tensor, *, fc_norm: bool, norm_before_fc: bool = False) -> torch.Tensor:
-    """vLLM's combine_hidden_states (vllm-loader.md §4.1) in float64, written here from the formula."""
+    """vLLM's combine_hidden_states (llama_eagle3.py) in float64, written here from the formula."""
     chunks = [aux[:, i, :].double() for i in range(aux.shape[1])]
     if fc_norm:
         chunks = [rms64(c) * t[f"fc_norm.{i}.weight"].double() for i, c in enumerate(chunks)]
