@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from . import __version__
-from .drafter import AuxConvention, AuxLayers, DrafterSpec
+from .drafter import AuxConvention, AuxLayers, DrafterSpec, Verifier
 from .errors import ConversionError, FindingsError, UsageError
 from .formats import get_layout
 from .canonical import layer_indices
@@ -23,6 +23,7 @@ from .jsonio import dump_json
 from .loading import LoadedDrafter, load_drafter
 from .report import ConvertReport, Finding, PlanRow
 from .validation.structural import checkpoint_findings
+from .verifier import resolve_verifier
 from .vocab import check_d2t, identity_d2t, t2d_from_target_ids
 
 
@@ -68,8 +69,12 @@ def _compat_problems(dst: type[Layout], spec: DrafterSpec, layer_count: int) -> 
 
 def plan_conversion(loaded: LoadedDrafter, to: str, *, drop: Iterable[str] = (),
                     aux_layer_ids: Sequence[int] | None = None,
-                    aux_convention: AuxConvention = "hidden_state_index") -> tuple[ConvertReport, list[OutputTensor], dict]:
-    """Plan a conversion from headers and small vectors only; raises ConversionError when it cannot be exact."""
+                    aux_convention: AuxConvention = "hidden_state_index",
+                    verifier: str | Verifier | None = None) -> tuple[ConvertReport, list[OutputTensor], dict]:
+    """Plan a conversion from headers and small vectors only; raises ConversionError when it cannot be exact.
+
+    ``verifier`` (``--verifier``): the target model to name in the output, a Hub id or a local model
+    directory; it replaces whatever the source names."""
     dst = get_layout(to)
     try:
         spec = loaded.require_spec()
@@ -88,6 +93,15 @@ def plan_conversion(loaded: LoadedDrafter, to: str, *, drop: Iterable[str] = (),
         spec = spec.model_copy(update={"aux": AuxLayers(count=spec.aux.count, ids=ids, convention=aux_convention)})
         notes.append(f"aux layer ids set to {list(ids)} ({aux_convention}) by --aux-layer-ids"
                      + (f", replacing {list(old)}" if old else ""))
+
+    if verifier is not None:
+        named = resolve_verifier(verifier) if isinstance(verifier, str) else verifier
+        old_name = spec.verifier.name_or_path if spec.verifier else None
+        spec = spec.model_copy(update={"verifier": named})
+        notes.append(f"verifier set to {named.name_or_path!r}"
+                     + (f" (architectures {list(named.architectures)})" if named.architectures else
+                        " (a Hub id: architectures unknown)")
+                     + " by --verifier" + (f", replacing {old_name!r}" if old_name and old_name != named.name_or_path else ""))
 
     unmatched = sorted(d for d in drop_set if not any(_matches_drop(c, n, {d}) for c, n in read.canonical.items()))
     if unmatched:
@@ -150,8 +164,20 @@ def plan_conversion(loaded: LoadedDrafter, to: str, *, drop: Iterable[str] = (),
     config = write_config(dst, spec, provenance)
     report = ConvertReport(ok=True, source=str(loaded.store.path), destination="", source_format=loaded.layout.name,
                            destination_format=dst.name, dry_run=True, plan=plan,
-                           config_changes=_config_changes(loaded, dst, spec, config), notes=notes)
+                           config_changes=_config_changes(loaded, dst, spec, config), notes=notes,
+                           findings=output_findings(dst, spec))
     return report, out, config
+
+
+def output_findings(dst: type[Layout], spec: DrafterSpec) -> list[Finding]:
+    """What the destination's own loader will refuse in the output (the source had no say in it)."""
+    out: list[Finding] = []
+    if dst.carries_verifier and not (spec.verifier and spec.verifier.name_or_path):
+        out.append(Finding(code="EC043", severity="warning", message=(
+            f"the {dst.name} output names no verifier (speculators_config.verifier.name_or_path is null): "
+            "speculators' SpeculatorModel.from_pretrained calls AutoConfig.from_pretrained on it and fails; "
+            "pass --verifier NAME_OR_PATH")))
+    return out
 
 
 def _derive(needed: str, loaded: LoadedDrafter, spec: DrafterSpec) -> tuple[bytes, str, tuple[int, ...], str] | None:
@@ -233,7 +259,7 @@ def _verify_output(staged: Path, tensors: Sequence[OutputTensor], dst_layout: st
 def convert(source: str | Path, destination: str | Path, to: str, *, from_format: str | None = None,
             dry_run: bool = False, force: bool = False, overwrite: bool = False, drop: Iterable[str] = (),
             aux_layer_ids: Sequence[int] | None = None, aux_convention: AuxConvention = "hidden_state_index",
-            max_shard_size: int | None = None, allow_pickle: bool = False, durable: bool = True,
+            verifier: str | Verifier | None = None, max_shard_size: int | None = None, allow_pickle: bool = False, durable: bool = True,
             on_bytes: Callable[[int], None] | None = None, on_total: Callable[[int], None] | None = None) -> ConvertReport:
     """Convert ``source`` to layout ``to`` at ``destination``.  See the module docstring.
 
@@ -253,8 +279,8 @@ def convert(source: str | Path, destination: str | Path, to: str, *, from_format
                 f"source has {len(errors)} error finding(s), first: [{first.code}] {first.message} "
                 "(run `eagleconv validate` for all; --force converts anyway)", loaded.store.path)
         report, tensors, config = plan_conversion(loaded, to, drop=drop, aux_layer_ids=aux_layer_ids,
-                                                  aux_convention=aux_convention)
-        report.findings = findings
+                                                  aux_convention=aux_convention, verifier=verifier)
+        report.findings = findings + report.findings
         report.destination = str(destination)
         report.dry_run = dry_run
         if dry_run:

@@ -39,3 +39,51 @@ def test_every_drafter_the_generator_builds_validates_clean_of_errors(tmp_path):
                 continue
             errors = [f for f in eagleconv.validate(path, engines=(), numeric=False, allow_pickle=True).findings if f.severity == "error"]
             assert not errors, (producer, eagle31, [f.message for f in errors])
+
+
+# -- finding 1: --verifier ----------------------------------------------------------------------
+
+def _run(*args: str):
+    from click.testing import CliRunner
+
+    from eagleconv.cli.main import cli
+
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def test_speculators_output_without_a_verifier_is_reported(drafter, tmp_path):
+    report = eagleconv.convert(drafter(producer="specforge"), tmp_path / "out", "speculators")
+    verifier = read_json(tmp_path / "out" / "config.json")["speculators_config"]["verifier"]
+    assert verifier["name_or_path"] is None
+    assert [f.code for f in report.findings if f.severity == "warning"] == ["EC043"]
+
+
+def test_verifier_from_a_local_directory_fills_name_and_architectures(drafter, tmp_path):
+    from eagleconv.synthetic import make_target_config
+
+    target = make_target_config(tmp_path / "target")
+    cfg = read_json(target / "config.json")
+    cfg["architectures"] = ["LlamaForCausalLM", "SomethingElse"]
+    (target / "config.json").write_text(json.dumps(cfg))
+    result = _run("convert", str(drafter(producer="specforge")), str(tmp_path / "out"), "--to", "speculators",
+                  "--verifier", str(target), "--json")
+    assert result.exit_code == 0, result.output
+    verifier = read_json(tmp_path / "out" / "config.json")["speculators_config"]["verifier"]
+    assert verifier == {"name_or_path": str(target), "architectures": ["LlamaForCausalLM", "SomethingElse"]}
+    assert "EC043" not in result.output
+
+
+def test_verifier_hub_id_replaces_the_sources_and_says_so(drafter, tmp_path):
+    src = drafter(producer="speculators")
+    report = eagleconv.convert(src, tmp_path / "out", "speculators", verifier="org/other-model")
+    verifier = read_json(tmp_path / "out" / "config.json")["speculators_config"]["verifier"]
+    assert verifier == {"name_or_path": "org/other-model", "architectures": []}
+    assert any("replacing 'meta-llama/Llama-3.1-8B-Instruct'" in n for n in report.notes)
+
+
+def test_verifier_path_that_is_not_a_model_directory_is_a_usage_error(drafter, tmp_path):
+    result = _run("convert", str(drafter(producer="specforge")), str(tmp_path / "out"), "--to", "speculators",
+                  "--verifier", str(tmp_path / "missing"))
+    assert result.exit_code == 2
+    assert "not a model directory" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "out").exists()
