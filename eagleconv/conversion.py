@@ -142,7 +142,7 @@ def plan_conversion(loaded: LoadedDrafter, to: str, *, drop: Iterable[str] = (),
         out.append(OutputTensor(dest, info.dtype, info.shape, info.nbytes, _copy_writer(loaded, src_name)))
 
     present = set(read.tensors) - {r for r in read.canonical if _matches_drop(r, read.canonical[r], drop_set)}
-    for needed in dst.requires:
+    for needed in dst.requires_for(spec):
         if needed in present:
             continue
         derived = _derive(needed, loaded, spec)

@@ -87,3 +87,36 @@ def test_verifier_path_that_is_not_a_model_directory_is_a_usage_error(drafter, t
     assert result.exit_code == 2
     assert "not a model directory" in result.output and "Traceback" not in result.output
     assert not (tmp_path / "out").exists()
+
+
+# -- finding 2: t2d for speculators under a compressed vocab ------------------------------------
+
+def test_modelopt_to_speculators_derives_t2d_exactly_from_d2t(drafter, tmp_path):
+    from safetensors.torch import load_file
+
+    from eagleconv.synthetic import canonical_tensors
+
+    recipe = DrafterRecipe(producer="modelopt", seed=7)
+    src = make_drafter(tmp_path / "src", recipe)
+    assert "t2d" not in load_file(str(src / "model.safetensors"))
+    report = eagleconv.convert(src, tmp_path / "out", "speculators")
+    written = load_file(str(tmp_path / "out" / "model.safetensors"))
+    import torch
+
+    want = canonical_tensors(recipe)["t2d"]
+    assert written["t2d"].dtype == torch.bool and torch.equal(written["t2d"], want)
+    assert int(written["t2d"].sum()) == recipe.dims.draft_vocab
+    assert [r.action for r in report.plan if r.destination == "t2d"] == ["derive"]
+
+
+def test_full_vocab_speculators_output_gets_no_vocab_mapping(drafter, tmp_path):
+    """speculators registers no d2t/t2d buffer when draft vocab = target vocab: nothing to derive then."""
+    from dataclasses import replace as dc_replace
+
+    from safetensors.torch import load_file
+
+    from eagleconv.synthetic import TinyDims
+
+    src = make_drafter(tmp_path / "src", DrafterRecipe(producer="modelopt", dims=dc_replace(TinyDims(), draft_vocab=128)))
+    eagleconv.convert(src, tmp_path / "out", "speculators")
+    assert "t2d" not in load_file(str(tmp_path / "out" / "model.safetensors"))

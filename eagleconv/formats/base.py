@@ -219,6 +219,11 @@ class Layout:
         return {}
 
     @classmethod
+    def requires_for(cls, spec: DrafterSpec) -> tuple[str, ...]:
+        """Canonical tensors this layout's reader needs for ``spec`` (derived exactly when the source lacks them)."""
+        return cls.requires
+
+    @classmethod
     def aux_convention_for(cls, architecture: str) -> AuxConvention:
         """Numbering convention of the aux ids this layout stores for ``architecture``."""
         return cls.aux_convention

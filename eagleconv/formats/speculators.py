@@ -45,6 +45,12 @@ class SpeculatorsLayout(Layout):
         return 0, []
 
     @classmethod
+    def requires_for(cls, spec: DrafterSpec) -> tuple[str, ...]:
+        """Under a compressed vocab speculators registers zero-filled d2t/t2d buffers and keeps them unless
+        the file has both: a missing t2d fails ``load_verifier_weights`` and every draft token maps wrongly."""
+        return ("d2t", "t2d") if spec.compressed_vocab else ()
+
+    @classmethod
     def read_extra(cls, config) -> dict[str, Any]:
         verifier = get_path(config, "speculators_config.verifier")
         if isinstance(verifier, dict):
