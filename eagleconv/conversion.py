@@ -17,7 +17,7 @@ from .drafter import AuxConvention, AuxLayers, DrafterSpec, Verifier
 from .errors import ConversionError, FindingsError, UsageError
 from .formats import get_layout
 from .canonical import layer_indices
-from .formats.base import Layout, get_path, rename, write_config
+from .formats.base import MISSING, Layout, get_path, rename, write_config
 from .io.writer import CheckpointWriter, OutputTensor, check_not_overlapping
 from .jsonio import dump_json
 from .loading import LoadedDrafter, load_drafter
@@ -210,18 +210,29 @@ def _leaf_paths(node: object, prefix: str = "") -> set[str]:
 def _config_changes(loaded: LoadedDrafter, dst: type[Layout], spec: DrafterSpec, config: dict) -> list[str]:
     """Source config fields that do not reach the destination, and rewritten values worth a word.
 
-    Keys the source layout owns (speculators_config, _torchspec_version...)
-    are structure, not drafter facts, and are not listed, except the verifier
-    name, which only the speculators layout can carry.
+    A field the spec read, or carried, or that the output states with the same value (at the same path,
+    or at the same place relative to the decoder: speculators nests it in transformer_layer_config) is
+    kept.  The source layout's own structure (its ``meta_keys``: speculators_model_type,
+    _torchspec_version...) is not listed; the verifier name is, when the destination cannot carry it.
     """
     source = loaded.store.config or {}
     src = loaded.layout
-    kept = loaded.read.consumed | {src.decoder_prefix() + k for k in spec.extra}
+    src_prefix, dst_prefix = src.decoder_prefix(), dst.decoder_prefix()
+    kept = loaded.read.consumed | {src_prefix + k for k in spec.extra}
     changes = []
     for path in sorted(_leaf_paths(source)):
-        if path.split(".")[0] in src.meta_keys or any(path == k or path.startswith(k + ".") for k in kept):
+        if any(path == k or path.startswith(k + ".") for k in kept | src.meta_keys):
             continue
-        changes.append(f"dropped config field {path} = {get_path(source, path)!r} (the {dst.name} layout has no place for it)")
+        value = get_path(source, path)
+        rel = path[len(src_prefix):] if src_prefix and path.startswith(src_prefix) else path
+        written = [w for w in (get_path(config, p) for p in dict.fromkeys((path, dst_prefix + rel, rel)))
+                   if w is not MISSING]
+        if value in written:
+            continue
+        if written:
+            changes.append(f"config field {path} = {value!r} is written as {written[0]!r} by the {dst.name} layout")
+        else:
+            changes.append(f"dropped config field {path} = {value!r} (the {dst.name} layout has no place for it)")
     if spec.verifier and spec.verifier.name_or_path and not dst.carries_verifier:
         changes.append(f"dropped verifier {spec.verifier.name_or_path!r} (only the speculators layout records it)")
     if spec.aux.ids and spec.aux.convention != dst.aux_convention_for(spec.architecture):

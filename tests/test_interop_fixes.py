@@ -120,3 +120,42 @@ def test_full_vocab_speculators_output_gets_no_vocab_mapping(drafter, tmp_path):
     src = make_drafter(tmp_path / "src", DrafterRecipe(producer="modelopt", dims=dc_replace(TinyDims(), draft_vocab=128)))
     eagleconv.convert(src, tmp_path / "out", "speculators")
     assert "t2d" not in load_file(str(tmp_path / "out" / "model.safetensors"))
+
+
+# -- finding 4: every dropped config key is reported, and only those ----------------------------
+
+def _speculators_source(tmp_path: Path, **top: object) -> Path:
+    src = make_drafter(tmp_path / "src", DrafterRecipe(producer="speculators"))
+    cfg = read_json(src / "config.json")
+    cfg.update(top)
+    cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"] = 5
+    (src / "config.json").write_text(json.dumps(cfg))
+    return src
+
+
+def test_speculators_to_speculators_reports_embed_requires_grad_and_rewritten_proposals(tmp_path):
+    src = _speculators_source(tmp_path, embed_requires_grad=True, tie_word_embeddings=False)
+    report = eagleconv.convert(src, tmp_path / "out", "speculators")
+    changes = "\n".join(report.config_changes)
+    assert "embed_requires_grad = True" in changes
+    assert "speculators_config.proposal_methods" in changes and "'speculative_tokens': 5" in changes
+    # speculators keeps the decoder's tie_word_embeddings in transformer_layer_config: not dropped
+    assert read_json(tmp_path / "out" / "config.json")["transformer_layer_config"]["tie_word_embeddings"] is False
+    assert "tie_word_embeddings" not in changes
+
+
+def test_nested_tie_word_embeddings_kept_is_not_reported_dropped(tmp_path):
+    src = _speculators_source(tmp_path, tie_word_embeddings=False)
+    report = eagleconv.convert(src, tmp_path / "out", "vllm")
+    assert read_json(tmp_path / "out" / "config.json")["tie_word_embeddings"] is False
+    changes = "\n".join(report.config_changes)
+    assert "tie_word_embeddings" not in changes
+    assert "embed_requires_grad = False" in changes  # speculators-only training switch: no place in vllm
+
+
+def test_structure_of_the_source_layout_is_not_reported(tmp_path):
+    src = make_drafter(tmp_path / "src", DrafterRecipe(producer="speculators"))
+    report = eagleconv.convert(src, tmp_path / "out", "speculators")
+    changes = "\n".join(report.config_changes)
+    assert not any(k in changes for k in ("speculators_model_type", "speculators_version", "algorithm", "verifier",
+                                          "proposal_methods", "transformer_layer_config"))

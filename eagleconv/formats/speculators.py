@@ -34,8 +34,11 @@ class SpeculatorsLayout(Layout):
     defaults = {"target_hidden_size": SameAs("hidden_size"), "num_aux_hidden_states": 3,
                 "norm_before_residual": False, "norm_before_fc": False, "fc_norm": False, "norm_output": False}
     carries_verifier = True
-    meta_keys = Layout.meta_keys | {"speculators_model_type", "speculators_version", "speculators_config",
-                                    "auto_map", "embed_requires_grad"}
+    # The layout's own structure, not drafter facts: never reported as dropped.  Everything else the
+    # source states (proposal_methods, embed_requires_grad...) is reported unless the output keeps it.
+    meta_keys = Layout.meta_keys | {"speculators_model_type", "speculators_version", "speculators_config.algorithm",
+                                    "speculators_config.default_proposal_method", "speculators_config.verifier",
+                                    "auto_map"}
 
     @classmethod
     def looks_like(cls, seen: Seen):
