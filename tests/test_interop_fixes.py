@@ -159,3 +159,50 @@ def test_structure_of_the_source_layout_is_not_reported(tmp_path):
     changes = "\n".join(report.config_changes)
     assert not any(k in changes for k in ("speculators_model_type", "speculators_version", "algorithm", "verifier",
                                           "proposal_methods", "transformer_layer_config"))
+
+
+# -- finding 3: rope every reader reads the same ------------------------------------------------
+
+def _rope_parameters_only(tmp_path: Path, producer: str = "specforge") -> Path:
+    """A drafter whose rope is in transformers-5 style only, as speculators' own converter writes it."""
+    src = make_drafter(tmp_path / "src", DrafterRecipe(producer=producer))
+    cfg = read_json(src / "config.json")
+    decoder = cfg["transformer_layer_config"] if producer == "speculators" else cfg
+    theta = decoder.pop("rope_theta")
+    decoder["rope_parameters"] = {"rope_type": "llama3", "rope_theta": theta, "factor": 8.0, "low_freq_factor": 1.0,
+                                  "high_freq_factor": 4.0, "original_max_position_embeddings": 1024}
+    (src / "config.json").write_text(json.dumps(cfg))
+    return src
+
+
+@pytest.mark.parametrize("producer, to", [("speculators", "vllm"), ("speculators", "specforge"),
+                                          ("specforge", "torchspec"), ("specforge", "speculators")])
+def test_rope_parameters_only_is_written_in_both_spellings(tmp_path, producer, to):
+    src = _rope_parameters_only(tmp_path, producer)
+    eagleconv.convert(src, tmp_path / "out", to, drop=["embed_tokens"] if to == "specforge" else ())
+    cfg = read_json(tmp_path / "out" / "config.json")
+    decoder = cfg["transformer_layer_config"] if to == "speculators" else cfg
+    assert decoder["rope_theta"] == 500000.0
+    assert decoder["rope_scaling"] == {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                       "high_freq_factor": 4.0, "original_max_position_embeddings": 1024}
+    assert decoder["rope_parameters"] == {**decoder["rope_scaling"], "rope_theta": 500000.0}
+    codes = [f.code for f in eagleconv.validate(tmp_path / "out", engines=(), numeric=False).findings]
+    assert "EC024" not in codes
+
+
+def test_legacy_rope_gains_rope_parameters_equal_to_it(drafter, tmp_path):
+    eagleconv.convert(drafter(producer="specforge"), tmp_path / "out", "vllm")
+    cfg = read_json(tmp_path / "out" / "config.json")
+    assert cfg["rope_theta"] == 500000.0 and "rope_scaling" not in cfg
+    assert cfg["rope_parameters"] == {"rope_type": "default", "rope_theta": 500000.0}
+
+
+def test_rope_only_some_readers_see_is_reported(tmp_path):
+    src = _rope_parameters_only(tmp_path)
+    warnings = [f for f in eagleconv.validate(src, engines=(), numeric=False).findings if f.code == "EC024"]
+    assert [f.severity for f in warnings] == ["warning"] and "transformers 4.x" in warnings[0].message
+    cfg = read_json(src / "config.json")
+    cfg["rope_theta"] = 10000.0  # now the two spellings disagree
+    (src / "config.json").write_text(json.dumps(cfg))
+    errors = [f for f in eagleconv.lint(cfg, engines=()).findings if f.code == "EC024"]
+    assert [f.severity for f in errors] == ["error"]

@@ -23,6 +23,7 @@ from ..canonical import CANONICAL_NAME, FC_NORM_NAME, layer_indices
 from ..drafter import Architecture, AuxConvention, AuxLayers, DrafterSpec, EagleFlags, MlaDims
 from ..io.dtypes import CONFIG_DTYPE_NAMES
 from ..io.reader import TensorInfo
+from ..rope import ROPE_KEYS, both_spellings
 
 # -- tensor renames -------------------------------------------------------------
 
@@ -448,7 +449,7 @@ def _build_spec(layout: type[Layout], arch: Architecture, v: dict[str, Any], t: 
     mla = None
     if arch == "deepseek_mla":
         mla = MlaDims(**{k: v.get(k) for k in MlaDims.model_fields})
-    rope = {k: v[k] for k in ("rope_theta", "rope_scaling", "rope_parameters") if k in v}
+    rope = both_spellings({k: v[k] for k in ROPE_KEYS if k in v})  # written back in both: every reader agrees
     extra = layout.read_extra(config)
     return DrafterSpec(
         architecture=arch,
