@@ -46,7 +46,7 @@ def resolve_engines(names: tuple[str, ...] | list[str] | str) -> list[EngineProf
 
 
 # Importing the engine modules registers their profiles (vllm first: it is the default engine).
-from . import vllm, sglang, trtllm, tokenspeed  # noqa: E402,F401,I001
+from . import vllm, sglang, trtllm, tokenspeed, speculators  # noqa: E402,F401,I001
 
 __all__ = ["DEFAULTS", "PROFILES", "EngineProfile", "EngineView", "Subject", "engine_view", "register",
            "resolve_engines"]
