@@ -12,8 +12,8 @@ eagleconv's outputs in speculators 0.9.0 itself.  What its loader needs:
 - a verifier: ``load_verifier_weights`` calls
   ``AutoConfig.from_pretrained(speculators_config.verifier.name_or_path)``, and
   loads embed_tokens / lm_head / the final norm from it;
-- under a compressed vocab both ``d2t`` and ``t2d`` in the file: it registers
-  zero-filled buffers and raises "t2d tensor hasn't been set" without them;
+- under a compressed vocab both ``d2t`` and ``t2d`` in the file: without them
+  the registered buffers stay uninitialised and loading fails (size mismatch);
 - fc sized ``K x hidden_size`` (target_hidden_size is not used), K =
   len(eagle_aux_hidden_state_layer_ids) or 3;
 - flags at the top level, absent = false; unknown tensor names only warn.
@@ -93,9 +93,9 @@ def check_vocab_buffers(subject: Subject, view: EngineView) -> list[Finding]:
     if not missing:
         return []
     return [finding(view, "EC030", "error", f"draft vocab {spec.draft_vocab_size} < target vocab {spec.vocab_size} "
-                    f"but the file has no {' or '.join(missing)}: speculators {VERSION} keeps its zero-filled buffer "
-                    "and from_pretrained raises \"t2d tensor hasn't been set\" (eagleconv convert --to speculators "
-                    "derives t2d from d2t)")]
+                    f"but the file has no {' or '.join(missing)}: speculators {VERSION} leaves that buffer "
+                    "uninitialised and from_pretrained fails (lm_head size mismatch after masking with t2d) "
+                    "(eagleconv convert --to speculators derives t2d from d2t)")]
 
 
 SPECULATORS_090 = register(EngineProfile(
