@@ -12,13 +12,16 @@ import json
 import sys
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from .. import __version__
 from ..errors import EagleconvError
 from .options import verifier_option
+
+if TYPE_CHECKING:
+    from ..drafter import AuxConvention
 
 def _layout_names() -> tuple[str, ...]:
     """Layout names for --to/--from, from the module names in eagleconv/formats/ (one module per layout).
@@ -50,7 +53,8 @@ def _console(stderr: bool = False):
 
 def run_command(ctx: click.Context, as_json: bool, body: Callable[[], tuple[Any, int]]) -> None:
     """Run ``body`` (returning (report, exit code)) with eagleconv's error policy."""
-    debug = ctx.find_object(Context).debug if ctx.find_object(Context) else False
+    state = ctx.find_object(Context)
+    debug = state.debug if state is not None else False
     try:
         report, code = body()
     except EagleconvError as exc:
@@ -105,7 +109,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def inspect(ctx: click.Context, path: str, from_format: str | None, allow_pickle: bool, as_json: bool) -> None:
-    """Describe a drafter: layout, EAGLE version, flags, dims, aux ids, vocab mapping, tensors."""
+    """Describe a drafter (a directory or hf://ORG/NAME[@REV]): layout, EAGLE version, flags, dims, aux ids, vocab mapping, tensors."""
     from ..inspection import inspect as inspect_checkpoint
 
     def body():
@@ -142,7 +146,7 @@ def inspect(ctx: click.Context, path: str, from_format: str | None, allow_pickle
 @verifier_option
 @click.pass_context
 def convert(ctx: click.Context, src: str, dst: str, to: str, from_format: str | None, dry_run: bool, drop: tuple[str, ...],
-            aux_layer_ids: str | None, aux_convention: str, max_shard_size: str | None, overwrite: bool, force: bool,
+            aux_layer_ids: str | None, aux_convention: AuxConvention, max_shard_size: str | None, overwrite: bool, force: bool,
             no_fsync: bool, allow_pickle: bool, as_json: bool, verifier: str | None = None) -> None:
     """Convert drafter SRC to layout --to at DST, exactly (tensor bytes are preserved)."""
     from ..conversion import convert as convert_checkpoint
@@ -179,8 +183,8 @@ class _progress:
     def __init__(self, enabled: bool, label: str = "writing"):
         self.enabled = enabled and sys.stderr.isatty()
         self.label = label
-        self.bar = None
-        self.task = None
+        self.bar: Any = None  # rich.progress.Progress, imported only when shown
+        self.task: Any = None
 
     def __enter__(self):
         if not self.enabled:
@@ -227,7 +231,7 @@ def formats(as_json: bool) -> None:
     """List the checkpoint layouts eagleconv reads and writes."""
     from ..formats import LAYOUTS
 
-    rows = [{"name": layout.name, "producer": layout.producer, "description": layout.description,
+    rows: list[dict[str, Any]] = [{"name": layout.name, "producer": layout.producer, "description": layout.description,
              "architectures": sorted(layout.architectures), "aux_layer_convention": layout.aux_convention}
             for layout in LAYOUTS.values()]
     if as_json:
@@ -244,6 +248,7 @@ def formats(as_json: bool) -> None:
 
 
 from . import validate_cmds  # noqa: E402,F401
+from . import hub_cmds  # noqa: E402,F401
 
 def main() -> None:
     cli(prog_name="eagleconv")

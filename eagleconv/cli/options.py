@@ -16,4 +16,4 @@ def verifier_option(func: F) -> F:
         "--verifier", "verifier", metavar="NAME_OR_PATH",
         help="The target model the output names (speculators_config.verifier): a Hub id, or a local model "
              "directory whose config.json gives its architectures. speculators' loader needs one.",
-    )(func)  # type: ignore[return-value]
+    )(func)

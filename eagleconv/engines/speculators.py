@@ -32,7 +32,8 @@ from .tokenspeed import check_fc_width_ignores_target_hidden
 
 VERSION = "0.9.0"
 MODEL_TYPES = ("llama", "qwen3")
-DRAFT_MODEL = DrafterClass("Eagle3DraftModel", None, ("eagle_aux_hidden_state_layer_ids",), aux_count_default=3)
+DRAFT_MODEL = DrafterClass("Eagle3DraftModel", family=None, aux_count_paths=("eagle_aux_hidden_state_layer_ids",),
+                           aux_count_default=3)
 TOP_LEVEL = ("draft_vocab_size", "target_hidden_size", "eagle_aux_hidden_state_layer_ids", "fc_norm", "norm_before_fc",
              "norm_output", "norm_before_residual", "speculators_config")
 
@@ -41,7 +42,7 @@ def _view(config: Mapping[str, Any]) -> Translation:
     """Eagle3DraftModel reads the decoder from transformer_layer_config and the EAGLE fields from the top level."""
     layer = config.get("transformer_layer_config")
     if not isinstance(layer, Mapping):
-        return Translation(None, ["no transformer_layer_config: Eagle3SpeculatorConfig builds a default Qwen3 "
+        return Translation(None, problems=["no transformer_layer_config: Eagle3SpeculatorConfig builds a default Qwen3 "
                                   "decoder that does not match the weights"])
     view: dict[str, Any] = dict(layer)
     view.update({k: config[k] for k in TOP_LEVEL if k in config})
@@ -52,7 +53,7 @@ def _view(config: Mapping[str, Any]) -> Translation:
     if layer.get("model_type") not in MODEL_TYPES:
         problems.append(f"transformer_layer_config.model_type {layer.get('model_type')!r}: speculators {VERSION} "
                         f"builds Eagle3 layers only for {', '.join(MODEL_TYPES)} (KeyError in model_classes)")
-    return Translation(view, problems)
+    return Translation(view, problems=problems)
 
 
 @emits("EC040")

@@ -30,7 +30,6 @@ from eagleconv.drafter import DrafterSpec
 from eagleconv.errors import ConversionError
 from eagleconv.formats import get_layout
 from eagleconv.io.dtypes import CONFIG_DTYPE_NAMES
-from eagleconv.rope import both_spellings
 from eagleconv.synthetic import PRODUCERS, DrafterRecipe, make_drafter, make_target_config
 
 RUNNERS = Path(__file__).with_name("runners")
@@ -145,9 +144,13 @@ def _run(python: str, runner: str, cases: dict[str, str]) -> dict[str, Any]:
 # -- comparisons ---------------------------------------------------------------------------------
 
 def _expected_rope(spec: DrafterSpec) -> tuple[float, dict[str, Any]]:
-    """The spec's rotary base and scaling (rope_type + its parameters)."""
-    params = dict(both_spellings(spec.rope)["rope_parameters"])
-    return float(params.pop("rope_theta")), params
+    """The spec's typed rotary base and scaling, as a reader's rope_type + parameters."""
+    r = spec.rope
+    assert r.theta is not None
+    params: dict[str, Any] = {"rope_type": "default" if r.scaling == "none" else r.scaling}
+    params.update({k: v for k, v in r.model_dump(exclude={"theta", "scaling", "interleaved", "stated"}).items()
+                   if v is not None})
+    return r.theta, params
 
 
 def _same_rope(kind_and_params: dict[str, Any] | None, expected: dict[str, Any]) -> bool:
