@@ -44,6 +44,7 @@ SOURCES: dict[str, tuple[DrafterRecipe, bool]] = {  # name -> (recipe, rewrite r
     "torchspec-eagle31": (DrafterRecipe(producer="torchspec", eagle31=True, seed=12), False),
     "modelopt-eagle3": (DrafterRecipe(producer="modelopt", seed=13), False),
     "speculators-norm-before-fc": (DrafterRecipe(producer="speculators", norm_before_fc=True, seed=14), True),
+    "vllm-qwen3-eagle31": (DrafterRecipe(producer="vllm", architecture="qwen3", eagle31=True, seed=15), False),
 }
 
 
