@@ -21,8 +21,8 @@ def _looks_like_a_path(text: str) -> bool:
 
 
 def resolve_verifier(name_or_path: str) -> Verifier:
-    """``name_or_path`` as a :class:`Verifier`: a local model directory (architectures read from its
-    config.json) or a Hub id (architectures unknown).  A path that is not a model directory is a usage error."""
+    """``name_or_path`` as a :class:`Verifier`: a local model directory (recorded as an absolute path, architectures
+    read from its config.json) or a Hub id (architectures unknown).  A path that is not a model directory is a usage error."""
     text = name_or_path.strip()
     if not text:
         raise UsageError("--verifier is empty")
@@ -37,4 +37,5 @@ def resolve_verifier(name_or_path: str) -> Verifier:
         raise FormatError("verifier config is not a JSON object", config_file)
     archs = config.get("architectures")
     names = tuple(a for a in archs if isinstance(a, str)) if isinstance(archs, list) else ()
-    return Verifier(name_or_path=text, architectures=names)
+    # Absolute, so the name resolves wherever the drafter is loaded from (a Hub id is what to publish).
+    return Verifier(name_or_path=str(directory.resolve()), architectures=names)

@@ -69,8 +69,18 @@ def test_verifier_from_a_local_directory_fills_name_and_architectures(drafter, t
                   "--verifier", str(target), "--json")
     assert result.exit_code == 0, result.output
     verifier = read_json(tmp_path / "out" / "config.json")["speculators_config"]["verifier"]
-    assert verifier == {"name_or_path": str(target), "architectures": ["LlamaForCausalLM", "SomethingElse"]}
+    assert verifier == {"name_or_path": str(target.resolve()), "architectures": ["LlamaForCausalLM", "SomethingElse"]}
     assert "EC043" not in result.output
+
+
+def test_relative_verifier_directory_is_recorded_absolute(drafter, tmp_path, monkeypatch):
+    from eagleconv.synthetic import make_target_config
+
+    make_target_config(tmp_path / "target")
+    monkeypatch.chdir(tmp_path)
+    eagleconv.convert(drafter(producer="specforge"), tmp_path / "out", "speculators", verifier="./target")
+    verifier = read_json(tmp_path / "out" / "config.json")["speculators_config"]["verifier"]
+    assert verifier["name_or_path"] == str((tmp_path / "target").resolve())
 
 
 def test_verifier_hub_id_replaces_the_sources_and_says_so(drafter, tmp_path):
