@@ -421,6 +421,9 @@ def model_card(repo_id: str, inspected: InspectReport, validation: ValidationRep
             ("target hidden size", str(spec.target_hidden_size)), ("attention heads", heads),
             ("head dim", str(spec.head_dim) if spec.head_dim else "MLA"),
             ("intermediate size", str(spec.intermediate_size)), ("dtype", spec.dtype or "unknown"),
+            ("rms_norm_eps", str(spec.rms_norm_eps) if spec.rms_norm_eps is not None else "not stated"),
+            ("rope", f"theta {spec.rope.theta if spec.rope.theta is not None else 'not stated'}, "
+                     f"scaling {spec.rope.scaling}" + (f" x{spec.rope.factor}" if spec.rope.factor else "")),
             ("weights", f"{inspected.weights}, {inspected.total_bytes} bytes")]
     body += ["## Architecture", "", "| field | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows), ""]
     body += ["## Flags", "", "| flag | value | meaning |", "|---|---|---|"]

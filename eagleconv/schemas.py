@@ -99,6 +99,7 @@ PUBLISHED: dict[str, str] = {
     "report-validate": "eagleconv.report:ValidationReport",
     "report-push": "eagleconv.hub:PushReport",
     "report-pull": "eagleconv.hub:PullReport",
+    "report-diff": "eagleconv.report:DiffReport",
 }
 
 

@@ -117,6 +117,9 @@ def test_push_lands_every_file_once_and_verifies(hub, drafter):
     assert ("vllm serve meta-llama/Llama-3.1-8B-Instruct --speculative-config "
             '\'{"model": "org/drafter", "method": "eagle3", "num_speculative_tokens": 3}\'') in card
     assert "vllm 0.32" in card and "hidden_state_index" in card
+    spec = read_json(src / "config.json")["transformer_layer_config"]
+    assert f"| rope | theta {spec['rope_theta']}, scaling none |" in card
+    assert f"| rms_norm_eps | {spec['rms_norm_eps']} |" in card
     # EC041 judges the name vLLM will see, the repo id ("drafter": no 'eagle3'), not the local directory.
     ec041 = [f.message for f in report.validation.findings if f.code == "EC041"]
     assert ec041 and all("neither 'eagle-' nor 'eagle3'" in m for m in ec041)

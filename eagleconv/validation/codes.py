@@ -110,6 +110,10 @@ CODES: dict[str, Code] = {c.code: c for c in sorted([
          "The drafter's target hidden size or vocabulary differs from the target model's config.json (--target), "
          "or the drafter shares the target's embedding at a different width.",
          severity="error"),
+    Code("EC070", "non-finite forward pass",
+         "validate --forward: running the drafter (vLLM's math, reference forward) produces NaN or Inf logits or "
+         "fed-back hidden states at some draft step. The drafter loads and proposes garbage.",
+         severity="error"),
     Code("EC061", "all-zero weights",
          "fc or lm_head is entirely zero: an uninitialised or wiped tensor. The drafter loads and proposes "
          "garbage.", severity="warning"),
