@@ -21,7 +21,7 @@ class InputFactory:
     """The same draft-round inputs for any set of aux layer ids: synthetic (seeded) or captured from a target."""
 
     def __init__(self, vocab_size: int, target_hidden: int, *, target: Target | None = None,
-                 prompts: Sequence[Sequence[int]] | None = None, seed: int = 0, batch: int = 4, length: int = 16):
+                 prompts: Sequence[Sequence[int]] | None = None, seed: int = 0, batch: int = 4, length: int = 8):
         self.vocab_size, self.target_hidden, self.target, self.seed = vocab_size, target_hidden, target, seed
         self.prompts = [list(p) for p in prompts] if prompts else None
         self.batch, self.length = batch, length
@@ -225,7 +225,7 @@ def _step_ok(results: list[DraftResult], k: int) -> bool:
 def validate_forward(path: str | Path, *, engines: Any = (), steps: int = 4, target: str | Path | None = None,
                      prompts: str | Path | None = None, seed: int = 0, dtype: str = "float32", recipe: str = "native",
                      backend: str = "torch", allow_pickle: bool = False, layout: str | None = None,
-                     batch: int = 4, length: int = 16) -> ForwardReport:
+                     batch: int = 4, length: int = 8) -> ForwardReport:
     """Run K draft steps of the reference forward and, per engine profile, the drafter as that engine reads it."""
     from ..engines import resolve_engines
     from ..loading import load_drafter
@@ -271,7 +271,7 @@ def validate_forward(path: str | Path, *, engines: Any = (), steps: int = 4, tar
                     continue
                 engine_drafter = Drafter(espec, OverlaySource(base, extra) if extra else base, dtype=dtype,
                                          recipe=recipe, backend=backend, seed=seed, target_embed=drafter.w.target_embed,
-                                         target_lm_head=drafter.w.target_lm_head)
+                                         target_lm_head=drafter.w.target_lm_head, cache=drafter.w.cache)
                 view.steps, _ = compare(results, run_all(engine_drafter, factory.make(eids), steps))
             report.engines.append(view)
     return report
@@ -279,7 +279,7 @@ def validate_forward(path: str | Path, *, engines: Any = (), steps: int = 4, tar
 
 def diff(a: str | Path, b: str | Path, *, steps: int = 4, target: str | Path | None = None,
          prompts: str | Path | None = None, seed: int = 0, dtype: str = "float32", recipe: str = "native",
-         backend: str = "torch", allow_pickle: bool = False, batch: int = 4, length: int = 16) -> DiffReport:
+         backend: str = "torch", allow_pickle: bool = False, batch: int = 4, length: int = 8) -> DiffReport:
     """Run drafters A and B on identical inputs (each capturing the target layers it means) and compare per step."""
     if steps < 1:
         raise UsageError("--steps must be at least 1")
