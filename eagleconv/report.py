@@ -175,6 +175,11 @@ class ForwardReport(_Report):
     notes: list[str] = Field(default_factory=list)
     engines: list[EngineForward] = Field(default_factory=list)
     findings: list[Finding] = Field(default_factory=list)
+    device: str = Field("cpu", description="where the forward ran (cpu, cuda)")
+    kernels: str | None = Field(None, description="--backend triton: how the kernels ran (triton, or interpreter on CPU)")
+    against_torch: list[DiffStep] = Field(
+        default_factory=list, description="a backend other than torch: per step, its logits against the torch backend's "
+        "on the same inputs and device")
 
 
 class ValidationReport(_Report):
@@ -194,4 +199,6 @@ class ValidationReport(_Report):
     detected_by: list[str] = Field(default_factory=list, description="why this layout was chosen")
     target: str | None = Field(None, description="the target model config checked against (--target)")
     tp: int | None = Field(None, description="tensor-parallel size checked (--tp)")
+    ignored: list[Finding] = Field(default_factory=list,
+                                   description="warnings and infos the caller judged acceptable (--ignore CODE)")
     forward: ForwardReport | None = Field(None, description="validate --forward: the drafter run for K draft steps")

@@ -31,6 +31,9 @@ def render_forward(report: ForwardReport, console: Console) -> None:
         shown = " ".join(map(str, s.tokens[:8])) + (" ..." if len(s.tokens) > 8 else "")
         table.add_row(str(s.step), shown, f"{s.feedback_rms:.4f}", "yes" if s.finite else "[bold red]NO[/]")
     console.print(table)
+    if report.against_torch:
+        console.print(_steps_table(f"backend {report.backend} ({report.kernels}, {report.device}) against the torch "
+                                   "backend", report.against_torch))
     if report.engines:
         table = Table(title="as each engine reads it: top-1 agreement with the intended math, per draft step",
                       title_justify="left")
