@@ -33,6 +33,10 @@ _EXPORTS = {
     "InspectReport": "eagleconv.report",
     "Finding": "eagleconv.report",
     "ValidationReport": "eagleconv.report",
+    "push": "eagleconv.hub",
+    "pull": "eagleconv.hub",
+    "PushReport": "eagleconv.hub",
+    "PullReport": "eagleconv.hub",
     "open_checkpoint": "eagleconv.io.reader",
     "LAYOUTS": "eagleconv.formats",
     "EagleconvError": "eagleconv.errors",
@@ -67,3 +71,4 @@ if TYPE_CHECKING:  # pragma: no cover
     from .forward import Drafter, capture_aux_states, diff, load  # noqa: F401
     from .report import DiffReport, ForwardReport  # noqa: F401
     from .report import ConvertReport, Finding, InspectReport, ValidationReport  # noqa: F401
+    from .hub import PullReport, PushReport, pull, push  # noqa: F401

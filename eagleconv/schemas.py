@@ -98,6 +98,8 @@ PUBLISHED: dict[str, str] = {
     "report-convert": "eagleconv.report:ConvertReport",
     "report-validate": "eagleconv.report:ValidationReport",
     "report-diff": "eagleconv.report:DiffReport",
+    "report-push": "eagleconv.hub:PushReport",
+    "report-pull": "eagleconv.hub:PullReport",
 }
 
 

@@ -5,6 +5,8 @@ Registered on the main group by importing this module (see the bottom of main.py
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from .main import FORMATS, _console, _progress, cli, run_command
@@ -17,7 +19,8 @@ class _status:
     """A rich spinner on a terminal while the forward pass runs (nothing under --json)."""
 
     def __init__(self, enabled: bool, label: str):
-        self.enabled, self.label, self._s = enabled, label, None
+        self.enabled, self.label = enabled, label
+        self._s: Any = None
 
     def __enter__(self) -> _status:
         if self.enabled:
@@ -47,6 +50,12 @@ def _emit(report, as_json: bool, strict: bool = False) -> tuple[object, int]:
 
 
 STRICT_HELP = "Exit 1 on warnings too (for pre-upload gates)."
+IGNORE_HELP = ("Finding code judged acceptable (repeatable, e.g. --ignore EC023): its warnings and infos are listed "
+               "as ignored and do not fail --strict. Errors cannot be ignored.")
+
+
+def ignore_option(f):
+    return click.option("--ignore", "ignore", multiple=True, metavar="CODE", help=IGNORE_HELP)(f)
 
 
 @cli.command()
@@ -73,13 +82,14 @@ STRICT_HELP = "Exit 1 on warnings too (for pre-upload gates)."
               help="--forward: RMSNorm implementation. triton: eagleconv.kernels' fused kernels, also compared per "
                    "step with the torch backend (on CPU only through Triton's interpreter, TRITON_INTERPRET=1).")
 @click.option("--device", default="cpu", show_default=True, help="--forward: torch device to run on (cpu, cuda).")
+@ignore_option
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def validate(ctx: click.Context, path: str, engines: tuple[str, ...], target: str | None, tp: int | None,
              no_numeric: bool, from_format: str | None, allow_pickle: bool, strict: bool, forward: bool, steps: int,
              prompts: str | None, seed: int, compute_dtype: str, recipe: str, backend: str, device: str,
-             as_json: bool) -> None:
-    """Check drafter checkpoint PATH against what each engine will do with it.
+             ignore: tuple[str, ...], as_json: bool) -> None:
+    """Check drafter checkpoint PATH (a directory or hf://ORG/NAME[@REV]) against what each engine will do with it.
 
     Exit 0: no error finding; 1: error findings; 2: unreadable or unsafe input.
     """
@@ -91,7 +101,8 @@ def validate(ctx: click.Context, path: str, engines: tuple[str, ...], target: st
     def body():
         with _progress(enabled=not as_json and not no_numeric, label="scanning") as progress:
             report = validate_checkpoint(path, engines=engines, target=target, tp=tp, numeric=not no_numeric,
-                                         from_format=from_format, allow_pickle=allow_pickle, progress=progress)
+                                         from_format=from_format, allow_pickle=allow_pickle, progress=progress,
+                                         ignore=ignore)
         if forward and report.format is not None:
             from ..forward import validate_forward
 
@@ -114,15 +125,16 @@ def validate(ctx: click.Context, path: str, engines: tuple[str, ...], target: st
 @click.option("--tp", type=click.IntRange(min=1), help="Check tensor-parallel sharding for this many ranks.")
 @click.option("--from", "from_format", type=click.Choice(FORMATS), help="Read CONFIG as this layout's config.")
 @click.option("--strict", is_flag=True, help=STRICT_HELP)
+@ignore_option
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def lint(ctx: click.Context, config: str, engines: tuple[str, ...], target: str | None, tp: int | None,
-         from_format: str | None, strict: bool, as_json: bool) -> None:
+         from_format: str | None, strict: bool, ignore: tuple[str, ...], as_json: bool) -> None:
     """Check a drafter config.json alone, without tensors (missing shape fields are findings)."""
     from ..validation import lint as lint_config
 
     run_command(ctx, as_json, lambda: _emit(lint_config(config, engines=engines, target=target, tp=tp,
-                                                         from_format=from_format), as_json, strict))
+                                                         from_format=from_format, ignore=ignore), as_json, strict))
 
 
 @cli.command()

@@ -29,7 +29,7 @@ def emits(*codes: str) -> Callable[[Check], Check]:
 
 
 def finding(view: EngineView, code: str, severity: str, message: str, tensor: str | None = None) -> Finding:
-    return Finding(code=code, severity=severity, message=message, tensor=tensor, engine=view.profile.label)  # type: ignore[arg-type]
+    return Finding(code=code, severity=severity, message=message, tensor=tensor, engine=view.profile.label)  # type: ignore[arg-type,unused-ignore]
 
 
 def family_of(subject: Subject) -> str | None:
@@ -64,7 +64,8 @@ def intended_ids(subject: Subject) -> tuple[tuple[int, ...] | None, str]:
     if spec is not None and spec.aux.ids is not None:
         return spec.aux.ids_as("hidden_state_index"), f"{list(spec.aux.ids)} in {spec.aux.convention} numbering"
     ids = subject.stated("aux_layer_ids")
-    if isinstance(ids, list) and ids and subject.layout is not None:
+    if isinstance(ids, list) and ids and subject.layout is not None \
+            and all(isinstance(i, int) and not isinstance(i, bool) for i in ids):  # else EC005 says so
         convention = subject.layout.aux_convention_for(family_of(subject) or "llama")
         shift = 1 if convention == "layer_output" else 0
         return tuple(i + shift for i in ids), f"{ids} in {convention} numbering"

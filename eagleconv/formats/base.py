@@ -12,6 +12,7 @@ non-config value is reported), and writing a spec back out as a config.
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -313,6 +314,43 @@ def _numeric_defaults(layout: type[Layout], arch: type[Architecture], values: di
     return tuple(defaulted)
 
 
+# JSON types engines need; a "64" or 64.0 works in one engine and fails (or is coerced) in another.
+INT_FIELDS = SHAPE_FIELDS + ("num_hidden_layers", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+                             "qk_rope_head_dim", "v_head_dim", "max_position_embeddings")
+BOOL_FIELDS = ("fc_norm", "norm_before_fc", "norm_output", "norm_before_residual", "use_aux_hidden_state",
+               "attention_bias", "mlp_bias")
+INT_LIST_FIELDS = ("aux_layer_ids",)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def type_problems(layout: type[Layout], config: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(path, message) for config values of the wrong JSON type, at every path a field is read from.
+
+    null is left to the flag rules (some engines read a present null as false).
+    """
+    problems = []
+    for key, cf in layout.fields.items():
+        for path in cf.read:
+            value = get_path(config, path)
+            if value is MISSING or value is None:
+                continue
+            if key in INT_FIELDS and not _is_int(value):
+                want = "an integer"
+            elif key in BOOL_FIELDS and not isinstance(value, bool):
+                want = "true or false"
+            elif key in INT_LIST_FIELDS and not (isinstance(value, list) and all(_is_int(v) for v in value)):
+                want = "a list of integers"
+            else:
+                continue
+            problems.append((path, f"config does not describe a valid drafter: {path} is {json.dumps(value)} "
+                            f"({type(value).__name__}), not {want}; engines differ on such a value (some coerce "
+                            "it, some fail at load, a string flag reads as true), so it is never coerced silently"))
+    return problems
+
+
 def read_fields(layout: type[Layout], config: Mapping[str, Any]) -> tuple[dict[str, Any], set[str]]:
     """Canonical field values present in ``config`` (absent fields are simply missing)."""
     values: dict[str, Any] = {}
@@ -339,11 +377,16 @@ def read_drafter(layout: type[Layout], config: Mapping[str, Any], tensors: Mappi
     by_canonical = {c: tensors[n] for c, n in canonical_names.items()}
     values, consumed = read_fields(layout, config)
     result = ReadResult(layout, None, canonical_names, by_canonical, errors=errors, consumed=consumed, config=dict(config))
+    mistyped = type_problems(layout, config)
+    result.errors.extend(message for _, message in mistyped)
     notes = result.notes
     try:
         config_model_for(dict(config)).model_validate(dict(config))
     except ValidationError as exc:
-        result.errors.append(f"config does not describe a valid drafter: {_short(exc)}")
+        reported = {path for path, _ in mistyped}
+        rest = [e for e in exc.errors() if ".".join(str(p) for p in e["loc"]) not in reported]
+        if rest:
+            result.errors.append(f"config does not describe a valid drafter: {_short_errors(rest)}")
         return result
 
     def derive(key: str, value: Any, how: str) -> None:
@@ -415,13 +458,18 @@ def read_drafter(layout: type[Layout], config: Mapping[str, Any], tensors: Mappi
         result.spec = _build_spec(layout, arch, values, t, aux_convention, config, defaulted)
         result.notes += [f"{key} is not a rope parameter eagleconv models; ignored" for key in result.spec.rope.ignored_keys]
     except (ValidationError, ValueError, TypeError) as exc:
-        result.errors.append(f"config does not describe a valid drafter: {_short(exc)}")
+        if not mistyped:  # otherwise the mistyped value is the cause, already reported
+            result.errors.append(f"config does not describe a valid drafter: {_short(exc)}")
     return result
+
+
+def _short_errors(errors: list[Any]) -> str:
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}" for e in errors)
 
 
 def _short(exc: Exception) -> str:
     if isinstance(exc, ValidationError):
-        return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}" for e in exc.errors())
+        return _short_errors(exc.errors())
     return str(exc)
 
 

@@ -153,8 +153,8 @@ def engine_forward_view(profile: Any, loaded: Any, intended: DrafterSpec, intend
     from ..engines.base import Subject, engine_view
     from ..engines.checks import check_architecture, check_aux_count, check_keys
 
-    subject = Subject(dict(loaded.store.config or {}), loaded.layout, loaded.read, set(loaded.store.tensors), True,
-                      str(loaded.store.path))
+    subject = Subject(dict(loaded.store.config or {}), layout=loaded.layout, read=loaded.read,
+                      names=set(loaded.store.tensors), has_tensors=True, path=str(loaded.store.path))
     view = engine_view(profile, subject)
     report = EngineForward(engine=profile.label, runs=False, aux_layer_ids=None)
     fatal = [f.message for check in (check_architecture, check_aux_count) for f in check(subject, view)
