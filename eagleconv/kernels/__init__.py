@@ -157,8 +157,9 @@ def fc_norm_concat(xs: Sequence[Tensor], weights: Sequence[Tensor], eps: float, 
     ``xs`` may be separate tensors or chunk views of one ``[T, N*H]`` buffer
     (read in place); ``weights`` N vectors of length H (or one ``[N, H]``
     tensor), all of one dtype, which may differ from the inputs'.  ``out`` may
-    be a view into a larger buffer (e.g. the fc GEMM's input).  One launch for
-    N <= 8; larger N takes one launch per 8 inputs.
+    be a view into a larger buffer (e.g. the fc GEMM's input) but must not
+    overlap the inputs.  One launch for N <= 8; larger N takes one launch per
+    8 inputs.
     """
     _check_common(recipe, impl, eps)
     xs, weights = list(xs), list(weights)
