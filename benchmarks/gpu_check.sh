@@ -56,7 +56,10 @@ if wants bench; then
     timeout 480 python benchmarks/kernels.py --json "$out/kernels.json" 2>&1 | tee "$out/benchmark.txt" || status=1
 fi
 
-if wants validate && python -m eagleconv validate --help 2>/dev/null | grep -q -- "--backend"; then
+if wants validate && ! python -m eagleconv validate --help 2>/dev/null | grep -q -- "--backend"; then
+    step "validate skipped: 'python -m eagleconv validate --help' fails or has no --backend (missing dependencies?)"
+    status=1
+elif wants validate; then
     step "validate --forward --backend triton --device cuda on the EAGLE-3.1 fixtures"
     for fixture in fixtures/specforge-llama-eagle31 fixtures/vllm-qwen3-eagle31 fixtures/torchspec-kimi-mla-eagle31; do
         [ -f "$fixture/config.json" ] || continue
