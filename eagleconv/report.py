@@ -199,6 +199,6 @@ class ValidationReport(_Report):
     detected_by: list[str] = Field(default_factory=list, description="why this layout was chosen")
     target: str | None = Field(None, description="the target model config checked against (--target)")
     tp: int | None = Field(None, description="tensor-parallel size checked (--tp)")
-    forward: ForwardReport | None = Field(None, description="validate --forward: the drafter run for K draft steps")
     ignored: list[Finding] = Field(default_factory=list,
                                    description="warnings and infos the caller judged acceptable (--ignore CODE)")
+    forward: ForwardReport | None = Field(None, description="validate --forward: the drafter run for K draft steps")
