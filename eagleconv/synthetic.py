@@ -132,7 +132,7 @@ def _decoder_config(recipe: DrafterRecipe) -> dict[str, Any]:
 
 
 def producer_config(recipe: DrafterRecipe) -> dict[str, Any]:
-    """config.json as the recipe's producer writes it (see formats-and-peers.md §1-2)."""
+    """config.json as the recipe's producer writes it (each layout module's docstring says which exporter that is)."""
     d, p = recipe.dims, recipe.producer
     flags31 = {"fc_norm": recipe.eagle31, "norm_output": recipe.eagle31}
     arch = architectures.get(recipe.architecture)
