@@ -12,17 +12,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..registry import import_entries, registrar
 from .base import Architecture, Expected
 
 ARCHITECTURES: dict[str, type[Architecture]] = {}
 
 
-def register(cls: type[Architecture]) -> type[Architecture]:
-    """Class decorator: add an architecture to the registry (names must be unique)."""
-    if cls.name in ARCHITECTURES:
-        raise ValueError(f"architecture {cls.name!r} registered twice")
-    ARCHITECTURES[cls.name] = cls
-    return cls
+register = registrar(ARCHITECTURES, "architecture")
+"""Class decorator: add an architecture to the registry (names must be unique)."""
 
 
 def get(name: str) -> type[Architecture]:
@@ -54,16 +51,6 @@ def detect(model_type: object, config_keys: set[str] | Mapping[str, Any], tensor
     return None
 
 
-def _register_all() -> None:
-    """Import every architecture module in this package; each registers itself with ``@register``."""
-    import pkgutil
-    from importlib import import_module
-
-    for module in pkgutil.iter_modules(__path__):
-        if module.name != "base":
-            import_module(f"{__name__}.{module.name}")
-
-
-_register_all()
+import_entries(__name__, __path__)
 
 __all__ = ["ARCHITECTURES", "Architecture", "Expected", "detect", "get", "names", "register"]

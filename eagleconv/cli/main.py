@@ -30,11 +30,12 @@ def _layout_names() -> tuple[str, ...]:
     fast; a test keeps these names equal to the registry's.
     """
     import importlib.util
-    import pkgutil
+
+    from ..registry import entry_modules
 
     spec = importlib.util.find_spec("eagleconv.formats")
     locations = spec.submodule_search_locations if spec is not None else None
-    return tuple(sorted(m.name for m in pkgutil.iter_modules(locations or []) if m.name != "base"))
+    return entry_modules(locations or [])
 
 
 FORMATS = _layout_names()

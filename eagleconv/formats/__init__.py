@@ -12,17 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AmbiguousLayoutError, FormatError, UsageError
+from ..registry import import_entries, registrar
 from .base import DDP_HINT, Layout, ReadResult, Seen, ddp_prefixed, read_drafter, write_config
 
 LAYOUTS: dict[str, type[Layout]] = {}
 
 
-def register(cls: type[Layout]) -> type[Layout]:
-    """Class decorator: add a layout to the registry (names must be unique)."""
-    if cls.name in LAYOUTS:
-        raise ValueError(f"layout {cls.name!r} registered twice")
-    LAYOUTS[cls.name] = cls
-    return cls
+register = registrar(LAYOUTS, "layout")
+"""Class decorator: add a layout to the registry (names must be unique)."""
 
 
 def get_layout(name: str) -> type[Layout]:
@@ -64,16 +61,6 @@ def detect_layout(config: Mapping[str, Any] | None, names: set[str] | None, meta
     return scored[0][2], scored[0][3]
 
 
-def _register_all() -> None:
-    """Import every layout module in this package; each registers itself with ``@register``."""
-    import pkgutil
-    from importlib import import_module
-
-    for module in pkgutil.iter_modules(__path__):
-        if module.name != "base":
-            import_module(f"{__name__}.{module.name}")
-
-
-_register_all()
+import_entries(__name__, __path__)
 
 __all__ = ["LAYOUTS", "Layout", "ReadResult", "detect_layout", "get_layout", "read_drafter", "register", "write_config"]
