@@ -5,6 +5,9 @@ Registered on the main group by importing this module (see the bottom of main.py
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import click
 
 from ..report import TransformReport
@@ -12,6 +15,26 @@ from .main import FORMATS, _progress, cli, run_command
 
 CALIBRATION_HELP = ("safetensors file with 'aux_hidden_states' [..., K x target_hidden] captured from the target, "
                     "to set norm weights that preserve each input's scale.")
+F = TypeVar("F", bound=Callable[..., object])
+
+
+_SHARED_OPTIONS = (
+    click.option("--calibration", type=click.Path(path_type=str), help=CALIBRATION_HELP),
+    click.option("--target", type=click.Path(path_type=str), help="Target model directory to capture aux states from."),
+    click.option("--prompts", type=click.Path(path_type=str), help="JSON list of token-id lists to run the target on."),
+    click.option("--to", "to", type=click.Choice(FORMATS), help="Destination layout (default: the source's)."),
+    click.option("--overwrite", is_flag=True,
+                 help="Replace DST if it exists (atomically, after the new one is complete)."),
+    click.option("--force", is_flag=True, help="Proceed even if the source has error-severity findings."),
+    click.option("--json", "as_json", is_flag=True, help="Print the report as JSON."),
+)
+
+
+def _shared_options(func: F) -> F:
+    """The options upgrade and downgrade share, in this order in --help."""
+    for option in reversed(_SHARED_OPTIONS):
+        func = option(func)
+    return func
 
 
 def _emit(report: TransformReport, as_json: bool) -> tuple[TransformReport, int]:
@@ -46,13 +69,7 @@ def _emit(report: TransformReport, as_json: bool) -> tuple[TransformReport, int]
               help="Add the aux-state normalisation (in --style).")
 @click.option("--norm-output/--no-norm-output", default=True, show_default=True,
               help="Feed the post-norm hidden state to the next draft step.")
-@click.option("--calibration", type=click.Path(path_type=str), help=CALIBRATION_HELP)
-@click.option("--target", type=click.Path(path_type=str), help="Target model directory to capture aux states from.")
-@click.option("--prompts", type=click.Path(path_type=str), help="JSON list of token-id lists to run the target on.")
-@click.option("--to", "to", type=click.Choice(FORMATS), help="Destination layout (default: the source's).")
-@click.option("--overwrite", is_flag=True, help="Replace DST if it exists (atomically, after the new one is complete).")
-@click.option("--force", is_flag=True, help="Proceed even if the source has error-severity findings.")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@_shared_options
 @click.pass_context
 def upgrade(ctx: click.Context, src: str, dst: str, style: str, fc_norm: bool, norm_output: bool,
             calibration: str | None, target: str | None, prompts: str | None, to: str | None, overwrite: bool,
@@ -77,13 +94,7 @@ def upgrade(ctx: click.Context, src: str, dst: str, style: str, fc_norm: bool, n
 @click.argument("src", type=click.Path(path_type=str))
 @click.argument("dst", type=click.Path(path_type=str))
 @click.option("--allow-lossy", is_flag=True, help="Remove fc_norm / norm_output even though that changes the drafter.")
-@click.option("--calibration", type=click.Path(path_type=str), help=CALIBRATION_HELP)
-@click.option("--target", type=click.Path(path_type=str), help="Target model directory to capture aux states from.")
-@click.option("--prompts", type=click.Path(path_type=str), help="JSON list of token-id lists to run the target on.")
-@click.option("--to", "to", type=click.Choice(FORMATS), help="Destination layout (default: the source's).")
-@click.option("--overwrite", is_flag=True, help="Replace DST if it exists (atomically, after the new one is complete).")
-@click.option("--force", is_flag=True, help="Proceed even if the source has error-severity findings.")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@_shared_options
 @click.pass_context
 def downgrade(ctx: click.Context, src: str, dst: str, allow_lossy: bool, calibration: str | None, target: str | None,
               prompts: str | None, to: str | None, overwrite: bool, force: bool, as_json: bool) -> None:
