@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 
-from .main import _console, _progress, cli, run_command
+from .app import _console, _progress, cli, run_command
 from .validate_cmds import ENGINE_HELP, IGNORE_HELP, STRICT_HELP
 
 

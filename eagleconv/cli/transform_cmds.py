@@ -11,7 +11,7 @@ from typing import TypeVar
 import click
 
 from ..report import TransformReport
-from .main import FORMATS, _progress, cli, run_command
+from .app import FORMATS, _progress, cli, run_command
 
 CALIBRATION_HELP = ("safetensors file with 'aux_hidden_states' [..., K x target_hidden] captured from the target, "
                     "to set norm weights that preserve each input's scale.")

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from .main import FORMATS, _console, _progress, cli, run_command
+from .app import FORMATS, _console, _progress, cli, run_command
 
 ENGINE_HELP = ("Engine profile to check against (repeatable): vllm, sglang, trtllm, tokenspeed, a release such as "
                "vllm:0.32 or vllm:52a31cc, or all. Default: vllm.")
