@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .rope import ROPE_KEYS, rope_kind
+
 ArchitectureName = str
 """A registered drafter architecture's name (``llama``, ``qwen3``, ``deepseek_mla``; see eagleconv.architectures)."""
 Owner = Literal["drafter", "target"]
@@ -103,9 +105,8 @@ ROPE_PARAMETERS: dict[str, tuple[str, ...]] = {
 }
 _ROPE_FLOATS = ("factor", "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
                 "attn_factor", "extrapolation_factor")
-_ROPE_KEYS = frozenset({"type", "rope_type", "rope_theta", "original_max_position_embeddings", "apply_yarn_scaling",
-                        "truncate", *_ROPE_FLOATS})
-ROPE_CONFIG_KEYS = ("rope_theta", "rope_scaling", "rope_parameters")
+_MODELLED_ROPE_KEYS = frozenset({"type", "rope_type", "rope_theta", "original_max_position_embeddings",
+                                 "apply_yarn_scaling", "truncate", *_ROPE_FLOATS})
 
 
 class Rope(_Frozen):
@@ -153,7 +154,7 @@ class Rope(_Frozen):
                              f"{params['rope_theta']!r} disagree")
         if stated_theta is not None and (isinstance(stated_theta, bool) or not isinstance(stated_theta, int | float)):
             raise ValueError(f"rope_theta must be a number, not {stated_theta!r}")
-        kind = params.get("rope_type", params.get("type", "default"))
+        kind = rope_kind(params)
         kind = "none" if kind in ("default", None) else kind
         if kind not in ROPE_PARAMETERS:
             raise ValueError(f"rope type {kind!r} is not one eagleconv models ({', '.join(ROPE_PARAMETERS)})")
@@ -184,7 +185,7 @@ class Rope(_Frozen):
         for key in ("rope_scaling", "rope_parameters"):
             block = self.stated.get(key)
             if isinstance(block, dict):
-                out += [f"{key}.{k}" for k in block if k not in _ROPE_KEYS]
+                out += [f"{key}.{k}" for k in block if k not in _MODELLED_ROPE_KEYS]
         return out
 
 
@@ -232,7 +233,7 @@ class DrafterSpec(_Frozen):
     def _rope_from_config_keys(cls, data: Any) -> Any:
         """``rope={"rope_theta": ..., "rope_scaling": ...}`` (config spelling) is parsed into the typed Rope."""
         rope = data.get("rope") if isinstance(data, dict) else None
-        if isinstance(rope, dict) and rope and set(rope) <= set(ROPE_CONFIG_KEYS):
+        if isinstance(rope, dict) and rope and set(rope) <= set(ROPE_KEYS):
             from . import architectures
 
             arch = architectures.ARCHITECTURES.get(data.get("architecture", ""))

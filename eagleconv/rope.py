@@ -15,7 +15,8 @@ from typing import Any
 ROPE_KEYS = ("rope_theta", "rope_scaling", "rope_parameters")
 
 
-def _kind(block: Mapping[str, Any]) -> Any:
+def rope_kind(block: Mapping[str, Any]) -> Any:
+    """The rope type a rope_scaling or rope_parameters block states (``type`` is the older spelling)."""
     return block.get("rope_type", block.get("type", "default"))
 
 
@@ -30,11 +31,11 @@ def both_spellings(stated: Mapping[str, Any]) -> dict[str, Any]:
     theta = stated.get("rope_theta")
     if isinstance(params, Mapping):
         theta = params.get("rope_theta", theta)
-        same = isinstance(scaling, Mapping) and _kind(scaling) == _kind(params) and all(
+        same = isinstance(scaling, Mapping) and rope_kind(scaling) == rope_kind(params) and all(
             params.get(k) == v for k, v in scaling.items() if k not in ("type", "rope_type"))
-        if _kind(params) not in ("default", None) and not same:
+        if rope_kind(params) not in ("default", None) and not same:
             scaling = {k: v for k, v in params.items() if k != "rope_theta"}
-        elif not isinstance(scaling, Mapping) or _kind(scaling) in ("default", None):
+        elif not isinstance(scaling, Mapping) or rope_kind(scaling) in ("default", None):
             scaling = None
     out: dict[str, Any] = {}
     if theta is not None:
@@ -45,7 +46,7 @@ def both_spellings(stated: Mapping[str, Any]) -> dict[str, Any]:
         return {k: stated[k] for k in ROPE_KEYS if k in stated}  # nothing typed to restate: pass through
     rebuilt: dict[str, Any] = {"rope_type": "default"}
     if isinstance(scaling, Mapping):
-        rebuilt = {"rope_type": _kind(scaling), **{k: v for k, v in scaling.items() if k not in ("type", "rope_type")}}
+        rebuilt = {"rope_type": rope_kind(scaling), **{k: v for k, v in scaling.items() if k not in ("type", "rope_type")}}
     if theta is not None:
         rebuilt["rope_theta"] = theta
     out["rope_parameters"] = rebuilt
@@ -58,10 +59,10 @@ def reader_disagreement(stated: Mapping[str, Any]) -> tuple[str, str] | None:
     if not isinstance(params, Mapping):
         return None
     theta5 = params.get("rope_theta")
-    kind5 = _kind(params)
+    kind5 = rope_kind(params)
     theta4 = stated.get("rope_theta")
     scaling4 = stated.get("rope_scaling")
-    kind4 = _kind(scaling4) if isinstance(scaling4, Mapping) else "default"
+    kind4 = rope_kind(scaling4) if isinstance(scaling4, Mapping) else "default"
     if theta4 is None and not isinstance(scaling4, Mapping):
         if theta5 in (None, 10000, 10000.0) and kind5 in ("default", None):
             return None

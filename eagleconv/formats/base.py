@@ -23,10 +23,10 @@ from pydantic import ValidationError
 from .. import architectures
 from ..architectures.base import Architecture, exact_div as _exact_div, shape_of as _shape
 from ..canonical import CANONICAL_NAME, FC_NORM_NAME, layer_indices
-from ..drafter import ROPE_CONFIG_KEYS, AuxConvention, AuxLayers, DrafterSpec, EagleFlags, Rope
+from ..drafter import AuxConvention, AuxLayers, DrafterSpec, EagleFlags, Rope
 from ..io.dtypes import CONFIG_DTYPE_NAMES
 from ..io.reader import TensorInfo
-from ..rope import both_spellings
+from ..rope import ROPE_KEYS, both_spellings
 
 # -- tensor renames -------------------------------------------------------------
 
@@ -535,7 +535,7 @@ def _build_spec(layout: type[Layout], arch: type[Architecture], v: dict[str, Any
     flags = EagleFlags(**{k: _as_bool(v[k], k) for k in EagleFlags.model_fields if k in v})
     float_dtypes = [i.dtype for i in t.values() if i.dtype in CONFIG_DTYPE_NAMES]
     dtype = max(set(float_dtypes), key=float_dtypes.count) if float_dtypes else None
-    stated_rope = {k: v[k] for k in ROPE_CONFIG_KEYS if k in v}
+    stated_rope = {k: v[k] for k in ROPE_KEYS if k in v}
     rope = Rope.from_config(stated_rope, interleaved=arch.rope_interleaved, theta=v.get("default:rope_theta"))
     # Kept in both spellings, equal (transformers 4.x reads one, 5.x the other), so every output states it
     # the same way to every reader and a round trip through any layout gives the same spec.
