@@ -126,14 +126,3 @@ def capture_aux_states(target_dir: str | Path | Target, prompts: Sequence[Sequen
     target = target_dir if isinstance(target_dir, Target) else Target(target_dir)
     return [target.run(p, layer_ids)[0] for p in prompts]
 
-
-def captured_inputs(target: Target, prompts: Sequence[Sequence[int]], aux_ids: Sequence[int]) -> list[DraftInputs]:
-    """One DraftInputs per prompt (lengths differ): tokens = prompt + the target's greedy token."""
-    ids = tuple(sorted(aux_ids))
-    out = []
-    for prompt in prompts:
-        states, nxt = target.run(prompt, ids)
-        tokens = torch.tensor([list(prompt) + [nxt]])
-        aux = torch.cat([states[i] for i in ids], dim=-1).unsqueeze(0)
-        out.append(DraftInputs(tokens, aux, "target", ids, [f"aux states from {target.path}, layers {list(ids)}"]))
-    return out
