@@ -81,7 +81,6 @@ class _Measurer:
             if spec.lm_head == "target":
                 self.borrowed["target_lm_head"] = tgt.lm_head
         factory = InputFactory(spec.vocab_size, spec.target_hidden_size, target=tgt, prompts=prompt_list, seed=seed)
-        factory._given = prompt_list is not None
         self.inputs = factory.make(default_aux_ids(spec, layers))
         self.description = factory.description
         source = Drafter(spec, CheckpointSource(loaded), dtype="float32", seed=seed, **self.borrowed)

@@ -25,6 +25,7 @@ class InputFactory:
                  prompts: Sequence[Sequence[int]] | None = None, seed: int = 0, batch: int = 4, length: int = 8):
         self.vocab_size, self.target_hidden, self.target, self.seed = vocab_size, target_hidden, target, seed
         self.prompts = [list(p) for p in prompts] if prompts else None
+        self._given = prompts is not None  # the description says whether the prompts were the user's
         self.batch, self.length = batch, length
         self._captured: dict[int, tuple[dict[int, torch.Tensor], int]] = {}
         if target is not None and self.prompts is None:
@@ -44,8 +45,6 @@ class InputFactory:
             return (f"target {self.target.path} (transformers, float32) on {len(self.prompts)} prompts "
                     f"({'given' if self._given else f'seeded random tokens, seed {self.seed}'})")
         return f"synthetic: seed {self.seed}, {self.batch} sequences of {self.length} tokens"
-
-    _given = False
 
     def make(self, ids: Sequence[int]) -> list[DraftInputs]:
         ids = tuple(sorted(ids))
@@ -280,7 +279,6 @@ def validate_forward(path: str | Path, *, engines: Any = (), steps: int = 4, tar
     spec = drafter.spec
     factory = InputFactory(spec.vocab_size, spec.target_hidden_size, target=tgt, prompts=prompt_list, seed=seed,
                            batch=batch, length=length)
-    factory._given = prompt_list is not None
     ids = tuple(sorted(default_aux_ids(spec, L)))
     notes = list(drafter.notes)
     if spec.aux.ids is None:
@@ -354,7 +352,6 @@ def diff(a: str | Path, b: str | Path, *, steps: int = 4, target: str | Path | N
                              "they cannot run on the same inputs")
     factory = InputFactory(da.spec.vocab_size, da.spec.target_hidden_size, target=tgt, prompts=prompt_list, seed=seed,
                            batch=batch, length=length)
-    factory._given = prompt_list is not None
     ra = run_all(da, factory.make(default_aux_ids(da.spec, L)), steps)
     rb = run_all(db, factory.make(default_aux_ids(db.spec, L)), steps)
     rows, identical = compare(ra, rb)
