@@ -307,6 +307,7 @@ def pull(repo_id: str, destination: str | Path, *, revision: str | None = None, 
     ``destination`` must not exist; it appears complete or not at all.  With
     error findings nothing is written unless ``force``.
     """
+    from .io.staging import remove_tree, rename_noreplace, staging_name
     from .validation import validate
 
     if is_hf_url(repo_id):
@@ -327,13 +328,20 @@ def pull(repo_id: str, destination: str | Path, *, revision: str | None = None, 
     if not report.ok and not force:
         result.notes.append("not written: the drafter has error findings (force=True / --force writes it anyway)")
         return result
-    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.eagleconv-pull-", dir=dest.parent))
+    # convert's staging helpers: a sibling name recording its owner (so eagleconv can tell a dead owner's
+    # debris), and a rename that never replaces what appeared at DEST meanwhile (rename(2) replaces an empty
+    # directory).
+    staging = dest.parent / staging_name(dest, "partial")
+    staging.mkdir()
     try:
         for name in files:
             shutil.copyfile(snapshot / name, staging / name)  # follows the cache's blob symlinks
-        os.rename(staging, dest)
+        rename_noreplace(staging, dest)
+    except FileExistsError:
+        remove_tree(staging)
+        raise UsageError("destination exists; pull never writes over a directory", dest) from None
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        remove_tree(staging)
         raise
     result.destination = str(dest)
     return result

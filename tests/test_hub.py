@@ -294,6 +294,25 @@ def test_pull_round_trips_byte_identical(hub, drafter, tmp_path):
     assert (out / "config.json").exists()
 
 
+def test_pull_never_replaces_a_directory_that_appears_while_it_copies(hub, drafter, tmp_path, monkeypatch):
+    """DEST created (empty) after the up-front check: rename(2) would replace it; pull refuses and cleans up."""
+    import shutil
+
+    assert run("push", good(drafter), "org/d").exit_code == 0
+    dest = tmp_path / "pulled"
+    real = shutil.copyfile
+
+    def copy_then_race(src, dst, *a, **k):
+        dest.mkdir(exist_ok=True)  # another process takes DEST meanwhile
+        return real(src, dst, *a, **k)
+
+    monkeypatch.setattr(shutil, "copyfile", copy_then_race)
+    result = run("pull", "org/d", dest)
+    assert result.exit_code == 2 and "destination exists" in result.output, result.output
+    assert dest.is_dir() and list(dest.iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".pulled.")) == []
+
+
 def test_pull_refuses_a_repository_that_does_not_match_its_manifest(hub, drafter, tmp_path):
     assert run("push", good(drafter), "org/d").exit_code == 0
     repo = hub.repos["org/d"]
