@@ -242,6 +242,7 @@ def formats(as_json: bool) -> None:
 
 
 from . import validate_cmds  # noqa: E402,F401
+from . import simulate_cmd  # noqa: E402,F401
 
 def main() -> None:
     cli(prog_name="eagleconv")
