@@ -80,12 +80,23 @@ class InspectReport(_Report):
     spec: DrafterSpec
 
 
+class StepDivergence(_Report):
+    """How far two drafters' outputs are apart at one draft step (``diff``, lossy upgrade/downgrade)."""
+
+    step: int = Field(..., ge=1, description="draft step, 1-based")
+    top1_agreement: float = Field(..., ge=0, le=1, description="fraction of positions with the same argmax token")
+    max_abs_err: float = Field(..., ge=0, description="largest |a - b| over the step's logits")
+    max_rel_err: float = Field(..., ge=0, description="largest |a - b| / max(|a|, tiny) over the step's logits")
+
+
 class PlanRow(_Report):
     source: str | None
     destination: str | None
     shape: list[int]
     dtype: str
-    action: Literal["copy", "derive", "drop"]
+    action: Literal["copy", "derive", "computed", "drop"] = Field(
+        ..., description="copy: bytes copied unchanged; derive: exactly re-derived (t2d from d2t); "
+                         "computed: new values built in memory by a transform; drop: not written")
     reason: str | None = None
 
 
@@ -102,10 +113,73 @@ class ConvertReport(_Report):
     findings: list[Finding] = Field(default_factory=list)
     files_written: list[str] = Field(default_factory=list)
     bytes_written: int = 0
+    exact: bool = Field(True, description="the output computes exactly what the input did (layout changes, exact folds)")
+    divergence: list[StepDivergence] = Field(default_factory=list, description="measured per draft step when not exact")
 
     @property
     def dropped(self) -> list[PlanRow]:
         return [row for row in self.plan if row.action == "drop"]
+
+
+DiffStep = StepDivergence  # one draft step compared between two runs on identical inputs
+
+
+class DiffReport(_Report):
+    """What ``eagleconv diff A B --json`` and ``eagleconv.diff()`` return."""
+
+    identical: bool = Field(description="same draft tokens and bit-identical logits at every step")
+    steps: list[DiffStep]
+    a: str
+    b: str
+    compute_dtype: str
+    output_dtype: str
+    inputs: str = Field(description="where the inputs came from (synthetic seed or target)")
+    notes: list[str] = Field(default_factory=list)
+
+
+class ForwardStep(_Report):
+    """One draft step of ``validate --forward``."""
+
+    step: int
+    tokens: list[int] = Field(description="the draft token (target vocabulary id) of each sequence")
+    feedback_rms: float = Field(description="RMS of the hidden state fed to the next step (the drift signal)")
+    finite: bool
+
+
+class EngineForward(_Report):
+    """The drafter run as one engine release will read it, against the checkpoint's intended math."""
+
+    engine: str
+    runs: bool = Field(description="false when the engine would not load or run this checkpoint")
+    reason: str | None = None
+    flags: dict[str, bool] = Field(default_factory=dict, description="flags as the engine resolves them")
+    aux_layer_ids: list[int] | None = Field(None, description="target layers the engine captures (hidden_state_index)")
+    differs: list[str] = Field(default_factory=list, description="what differs from the intended drafter")
+    steps: list[DiffStep] = Field(default_factory=list)
+
+
+class ForwardReport(_Report):
+    """``validate --forward``: K draft steps of the reference forward (vLLM's math)."""
+
+    path: str
+    architecture: str
+    eagle_version: str
+    compute_dtype: str
+    output_dtype: str
+    recipe: str = Field(description="RMSNorm rounding recipe: native (vLLM IR) or one_round (vllm_c CUDA)")
+    backend: str
+    inputs: str
+    aux_layer_ids: list[int]
+    steps: list[ForwardStep]
+    borrowed: list[str] = Field(default_factory=list, description="embedding / LM head rows that were synthetic")
+    notes: list[str] = Field(default_factory=list)
+    engines: list[EngineForward] = Field(default_factory=list)
+    findings: list[Finding] = Field(default_factory=list)
+    device: str = Field("cpu", description="where the forward ran (cpu, cuda)")
+    kernels: str | None = Field(None, description="--backend triton: how the kernels ran (triton, or interpreter on CPU)")
+    against_torch: list[DiffStep] = Field(
+        default_factory=list, description="a backend other than torch: per step, its logits against the torch backend's "
+        "on the same inputs and device")
 
 
 class ValidationReport(_Report):
@@ -115,7 +189,7 @@ class ValidationReport(_Report):
     path: str | None = None
     format: str | None = None
     eagle_version: Literal["3", "3.1"] | None = None
-    architecture: Literal["llama", "qwen3", "deepseek_mla"] | None = None
+    architecture: str | None = Field(None, description="a registered drafter architecture (llama, qwen3, deepseek_mla)")
     flags: FlagsView | None = None
     aux_layer_ids: list[int] | None = Field(None, description="as the checkpoint states them")
     aux_layer_convention: str | None = None
@@ -125,3 +199,6 @@ class ValidationReport(_Report):
     detected_by: list[str] = Field(default_factory=list, description="why this layout was chosen")
     target: str | None = Field(None, description="the target model config checked against (--target)")
     tp: int | None = Field(None, description="tensor-parallel size checked (--tp)")
+    ignored: list[Finding] = Field(default_factory=list,
+                                   description="warnings and infos the caller judged acceptable (--ignore CODE)")
+    forward: ForwardReport | None = Field(None, description="validate --forward: the drafter run for K draft steps")
