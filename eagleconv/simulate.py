@@ -58,7 +58,7 @@ class SimulateError(EagleconvError):
     """The engine would not run this drafter (it fails at load or in its first step); the message says why."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EngineDrafter:
     """The drafter's weights and settings exactly as vLLM will hold them (float32)."""
 
@@ -110,7 +110,8 @@ def engine_drafter(drafter: str | Path, engine: str, target_config: Mapping[str,
         config = dict(store.config or {})
         layout, _ = detect_layout(config, set(store.tensors), {}, "safetensors", str(path))
         read = read_drafter(layout, config, store.tensors)
-        view = engine_view(profile, Subject(config, layout, read, set(store.tensors), True, str(path)))
+        view = engine_view(profile, Subject(config, layout=layout, read=read, names=set(store.tensors),
+                                                     has_tensors=True, path=str(path)))
     if view.problems:
         raise SimulateError(f"{path}: {profile.label} fails reading the config: {view.problems[0]}", code=None)
     if view.cls is None:
@@ -220,8 +221,9 @@ def engine_drafter(drafter: str | Path, engine: str, target_config: Mapping[str,
                                 f"nothing, so what it drafts cannot be predicted", code=None)
     if "embed_tokens.weight" in raw and torch.equal(raw["embed_tokens.weight"].float(), target_weights["embed"]):
         weights["embed_tokens.weight"] = target_weights["embed"]
-    return EngineDrafter(weights, layers, heads, kv_heads, head_dim, eps, theta, K, capture, flags, draft_vocab, vocab,
-                         float(cfg.get("logit_scale") or 1.0), notes)
+    return EngineDrafter(weights=weights, layers=layers, heads=heads, kv_heads=kv_heads, head_dim=head_dim, eps=eps,
+                         theta=theta, aux_count=K, capture=capture, flags=flags, draft_vocab=draft_vocab, vocab=vocab,
+                         logit_scale=float(cfg.get("logit_scale") or 1.0), notes=notes)
 
 
 def _rms(x: Any, w: Any, eps: float) -> Any:
