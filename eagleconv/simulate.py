@@ -2,7 +2,8 @@
 
 The target runs in transformers; the drafter runs as the engine profile reads it (flags as the profile resolves
 them, aux layers as vLLM's V1 runner captures them, tensors as its loader renames, drops, defaults or shares
-them), with vLLM's drafter math (vllm-loader.md §4) and its proposer semantics:
+them), with vLLM's drafter math (vLLM 0.32.0: vllm/model_executor/models/llama_eagle3.py) and its proposer
+semantics (vllm/v1/spec_decode/llm_base_proposer.py):
 
 * prefill: the target samples x_P; the drafter's first pass sees row p = (token x_{p+1}, position p, hidden
   combine(aux_p)) for every prompt position, the last row carrying the sampled token;
