@@ -94,9 +94,15 @@ def test_all_zero_lm_head_is_a_warning_not_a_refusal(drafter, tmp_path):
 
 @pytest.mark.parametrize("dtype,bits", [("BF16", "<u2"), ("F16", "<u2"), ("F32", "<u4"), ("F64", "<u8"),
                                         ("F8_E5M2", "|u1"), ("F8_E4M3", "|u1")])
-def test_bit_scan_agrees_with_decoded_values(tmp_path, dtype, bits):
-    """Random bit patterns (many NaN/Inf among them) at an unaligned file offset, against a float decode."""
+@pytest.mark.parametrize("window", [None, 64 * 1024])
+def test_bit_scan_agrees_with_decoded_values(tmp_path, monkeypatch, dtype, bits, window):
+    """Random bit patterns (many NaN/Inf among them) at an unaligned file offset, against a float decode;
+    also with small chunks, so counts and the first index add up across chunks."""
+    from eagleconv.io import finite
     from eagleconv.io.finite import scan_file_range
+
+    if window:
+        monkeypatch.setattr(finite, "SCAN_CHUNK_BYTES", window)
 
     rng = np.random.default_rng(7)
     raw = rng.integers(0, np.iinfo(np.dtype(bits)).max, size=300_001, dtype=np.dtype(bits), endpoint=True)

@@ -80,20 +80,22 @@ def _fsync_dir(path: Path) -> None:
 
 
 WRITEBACK_MIN_BYTES = 32 * 1024 * 1024
-# How writeback of a just-copied tensor is started (see benchmarks/RESULTS.md, "Writeback"):
-# "fadvise" posix_fadvise(DONTNEED) in line, "sfr" sync_file_range(WRITE) in line,
-# "thread" sync_file_range(WRITE) on a helper thread, "none" nothing until the closing fsync.
-WRITEBACK = os.environ.get("EAGLECONV_WRITEBACK", "fadvise")
+# How writeback of each just-copied large tensor is started.  Measured (benchmarks/RESULTS.md,
+# "Writeback"): posix_fadvise(DONTNEED) or sync_file_range(WRITE) called in line block 0.1-0.3 s per
+# tensor while the block queue fills, so the disk never writes while the next tensor is copied, and
+# DONTNEED also evicts pages the NaN/Inf check is about to read; leaving it all to the closing fsync
+# writes nothing until the copy ends.  The default hands sync_file_range(WRITE) to a helper thread:
+# the copy and the check go on while the kernel queues the writes, and the final fsync waits only
+# for the tail.  EAGLECONV_WRITEBACK=fadvise|sfr|none selects the others (for the benchmark only).
+WRITEBACK = os.environ.get("EAGLECONV_WRITEBACK", "thread")
 
 
 def _sync_file_range() -> Callable[[int, int, int], None] | None:
     """libc's sync_file_range(fd, offset, n, SYNC_FILE_RANGE_WRITE), or None where there is none."""
     import ctypes
-    import ctypes.util
 
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        fn = libc.sync_file_range
+        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
     except (OSError, AttributeError):
         return None
     fn.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
@@ -109,11 +111,11 @@ class _Writeback:
 
     def __init__(self, how: str):
         self.how = how
+        self.sfr = _sync_file_range() if how in ("sfr", "thread") else None
         self.queue: Any = None
         self.thread: Any = None
-        self.sfr = _sync_file_range() if how in ("sfr", "thread") else None
         if self.sfr is None and how in ("sfr", "thread"):
-            self.how = "fadvise"
+            self.how = "fadvise"  # no sync_file_range (not Linux): the portable hint, in line
         if self.how == "thread":
             import queue
             import threading
@@ -128,7 +130,7 @@ class _Writeback:
             if item is None:
                 return
             fd, offset, length, done = item
-            if fd is not None:
+            if fd is not None and self.sfr is not None:
                 self.sfr(fd, offset, length)
             if done is not None:
                 done.set()
@@ -136,7 +138,7 @@ class _Writeback:
     def start(self, fd: int, offset: int, length: int) -> None:
         if self.how == "fadvise":
             _start_writeback(fd, offset, length)
-        elif self.how == "sfr":
+        elif self.how == "sfr" and self.sfr is not None:
             self.sfr(fd, offset, length)
         elif self.how == "thread":
             self.queue.put((fd, offset, length, None))
@@ -301,12 +303,14 @@ class CheckpointWriter:
             expected = len(prefix)
             for tensor in shard:
                 tensor.write(fd)
-                if tensor.nbytes >= WRITEBACK_MIN_BYTES:
-                    writeback.start(fd, expected, tensor.nbytes)
+                # Check before writeback starts: ext4 keeps pages locked while it queues them for the
+                # disk, and a fault on a locked page waits (measured: +2-3 s on 2.4 GB when reversed).
                 if check_values is not None and tensor.dtype in SCANNED_DTYPES and tensor.nbytes:
                     found = scan_file_range(fd, expected, tensor.nbytes, tensor.dtype)
                     if found is not None:
                         check_values(tensor, found)
+                if tensor.nbytes >= WRITEBACK_MIN_BYTES:
+                    writeback.start(fd, expected, tensor.nbytes)
                 expected += tensor.nbytes
                 if on_bytes:
                     on_bytes(tensor.nbytes)
