@@ -27,6 +27,10 @@ _EXPORTS = {
     "InspectReport": "eagleconv.report",
     "Finding": "eagleconv.report",
     "ValidationReport": "eagleconv.report",
+    "push": "eagleconv.hub",
+    "pull": "eagleconv.hub",
+    "PushReport": "eagleconv.hub",
+    "PullReport": "eagleconv.hub",
     "open_checkpoint": "eagleconv.io.reader",
     "LAYOUTS": "eagleconv.formats",
     "EagleconvError": "eagleconv.errors",
@@ -59,3 +63,4 @@ if TYPE_CHECKING:  # pragma: no cover
     from .io.reader import open_checkpoint  # noqa: F401
     from .loading import LoadedDrafter, load_drafter  # noqa: F401
     from .report import ConvertReport, Finding, InspectReport, ValidationReport  # noqa: F401
+    from .hub import PullReport, PushReport, pull, push  # noqa: F401

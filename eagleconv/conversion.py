@@ -1,9 +1,15 @@
-"""Strict, exact layout conversion.
+"""Conversion as source -> transform -> emit, through one streaming, staged, verified writer.
 
-Every source tensor goes to exactly one destination tensor, or is dropped by
-a named rule that the report lists.  Bytes are never changed: tensors are
-copied by the kernel from the source file.  A tensor the destination needs
-and the source lacks is derived only when that is exact (t2d from d2t).
+*Source*: a checkpoint read into a DrafterSpec and canonical tensor names
+(:func:`~eagleconv.loading.load_drafter`).  *Transform*: what changes besides
+the layout: nothing for ``convert``; for ``upgrade``/``downgrade`` a new spec
+plus tensors computed in memory (:class:`Transform`).  *Emit*: the plan
+(:func:`plan_conversion`), every source tensor going to exactly one
+destination tensor or dropped by a named rule the report lists, then the
+writer.  Copied bytes are never changed: the kernel copies them from the
+source file.  A tensor the destination needs and the source lacks is derived
+only when that is exact (t2d from d2t); computed tensors are the only ones
+built in memory.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import __version__
@@ -23,7 +30,7 @@ from .io.finite import ValueScan
 from .io.writer import CheckpointWriter, OutputTensor, check_not_overlapping
 from .jsonio import dump_json
 from .loading import LoadedDrafter, load_drafter
-from .report import ConvertReport, Finding, PlanRow
+from .report import ConvertReport, Finding, PlanRow, StepDivergence
 from .validation.numeric import ZERO_CHECKED
 from .validation.structural import checkpoint_findings
 from .vocab import check_d2t, identity_d2t, t2d_from_target_ids
@@ -51,6 +58,36 @@ def _copy_writer(loaded: LoadedDrafter, name: str) -> Callable[[int], None]:
     return lambda fd: loaded.store.copy_into(name, fd)
 
 
+@dataclass(frozen=True)
+class Computed:
+    """A tensor a transform built in memory: canonical name, safetensors dtype, shape, bytes, and why."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    data: bytes
+    reason: str
+
+
+@dataclass
+class Transform:
+    """What a transform does to a drafter besides its layout.
+
+    ``spec``: the drafter afterwards.  ``computed``: canonical tensors it
+    replaces or adds.  ``removed``: canonical tensors it takes away, with the
+    reason.  ``exact``: whether the result computes what the source did;
+    ``divergence``: measured per draft step when it does not.
+    """
+
+    name: str
+    spec: DrafterSpec
+    computed: dict[str, Computed] = field(default_factory=dict)
+    removed: dict[str, str] = field(default_factory=dict)
+    exact: bool = True
+    divergence: list[StepDivergence] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
 def _compat_problems(dst: type[Layout], spec: DrafterSpec, layer_count: int) -> list[str]:
     """What the destination layout cannot express about this drafter."""
     problems = []
@@ -71,8 +108,12 @@ def _compat_problems(dst: type[Layout], spec: DrafterSpec, layer_count: int) -> 
 
 def plan_conversion(loaded: LoadedDrafter, to: str, *, drop: Iterable[str] = (),
                     aux_layer_ids: Sequence[int] | None = None,
-                    aux_convention: AuxConvention = "hidden_state_index") -> tuple[ConvertReport, list[OutputTensor], dict]:
-    """Plan a conversion from headers and small vectors only; raises ConversionError when it cannot be exact."""
+                    aux_convention: AuxConvention = "hidden_state_index",
+                    transform: Transform | None = None) -> tuple[ConvertReport, list[OutputTensor], dict]:
+    """Plan a conversion from headers and small vectors (plus ``transform``'s computed tensors).
+
+    Raises ConversionError when the layout change cannot be exact.
+    """
     dst = get_layout(to)
     try:
         spec = loaded.require_spec()
@@ -91,6 +132,11 @@ def plan_conversion(loaded: LoadedDrafter, to: str, *, drop: Iterable[str] = (),
         spec = spec.model_copy(update={"aux": AuxLayers(count=spec.aux.count, ids=ids, convention=aux_convention)})
         notes.append(f"aux layer ids set to {list(ids)} ({aux_convention}) by --aux-layer-ids"
                      + (f", replacing {list(old)}" if old else ""))
+    computed = transform.computed if transform is not None else {}
+    removed = transform.removed if transform is not None else {}
+    if transform is not None:
+        spec = transform.spec
+        notes += transform.notes
 
     unmatched = sorted(d for d in drop_set if not any(_matches_drop(c, n, {d}) for c, n in read.canonical.items()))
     if unmatched:
@@ -102,6 +148,12 @@ def plan_conversion(loaded: LoadedDrafter, to: str, *, drop: Iterable[str] = (),
     dest_names: dict[str, str] = {}
     for canonical, src_name in sorted(read.canonical.items()):
         info = read.tensors[canonical]
+        if canonical in removed:
+            plan.append(PlanRow(source=src_name, destination=None, shape=list(info.shape), dtype=info.dtype,
+                                action="drop", reason=removed[canonical]))
+            continue
+        if canonical in computed:
+            continue  # emitted below with the other computed tensors
         cap = dst.holding_policy(canonical)
         if cap is not None:
             if cap.policy == "derive":
@@ -130,7 +182,21 @@ def plan_conversion(loaded: LoadedDrafter, to: str, *, drop: Iterable[str] = (),
         plan.append(PlanRow(source=src_name, destination=dest, shape=list(info.shape), dtype=info.dtype, action="copy"))
         out.append(OutputTensor(dest, info.dtype, info.shape, info.nbytes, _copy_writer(loaded, src_name)))
 
-    present = set(read.tensors) - {r for r in read.canonical if _matches_drop(r, read.canonical[r], drop_set)}
+    for canonical, new in sorted(computed.items()):
+        dest = rename(dst.renames, canonical, to_canonical=False)
+        if dst.holding_policy(canonical) is not None or dest is None:
+            problems.append(f"the {dst.name} layout cannot store {canonical}, which {transform and transform.name} computes")
+            continue
+        if dest in dest_names:
+            problems.append(f"computed {canonical} and {dest_names[dest]} would both be written as {dest}")
+            continue
+        dest_names[dest] = canonical
+        plan.append(PlanRow(source=read.canonical.get(canonical), destination=dest, shape=list(new.shape), dtype=new.dtype, action="computed",
+                            reason=new.reason))
+        out.append(OutputTensor(dest, new.dtype, new.shape, len(new.data), _bytes_writer(new.data)))
+
+    present = (set(read.tensors) | set(computed)) - set(removed) - {
+        r for r in read.canonical if _matches_drop(r, read.canonical[r], drop_set)}
     for needed in dst.requires:
         if needed in present:
             continue
@@ -153,7 +219,9 @@ def plan_conversion(loaded: LoadedDrafter, to: str, *, drop: Iterable[str] = (),
     config = write_config(dst, spec, provenance)
     report = ConvertReport(ok=True, source=str(loaded.store.path), destination="", source_format=loaded.layout.name,
                            destination_format=dst.name, dry_run=True, plan=plan,
-                           config_changes=_config_changes(loaded, dst, spec, config), notes=notes)
+                           config_changes=_config_changes(loaded, dst, spec, config), notes=notes,
+                           exact=transform.exact if transform is not None else True,
+                           divergence=list(transform.divergence) if transform is not None else [])
     return report, out, config
 
 
@@ -266,12 +334,17 @@ class _NumericCheck:
                                                         "the drafter proposes garbage"))
 
 
-def convert(source: str | Path, destination: str | Path, to: str, *, from_format: str | None = None,
+def convert(source: str | Path, destination: str | Path, to: str | None, *, from_format: str | None = None,
             dry_run: bool = False, force: bool = False, overwrite: bool = False, drop: Iterable[str] = (),
             aux_layer_ids: Sequence[int] | None = None, aux_convention: AuxConvention = "hidden_state_index",
             max_shard_size: int | None = None, allow_pickle: bool = False, durable: bool = True,
-            numeric: bool = True, on_bytes: Callable[[int], None] | None = None, on_total: Callable[[int], None] | None = None) -> ConvertReport:
-    """Convert ``source`` to layout ``to`` at ``destination``.  See the module docstring.
+            numeric: bool = True, on_bytes: Callable[[int], None] | None = None, on_total: Callable[[int], None] | None = None,
+            transform: Callable[[LoadedDrafter], Transform] | None = None) -> ConvertReport:
+    """Convert ``source`` to layout ``to`` (None: the source's own) at ``destination``.  See the module docstring.
+
+    ``transform``: builds the :class:`Transform` (upgrade, downgrade) from the
+    opened source; its computed tensors go through the same plan, staging and
+    verification as copied ones.
 
     ``durable=False`` skips fsync (the output is still published atomically).
     ``numeric`` checks every float tensor for NaN/Inf (EC060) as it is written,
@@ -281,6 +354,9 @@ def convert(source: str | Path, destination: str | Path, to: str, *, from_format
     ``force``) or cannot be converted exactly; UsageError/UnsafeInputError
     (exit 2) for bad arguments or unsafe input.  Nothing is written on error.
     """
+    from .hub import local_path
+
+    source = local_path(source)  # hf://ORG/NAME[@REV]: the verified cache snapshot
     check_not_overlapping([source], destination)
     loaded = load_drafter(source, layout=from_format, allow_pickle=allow_pickle)
     try:
@@ -291,8 +367,10 @@ def convert(source: str | Path, destination: str | Path, to: str, *, from_format
             raise ConversionError(
                 f"source has {len(errors)} error finding(s), first: [{first.code}] {first.message} "
                 "(run `eagleconv validate` for all; --force converts anyway)", loaded.store.path)
+        to = to or loaded.layout.name
+        changed = transform(loaded) if transform is not None else None
         report, tensors, config = plan_conversion(loaded, to, drop=drop, aux_layer_ids=aux_layer_ids,
-                                                  aux_convention=aux_convention)
+                                                  aux_convention=aux_convention, transform=changed)
         report.findings = findings
         report.destination = str(destination)
         report.dry_run = dry_run

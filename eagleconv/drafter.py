@@ -14,7 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-Architecture = Literal["llama", "qwen3", "deepseek_mla"]
+ArchitectureName = str
+"""A registered drafter architecture's name (``llama``, ``qwen3``, ``deepseek_mla``; see eagleconv.architectures)."""
 Owner = Literal["drafter", "target"]
 
 AuxConvention = Literal["hidden_state_index", "layer_output"]
@@ -89,6 +90,104 @@ class MlaDims(_Frozen):
     v_head_dim: int = Field(..., ge=1)
 
 
+RopeScaling = Literal["none", "linear", "dynamic", "llama3", "yarn", "deepseek_yarn"]
+
+ROPE_PARAMETERS: dict[str, tuple[str, ...]] = {
+    # scaling type -> the parameters it needs (read exactly; an absent one is an error, never a default)
+    "none": (),
+    "linear": ("factor",),
+    "dynamic": ("factor",),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+    "yarn": ("factor",),
+    "deepseek_yarn": ("factor",),
+}
+_ROPE_FLOATS = ("factor", "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
+                "attn_factor", "extrapolation_factor")
+_ROPE_KEYS = frozenset({"type", "rope_type", "rope_theta", "original_max_position_embeddings", "apply_yarn_scaling",
+                        "truncate", *_ROPE_FLOATS})
+ROPE_CONFIG_KEYS = ("rope_theta", "rope_scaling", "rope_parameters")
+
+
+class Rope(_Frozen):
+    """Rotary position embedding as the drafter computes it.
+
+    Read from either spelling (``rope_theta`` + ``rope_scaling``, or
+    transformers 5's ``rope_parameters``).  ``stated`` keeps the config keys
+    exactly as read so conversion writes them back unchanged; when present it
+    must parse to the typed fields (one truth, two views).
+    """
+
+    theta: float | None = Field(None, gt=0, description="RoPE base; None when neither the config nor the layout states it")
+    scaling: RopeScaling = Field("none", description="'yarn' on an MLA drafter runs as deepseek_yarn (vLLM rewrites it)")
+    factor: float | None = None
+    original_max_position_embeddings: int | None = None
+    low_freq_factor: float | None = None
+    high_freq_factor: float | None = None
+    beta_fast: float | None = None
+    beta_slow: float | None = None
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
+    attn_factor: float | None = None
+    extrapolation_factor: float | None = None
+    interleaved: bool = Field(False, description="GPT-J pairwise rotation (MLA) instead of neox halves")
+    stated: dict[str, Any] = Field(default_factory=dict, description="rope_theta / rope_scaling / rope_parameters as read")
+
+    @classmethod
+    def from_config(cls, stated: dict[str, Any], *, interleaved: bool = False, theta: float | None = None) -> Rope:
+        """Parse the stated rope keys; ValueError names the first problem.  ``theta``: a default when none is stated."""
+        params: dict[str, Any] = {}
+        scaling = stated.get("rope_scaling")
+        parameters = stated.get("rope_parameters")
+        for key, block in (("rope_scaling", scaling), ("rope_parameters", parameters)):
+            if block is None:
+                continue
+            if not isinstance(block, dict):
+                raise ValueError(f"{key} must be an object, not {block!r}")
+            for k, v in block.items():
+                if k in params and params[k] != v and k not in ("type", "rope_type"):
+                    raise ValueError(f"rope_scaling.{k} = {params[k]!r} and rope_parameters.{k} = {v!r} disagree")
+                params[k] = v
+        stated_theta = stated.get("rope_theta", params.get("rope_theta"))
+        if "rope_theta" in stated and "rope_theta" in params and stated["rope_theta"] != params["rope_theta"]:
+            raise ValueError(f"rope_theta {stated['rope_theta']!r} and rope_parameters.rope_theta "
+                             f"{params['rope_theta']!r} disagree")
+        if stated_theta is not None and (isinstance(stated_theta, bool) or not isinstance(stated_theta, int | float)):
+            raise ValueError(f"rope_theta must be a number, not {stated_theta!r}")
+        kind = params.get("rope_type", params.get("type", "default"))
+        kind = "none" if kind in ("default", None) else kind
+        if kind not in ROPE_PARAMETERS:
+            raise ValueError(f"rope type {kind!r} is not one eagleconv models ({', '.join(ROPE_PARAMETERS)})")
+        if interleaved and kind == "yarn":
+            kind = "deepseek_yarn"
+        missing = [k for k in ROPE_PARAMETERS[kind] if params.get(k) is None]
+        if missing:
+            raise ValueError(f"rope type {kind} needs {', '.join(missing)}")
+        typed: dict[str, Any] = {}
+        for k in _ROPE_FLOATS:
+            v = params.get(k)
+            if v is not None:
+                if isinstance(v, bool) or not isinstance(v, int | float):
+                    raise ValueError(f"rope parameter {k} must be a number, not {v!r}")
+                typed[k] = float(v)
+        orig = params.get("original_max_position_embeddings")
+        if orig is not None:
+            if isinstance(orig, bool) or not isinstance(orig, int):
+                raise ValueError(f"original_max_position_embeddings must be an integer, not {orig!r}")
+            typed["original_max_position_embeddings"] = orig
+        return cls(theta=float(stated_theta) if stated_theta is not None else theta, scaling=kind, interleaved=interleaved,
+                   stated=dict(stated), **typed)
+
+    @property
+    def ignored_keys(self) -> list[str]:
+        """Stated rope parameters eagleconv does not model (reported when read)."""
+        out = []
+        for key in ("rope_scaling", "rope_parameters"):
+            block = self.stated.get(key)
+            if isinstance(block, dict):
+                out += [f"{key}.{k}" for k in block if k not in _ROPE_KEYS]
+        return out
+
+
 class Verifier(_Frozen):
     """The target model the drafter was trained against, when the checkpoint names it."""
 
@@ -99,7 +198,7 @@ class Verifier(_Frozen):
 class DrafterSpec(_Frozen):
     """One EAGLE-3/3.1 drafter, independent of the layout it is stored in."""
 
-    architecture: Architecture
+    architecture: ArchitectureName = Field(..., description="a registered architecture: llama, qwen3, deepseek_mla")
     model_type: str = Field(..., description="the decoder's Hugging Face model_type (llama, qwen3, deepseek_v3, kimi_k2...)")
     hidden_size: int = Field(..., ge=1)
     num_hidden_layers: int = Field(..., ge=1, description="as the config states it (validation compares it with the tensors)")
@@ -108,7 +207,8 @@ class DrafterSpec(_Frozen):
     head_dim: int | None = Field(None, ge=1, description="attention head dim; None for MLA")
     intermediate_size: int = Field(..., ge=1)
     hidden_act: str = "silu"
-    rms_norm_eps: float | None = None
+    rms_norm_eps: float | None = Field(None, gt=0, description="eps of every RMSNorm; None when neither the config nor "
+                                       "the layout states it")
     target_hidden_size: int = Field(..., ge=1)
     vocab_size: int = Field(..., ge=1, description="target vocabulary (embed_tokens rows, t2d length)")
     draft_vocab_size: int = Field(..., ge=1, description="draft vocabulary (lm_head rows, d2t length)")
@@ -117,20 +217,28 @@ class DrafterSpec(_Frozen):
     embed_tokens: Owner = Field(..., description="'target': the engine shares the target's embedding")
     lm_head: Owner = Field(..., description="'target': the engine shares the target's LM head")
     dtype: str | None = Field(None, description="floating dtype of the weights (safetensors name, e.g. BF16)")
-    rope: dict[str, Any] = Field(default_factory=dict, description="rope_theta / rope_scaling / rope_parameters as stated")
+    rope: Rope = Field(Rope(), description="typed RoPE (theta, scaling and its parameters)")
     max_position_embeddings: int | None = None
     attention_bias: bool = False
     mlp_bias: bool = False
     mla: MlaDims | None = None
     verifier: Verifier | None = None
     extra: dict[str, Any] = Field(default_factory=dict, description="config keys carried through unchanged")
+    defaulted: tuple[str, ...] = Field((), description="fields the source config did not state, taken from its layout's "
+                                       "documented default (reported; conversion does not write them)")
 
     @model_validator(mode="after")
     def _consistent(self) -> DrafterSpec:
-        if (self.architecture == "deepseek_mla") != (self.mla is not None):
-            raise ValueError("MLA dimensions are required for deepseek_mla drafters and only for them")
-        if self.mla is None and (self.head_dim is None or self.num_key_value_heads is None):
-            raise ValueError("head_dim and num_key_value_heads are required for llama/qwen3 drafters")
+        from . import architectures
+
+        if self.architecture not in architectures.ARCHITECTURES:
+            raise ValueError(f"unknown architecture {self.architecture!r}; known: {', '.join(architectures.names())}")
+        arch = architectures.get(self.architecture)
+        arch.check_spec(self)
+        if self.rope.stated:
+            parsed = Rope.from_config(self.rope.stated, interleaved=arch.rope_interleaved, theta=self.rope.theta)
+            if parsed != self.rope:
+                raise ValueError("rope: the typed fields disagree with the stated rope keys")
         if self.draft_vocab_size > self.vocab_size:
             raise ValueError(f"draft_vocab_size {self.draft_vocab_size} exceeds vocab_size {self.vocab_size}")
         return self

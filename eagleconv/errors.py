@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+# Input problems the findings reference treats as findings, not as unreadable input: exit 1 from every command.
+FINDING_CODES = frozenset({"EC001", "EC002"})
+
 
 class EagleconvError(Exception):
     """Base class.  ``exit_code`` is what the CLI returns for it."""
@@ -18,6 +21,8 @@ class EagleconvError(Exception):
         self.message = message
         self.path = str(path) if path is not None else None
         self.code = code
+        if code in FINDING_CODES:
+            self.exit_code = 1
         super().__init__(self.one_line())
 
     def one_line(self) -> str:
@@ -32,6 +37,14 @@ class UnsafeInputError(EagleconvError):
 
 class FormatError(EagleconvError):
     """Input that is well-formed but is not a drafter layout eagleconv understands."""
+
+
+class AmbiguousLayoutError(FormatError):
+    """Two or more layouts fit the checkpoint equally well; ``--from`` (``from_format=``) must choose."""
+
+    def __init__(self, message: str, path: str | Path | None = None, candidates: list[str] | None = None):
+        self.candidates = list(candidates or [])
+        super().__init__(message, path)
 
 
 class UsageError(EagleconvError):

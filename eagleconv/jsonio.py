@@ -2,11 +2,15 @@
 
 Python's ``json`` silently keeps the last of two duplicate keys, while other
 parsers keep the first; a file that parses differently in two tools is refused.
+``validate`` and ``lint`` pass a ``duplicates`` list instead: the duplicates are
+recorded (and become EC001 findings) and the value the engines read, the last,
+is kept, so the rest of the file is still judged.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,14 +34,27 @@ def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _recording_duplicates(found: list[str]) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in out:
+                found.append(key)
+            out[key] = value  # the last value wins, as in Python's json (what the engines use)
+        return out
+
+    return hook
+
+
 def _reject_constant(name: str) -> float:
     raise ValueError(f"non-standard JSON constant {name}")
 
 
-def loads_strict(text: str | bytes, source: str | Path = "<json>") -> Any:
-    """Parse JSON text, refusing duplicate keys and NaN/Infinity literals."""
+def loads_strict(text: str | bytes, source: str | Path = "<json>", duplicates: list[str] | None = None) -> Any:
+    """Parse JSON text, refusing NaN/Infinity literals and duplicate keys (or recording them into ``duplicates``)."""
+    hook = _reject_duplicates if duplicates is None else _recording_duplicates(duplicates)
     try:
-        return json.loads(text, object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant)
+        return json.loads(text, object_pairs_hook=hook, parse_constant=_reject_constant)
     except DuplicateKeyError as exc:
         raise UnsafeInputError(f"JSON has a {exc}", source, code="EC001") from exc
     except (ValueError, UnicodeDecodeError) as exc:
@@ -46,8 +63,8 @@ def loads_strict(text: str | bytes, source: str | Path = "<json>") -> Any:
         raise UnsafeInputError("JSON is nested too deeply", source) from exc
 
 
-def load_json(path: str | Path, max_bytes: int = MAX_JSON_BYTES) -> Any:
-    """Read and strictly parse a JSON file of at most ``max_bytes``."""
+def load_json(path: str | Path, max_bytes: int = MAX_JSON_BYTES, duplicates: list[str] | None = None) -> Any:
+    """Read and strictly parse a JSON file of at most ``max_bytes`` (``duplicates``: see loads_strict)."""
     path = Path(path)
     try:
         with open(path, "rb") as fh:
@@ -56,7 +73,7 @@ def load_json(path: str | Path, max_bytes: int = MAX_JSON_BYTES) -> Any:
         raise UnsafeInputError(f"cannot read: {exc.strerror or exc}", path) from exc
     if len(data) > max_bytes:
         raise UnsafeInputError(f"JSON file is larger than {max_bytes} bytes", path)
-    return loads_strict(data, path)
+    return loads_strict(data, path, duplicates)
 
 
 def dump_json(obj: Any) -> str:

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .drafter import AuxConvention, DrafterSpec
 from .errors import FindingsError
 from .formats import detect_layout, get_layout, read_drafter
 from .formats.base import Layout, ReadResult
 from .io.reader import Checkpoint, open_checkpoint
+
+if TYPE_CHECKING:
+    from .io.torch_tensors import TorchTensors
 
 
 @dataclass
@@ -36,6 +40,12 @@ class LoadedDrafter:
                 + ", ".join(self.read.missing)
             )
         raise FindingsError("; ".join(problems), self.store.path)
+
+    def torch_tensors(self) -> TorchTensors:
+        """The checkpoint's tensors as torch tensors by canonical name, memory-mapped (imports torch on use)."""
+        from .io.torch_tensors import TorchTensors
+
+        return TorchTensors(self.store, self.read.canonical)
 
     def close(self) -> None:
         self.store.close()

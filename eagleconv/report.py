@@ -80,12 +80,23 @@ class InspectReport(_Report):
     spec: DrafterSpec
 
 
+class StepDivergence(_Report):
+    """How far two drafters' outputs are apart at one draft step (``diff``, lossy upgrade/downgrade)."""
+
+    step: int = Field(..., ge=1, description="draft step, 1-based")
+    top1_agreement: float = Field(..., ge=0, le=1, description="fraction of positions with the same argmax token")
+    max_abs_err: float = Field(..., ge=0, description="largest |a - b| over the step's logits")
+    max_rel_err: float = Field(..., ge=0, description="largest |a - b| / max(|a|, tiny) over the step's logits")
+
+
 class PlanRow(_Report):
     source: str | None
     destination: str | None
     shape: list[int]
     dtype: str
-    action: Literal["copy", "derive", "drop"]
+    action: Literal["copy", "derive", "computed", "drop"] = Field(
+        ..., description="copy: bytes copied unchanged; derive: exactly re-derived (t2d from d2t); "
+                         "computed: new values built in memory by a transform; drop: not written")
     reason: str | None = None
 
 
@@ -102,6 +113,8 @@ class ConvertReport(_Report):
     findings: list[Finding] = Field(default_factory=list)
     files_written: list[str] = Field(default_factory=list)
     bytes_written: int = 0
+    exact: bool = Field(True, description="the output computes exactly what the input did (layout changes, exact folds)")
+    divergence: list[StepDivergence] = Field(default_factory=list, description="measured per draft step when not exact")
 
     @property
     def dropped(self) -> list[PlanRow]:
@@ -115,7 +128,7 @@ class ValidationReport(_Report):
     path: str | None = None
     format: str | None = None
     eagle_version: Literal["3", "3.1"] | None = None
-    architecture: Literal["llama", "qwen3", "deepseek_mla"] | None = None
+    architecture: str | None = Field(None, description="a registered drafter architecture (llama, qwen3, deepseek_mla)")
     flags: FlagsView | None = None
     aux_layer_ids: list[int] | None = Field(None, description="as the checkpoint states them")
     aux_layer_convention: str | None = None
@@ -125,3 +138,5 @@ class ValidationReport(_Report):
     detected_by: list[str] = Field(default_factory=list, description="why this layout was chosen")
     target: str | None = Field(None, description="the target model config checked against (--target)")
     tp: int | None = Field(None, description="tensor-parallel size checked (--tp)")
+    ignored: list[Finding] = Field(default_factory=list,
+                                   description="warnings and infos the caller judged acceptable (--ignore CODE)")

@@ -54,76 +54,51 @@ class _DecoderFields(_Config):
     max_position_embeddings: PositiveInt | None = None
     rope_theta: float | None = Field(None, gt=0)
     rope_scaling: dict[str, Any] | None = None
+    rope_parameters: dict[str, Any] | None = None
     attention_bias: StrictBool | None = None
     mlp_bias: StrictBool | None = None
 
 
-class LlamaDecoderFields(_DecoderFields):
-    num_key_value_heads: PositiveInt | None = None
-    head_dim: PositiveInt | None = None
+def config_model_for(config: dict[str, Any]) -> type[BaseModel]:
+    """The schema a config.json should satisfy: speculators' own, else its architecture's config model."""
+    from . import architectures
 
-
-class LlamaEagle3Config(LlamaDecoderFields, _Eagle3Fields):
-    """HF-style EAGLE-3/3.1 Llama or Qwen3 drafter config (vLLM, SpecForge, TorchSpec, Automodel, ModelOpt, SafeAILab)."""
-
-    architectures: list[str] | None = None
-
-
-class DeepseekMlaEagle3Config(_DecoderFields, _Eagle3Fields):
-    """EAGLE-3/3.1 DeepSeek-V2/V3 MLA drafter config (Kimi K2.x: model_type kimi_k2 or deepseek_v3)."""
-
-    architectures: list[str] | None = None
-    q_lora_rank: PositiveInt | None = None
-    kv_lora_rank: PositiveInt | None = None
-    qk_nope_head_dim: int | None = Field(None, ge=0)
-    qk_rope_head_dim: int | None = Field(None, ge=0)
-    v_head_dim: PositiveInt | None = None
-
-
-class SpeculatorsVerifier(_Config):
-    name_or_path: str | None = None
-    architectures: list[str] = Field(default_factory=list)
-
-
-class SpeculatorsProposal(_Config):
-    proposal_type: str
-    speculative_tokens: PositiveInt | None = None
-
-
-class SpeculatorsConfigBlock(_Config):
-    algorithm: str
-    proposal_methods: list[SpeculatorsProposal] = Field(default_factory=list)
-    default_proposal_method: str | None = None
-    verifier: SpeculatorsVerifier | None = None
-
-
-class SpeculatorsEagle3Config(_Eagle3Fields):
-    """vLLM speculators format: ``speculators_model_type: eagle3`` with a nested transformer_layer_config."""
-
-    architectures: list[str] | None = None
-    speculators_model_type: str
-    speculators_version: str | None = None
-    speculators_config: SpeculatorsConfigBlock | None = None
-    transformer_layer_config: LlamaDecoderFields
-
-
-def config_model_for(config: dict[str, Any]) -> type[_Config]:
-    """The schema a config.json should satisfy, chosen by its shape."""
     if "speculators_model_type" in config:
+        from .formats.speculators import SpeculatorsEagle3Config
+
         return SpeculatorsEagle3Config
-    if "kv_lora_rank" in config or config.get("model_type") in ("deepseek_v2", "deepseek_v3", "kimi_k2"):
+    arch = architectures.detect(config.get("model_type"), config)
+    assert arch is not None  # detection falls back to llama
+    return arch.config_model()
+
+
+def __getattr__(name: str) -> Any:
+    """The per-architecture config models live in their architecture modules; found here too."""
+    if name == "LlamaEagle3Config":
+        from .architectures.llama import LlamaEagle3Config
+
+        return LlamaEagle3Config
+    if name == "DeepseekMlaEagle3Config":
+        from .architectures.deepseek_mla import DeepseekMlaEagle3Config
+
         return DeepseekMlaEagle3Config
-    return LlamaEagle3Config
+    if name == "SpeculatorsEagle3Config":
+        from .formats.speculators import SpeculatorsEagle3Config
+
+        return SpeculatorsEagle3Config
+    raise AttributeError(name)
 
 
 PUBLISHED: dict[str, str] = {
     "drafter-spec": "eagleconv.drafter:DrafterSpec",
-    "config-llama-eagle3": "eagleconv.schemas:LlamaEagle3Config",
-    "config-deepseek-mla-eagle3": "eagleconv.schemas:DeepseekMlaEagle3Config",
-    "config-speculators-eagle3": "eagleconv.schemas:SpeculatorsEagle3Config",
+    "config-llama-eagle3": "eagleconv.architectures.llama:LlamaEagle3Config",
+    "config-deepseek-mla-eagle3": "eagleconv.architectures.deepseek_mla:DeepseekMlaEagle3Config",
+    "config-speculators-eagle3": "eagleconv.formats.speculators:SpeculatorsEagle3Config",
     "report-inspect": "eagleconv.report:InspectReport",
     "report-convert": "eagleconv.report:ConvertReport",
     "report-validate": "eagleconv.report:ValidationReport",
+    "report-push": "eagleconv.hub:PushReport",
+    "report-pull": "eagleconv.hub:PullReport",
 }
 
 

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from . import architectures
+
 PRODUCERS = ("eagle", "specforge", "torchspec", "vllm", "speculators", "automodel", "modelopt")
 
 
@@ -93,23 +95,8 @@ def canonical_tensors(recipe: DrafterRecipe) -> dict[str, Any]:
         width = 2 * d.hidden if n == 0 else d.hidden
         for name in ("input_layernorm", "hidden_norm", "post_attention_layernorm"):
             t[f"{p}{name}.weight"] = norm(d.hidden)
-        a = p + "self_attn."
-        if recipe.architecture == "deepseek_mla":
-            t[a + "q_a_proj.weight"] = w(d.q_lora_rank, width)
-            t[a + "q_a_layernorm.weight"] = norm(d.q_lora_rank)
-            t[a + "q_b_proj.weight"] = w(d.heads * (d.qk_nope_head_dim + d.qk_rope_head_dim), d.q_lora_rank)
-            t[a + "kv_a_proj_with_mqa.weight"] = w(d.kv_lora_rank + d.qk_rope_head_dim, width)
-            t[a + "kv_a_layernorm.weight"] = norm(d.kv_lora_rank)
-            t[a + "kv_b_proj.weight"] = w(d.heads * (d.qk_nope_head_dim + d.v_head_dim), d.kv_lora_rank)
-            t[a + "o_proj.weight"] = w(d.hidden, d.heads * d.v_head_dim)
-        else:
-            t[a + "q_proj.weight"] = w(d.heads * d.head_dim, width)
-            t[a + "k_proj.weight"] = w(d.kv_heads * d.head_dim, width)
-            t[a + "v_proj.weight"] = w(d.kv_heads * d.head_dim, width)
-            t[a + "o_proj.weight"] = w(d.hidden, d.heads * d.head_dim)
-            if recipe.architecture == "qwen3":
-                t[a + "q_norm.weight"] = norm(d.head_dim)
-                t[a + "k_norm.weight"] = norm(d.head_dim)
+        arch = architectures.get(recipe.architecture)
+        t.update({f"{p}self_attn.{k}": v for k, v in arch.synthetic_attention(d, width, w, norm).items()})
         t[p + "mlp.gate_proj.weight"] = w(d.intermediate, d.hidden)
         t[p + "mlp.up_proj.weight"] = w(d.intermediate, d.hidden)
         t[p + "mlp.down_proj.weight"] = w(d.hidden, d.intermediate)
@@ -127,7 +114,7 @@ def canonical_tensors(recipe: DrafterRecipe) -> dict[str, Any]:
 def _decoder_config(recipe: DrafterRecipe) -> dict[str, Any]:
     d = recipe.dims
     cfg: dict[str, Any] = {
-        "model_type": {"llama": "llama", "qwen3": "qwen3", "deepseek_mla": "kimi_k2"}[recipe.architecture],
+        "model_type": architectures.get(recipe.architecture).synthetic_model_type,
         "hidden_size": d.hidden,
         "intermediate_size": d.intermediate,
         "num_attention_heads": d.heads,
@@ -140,13 +127,7 @@ def _decoder_config(recipe: DrafterRecipe) -> dict[str, Any]:
         "eos_token_id": 2,
         "tie_word_embeddings": False,
     }
-    if recipe.architecture == "deepseek_mla":
-        cfg.update(q_lora_rank=d.q_lora_rank, kv_lora_rank=d.kv_lora_rank, qk_nope_head_dim=d.qk_nope_head_dim,
-                   qk_rope_head_dim=d.qk_rope_head_dim, v_head_dim=d.v_head_dim, rope_theta=50000.0,
-                   rope_scaling={"type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096,
-                                 "beta_fast": 1.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0})
-    else:
-        cfg.update(num_key_value_heads=d.kv_heads, head_dim=d.head_dim, rope_theta=500000.0)
+    cfg.update(architectures.get(recipe.architecture).synthetic_config(d))
     return cfg
 
 
@@ -154,8 +135,12 @@ def producer_config(recipe: DrafterRecipe) -> dict[str, Any]:
     """config.json as the recipe's producer writes it (see formats-and-peers.md §1-2)."""
     d, p = recipe.dims, recipe.producer
     flags31 = {"fc_norm": recipe.eagle31, "norm_output": recipe.eagle31}
-    arch_name = "Eagle3DeepseekV2ForCausalLM" if recipe.architecture == "deepseek_mla" else "LlamaForCausalLMEagle3"
+    arch = architectures.get(recipe.architecture)
+    arch_name = arch.synthetic_architecture.get(p, arch.synthetic_architecture["*"])
+    overrides = arch.synthetic_overrides.get(p, {})
     base = _decoder_config(recipe)
+    if "model_type" in overrides:
+        base["model_type"] = overrides["model_type"]
     layer_output_ids = [i - 1 for i in d.aux_ids]
     if p == "eagle":  # the hand-copied SafeAILab template: no ids, no head_dim
         base.pop("head_dim", None)
@@ -166,18 +151,14 @@ def producer_config(recipe: DrafterRecipe) -> dict[str, Any]:
                 "target_hidden_size": d.target_hidden, **flags31, "torch_dtype": recipe.dtype,
                 "eagle_config": {"eagle_aux_hidden_state_layer_ids": layer_output_ids}}
     if p == "torchspec":
-        ids = layer_output_ids if recipe.architecture == "deepseek_mla" else list(d.aux_ids)
-        eagle_config: dict[str, Any] = {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True}
-        if recipe.architecture == "deepseek_mla":
-            eagle_config.update(use_input_layernorm_in_first_layer=True, use_last_layernorm=True, use_mtp_layernorm=False)
+        ids = layer_output_ids if overrides.get("layer_output_ids") else list(d.aux_ids)
+        eagle_config: dict[str, Any] = {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True,
+                                        **overrides.get("eagle_config", {})}
         return {"architectures": [arch_name], **base, "draft_vocab_size": d.draft_vocab,
                 "target_hidden_size": d.target_hidden, "num_aux_hidden_states": len(d.aux_ids), **flags31,
                 "eagle_config": eagle_config, "torch_dtype": recipe.dtype, "_torchspec_version": "0.2.0"}
     if p == "vllm":
-        arch = {"qwen3": "Eagle3Qwen3ForCausalLM"}.get(recipe.architecture, arch_name)
-        if recipe.architecture == "deepseek_mla":
-            base["model_type"] = "deepseek_v3"
-        cfg = {"architectures": [arch], **base, "draft_vocab_size": d.draft_vocab, "target_hidden_size": d.target_hidden,
+        cfg = {"architectures": [arch_name], **base, "draft_vocab_size": d.draft_vocab, "target_hidden_size": d.target_hidden,
                "eagle_aux_hidden_state_layer_ids": list(d.aux_ids), **flags31, "torch_dtype": recipe.dtype}
         if recipe.norm_before_fc:
             cfg["norm_before_fc"] = True

@@ -71,7 +71,8 @@ def test_ec001_duplicate_key_is_a_finding(drafter):
     text = (path / "config.json").read_text()
     (path / "config.json").write_text(text.replace('"hidden_size": 32,', '"hidden_size": 32, "hidden_size": 64,'))
     report = eagleconv.validate(path)
-    assert errors(report) == {"EC001"} and not report.ok
+    # judged like the engines read it: the last hidden_size (64) contradicts the 32-wide tensors (EC050)
+    assert errors(report) == {"EC001", "EC050"} and not report.ok and report.format == "vllm"
     assert "EC001" not in codes(eagleconv.validate(drafter(producer="vllm", dims=SERVABLE)))
 
 

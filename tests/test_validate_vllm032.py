@@ -70,7 +70,7 @@ def test_null_nested_flag_is_read_as_false():
 
 def _subject(cfg):
     from eagleconv.engines.base import Subject
-    return Subject(cfg, None, None, set(), False)
+    return Subject(cfg, layout=None, read=None, names=set(), has_tensors=False)
 
 
 # -- 6. load_weights ---------------------------------------------------------------------------

@@ -12,12 +12,15 @@ import json
 import sys
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from .. import __version__
 from ..errors import EagleconvError, Interrupted, raise_on_termination
+
+if TYPE_CHECKING:
+    from ..drafter import AuxConvention
 
 def _layout_names() -> tuple[str, ...]:
     """Layout names for --to/--from, from the module names in eagleconv/formats/ (one module per layout).
@@ -49,7 +52,8 @@ def _console(stderr: bool = False):
 
 def run_command(ctx: click.Context, as_json: bool, body: Callable[[], tuple[Any, int]]) -> None:
     """Run ``body`` (returning (report, exit code)) with eagleconv's error policy."""
-    debug = ctx.find_object(Context).debug if ctx.find_object(Context) else False
+    state = ctx.find_object(Context)
+    debug = state.debug if state is not None else False
     try:
         report, code = body()
     except EagleconvError as exc:
@@ -110,7 +114,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def inspect(ctx: click.Context, path: str, from_format: str | None, allow_pickle: bool, as_json: bool) -> None:
-    """Describe a drafter: layout, EAGLE version, flags, dims, aux ids, vocab mapping, tensors."""
+    """Describe a drafter (a directory or hf://ORG/NAME[@REV]): layout, EAGLE version, flags, dims, aux ids, vocab mapping, tensors."""
     from ..inspection import inspect as inspect_checkpoint
 
     def body():
@@ -148,7 +152,7 @@ def inspect(ctx: click.Context, path: str, from_format: str | None, allow_pickle
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def convert(ctx: click.Context, src: str, dst: str, to: str, from_format: str | None, dry_run: bool, drop: tuple[str, ...],
-            aux_layer_ids: str | None, aux_convention: str, max_shard_size: str | None, overwrite: bool, force: bool,
+            aux_layer_ids: str | None, aux_convention: AuxConvention, max_shard_size: str | None, overwrite: bool, force: bool,
             no_numeric: bool, no_fsync: bool, allow_pickle: bool, as_json: bool) -> None:
     """Convert drafter SRC to layout --to at DST, exactly (tensor bytes are preserved)."""
     from ..conversion import convert as convert_checkpoint
@@ -185,8 +189,8 @@ class _progress:
     def __init__(self, enabled: bool, label: str = "writing"):
         self.enabled = enabled and sys.stderr.isatty()
         self.label = label
-        self.bar = None
-        self.task = None
+        self.bar: Any = None  # rich.progress.Progress, imported only when shown
+        self.task: Any = None
 
     def __enter__(self):
         if not self.enabled:
@@ -233,7 +237,7 @@ def formats(as_json: bool) -> None:
     """List the checkpoint layouts eagleconv reads and writes."""
     from ..formats import LAYOUTS
 
-    rows = [{"name": layout.name, "producer": layout.producer, "description": layout.description,
+    rows: list[dict[str, Any]] = [{"name": layout.name, "producer": layout.producer, "description": layout.description,
              "architectures": sorted(layout.architectures), "aux_layer_convention": layout.aux_convention}
             for layout in LAYOUTS.values()]
     if as_json:
@@ -250,6 +254,7 @@ def formats(as_json: bool) -> None:
 
 
 from . import validate_cmds  # noqa: E402,F401
+from . import hub_cmds  # noqa: E402,F401
 
 def main() -> None:
     raise_on_termination()  # SIGTERM/SIGHUP unwind like SIGINT, so a staging directory is removed

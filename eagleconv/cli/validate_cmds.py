@@ -26,6 +26,12 @@ def _emit(report, as_json: bool, strict: bool = False) -> tuple[object, int]:
 
 
 STRICT_HELP = "Exit 1 on warnings too (for pre-upload gates)."
+IGNORE_HELP = ("Finding code judged acceptable (repeatable, e.g. --ignore EC023): its warnings and infos are listed "
+               "as ignored and do not fail --strict. Errors cannot be ignored.")
+
+
+def ignore_option(f):
+    return click.option("--ignore", "ignore", multiple=True, metavar="CODE", help=IGNORE_HELP)(f)
 
 
 @cli.command()
@@ -37,11 +43,13 @@ STRICT_HELP = "Exit 1 on warnings too (for pre-upload gates)."
 @click.option("--from", "from_format", type=click.Choice(FORMATS), help="Read PATH as this layout instead of detecting it.")
 @click.option("--allow-pickle", is_flag=True, help="Load .bin/.pt pickles with torch.load(weights_only=True).")
 @click.option("--strict", is_flag=True, help=STRICT_HELP)
+@ignore_option
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def validate(ctx: click.Context, path: str, engines: tuple[str, ...], target: str | None, tp: int | None,
-             no_numeric: bool, from_format: str | None, allow_pickle: bool, strict: bool, as_json: bool) -> None:
-    """Check drafter checkpoint PATH against what each engine will do with it.
+             no_numeric: bool, from_format: str | None, allow_pickle: bool, strict: bool, ignore: tuple[str, ...],
+             as_json: bool) -> None:
+    """Check drafter checkpoint PATH (a directory or hf://ORG/NAME[@REV]) against what each engine will do with it.
 
     Exit 0: no error finding; 1: error findings; 2: unreadable or unsafe input.
     """
@@ -50,7 +58,8 @@ def validate(ctx: click.Context, path: str, engines: tuple[str, ...], target: st
     def body():
         with _progress(enabled=not as_json and not no_numeric, label="scanning") as progress:
             report = validate_checkpoint(path, engines=engines, target=target, tp=tp, numeric=not no_numeric,
-                                         from_format=from_format, allow_pickle=allow_pickle, progress=progress)
+                                         from_format=from_format, allow_pickle=allow_pickle, progress=progress,
+                                         ignore=ignore)
         return _emit(report, as_json, strict)
 
     run_command(ctx, as_json, body)
@@ -63,15 +72,16 @@ def validate(ctx: click.Context, path: str, engines: tuple[str, ...], target: st
 @click.option("--tp", type=click.IntRange(min=1), help="Check tensor-parallel sharding for this many ranks.")
 @click.option("--from", "from_format", type=click.Choice(FORMATS), help="Read CONFIG as this layout's config.")
 @click.option("--strict", is_flag=True, help=STRICT_HELP)
+@ignore_option
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def lint(ctx: click.Context, config: str, engines: tuple[str, ...], target: str | None, tp: int | None,
-         from_format: str | None, strict: bool, as_json: bool) -> None:
+         from_format: str | None, strict: bool, ignore: tuple[str, ...], as_json: bool) -> None:
     """Check a drafter config.json alone, without tensors (missing shape fields are findings)."""
     from ..validation import lint as lint_config
 
     run_command(ctx, as_json, lambda: _emit(lint_config(config, engines=engines, target=target, tp=tp,
-                                                         from_format=from_format), as_json, strict))
+                                                         from_format=from_format, ignore=ignore), as_json, strict))
 
 
 @cli.command()

@@ -12,10 +12,10 @@ profile lists the checks that apply to it.  Adding an engine is one module.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..drafter import Architecture, DrafterSpec
+from ..drafter import ArchitectureName, DrafterSpec
 from ..formats.base import MISSING, get_path
 
 if TYPE_CHECKING:
@@ -29,6 +29,7 @@ class FlagRule:
     """Config paths an engine reads for one flag (first present wins) and its value when none is."""
 
     paths: tuple[str, ...]
+    _: KW_ONLY
     default: bool = False
     null_is_false: bool = False  # the engine tests key presence, so a present null reads as false and wins
 
@@ -38,7 +39,8 @@ class DrafterClass:
     """A drafter model class the engine instantiates, and what it reads."""
 
     name: str
-    family: Architecture | None  # None: whatever the checkpoint is (the class is not modelled in detail)
+    _: KW_ONLY
+    family: ArchitectureName | None  # None: whatever the checkpoint is (the class is not modelled in detail)
     aux_count_paths: tuple[str, ...]  # int paths give K; list paths give len(list)
     aux_count_default: int | None = 3  # None: K comes from the engine's runtime options
     ignores_flags: Mapping[str, bool] = field(default_factory=dict)  # flag -> how the class behaves (it never reads it)
@@ -52,6 +54,7 @@ class KeyRules:
     """How the engine's weight loader treats on-disk tensor names."""
 
     renames: tuple[tuple[str, str], ...] = ()  # (old prefix, new prefix), first occurrence
+    _: KW_ONLY
     dropped: tuple[str, ...] = ()  # substrings dropped before loading (t2d...)
     reject_prefixed: tuple[str, ...] = ()  # prefixes that make the name unloadable (vLLM adds its own model.)
     unknown: str = "raise"  # "raise" | "ignore": an unknown name after renaming
@@ -65,6 +68,7 @@ class CaptureRules:
     """Where the engine takes the target layers to capture from, and how it numbers them."""
 
     paths: tuple[str, ...]  # read by every runner, first present wins
+    _: KW_ONLY
     some_runners: tuple[tuple[str, str], ...] = ()  # (path, which runners read it and which ignore it)
     default: str = "(2, L//2, L-3)"
     default_ids: Callable[[int], tuple[int, ...]] | None = None
@@ -78,6 +82,7 @@ class EngineProfile:
     """One engine release, as data plus the named checks that apply to it."""
 
     engine: str
+    _: KW_ONLY
     version: str
     summary: str
     flags: dict[str, FlagRule]
@@ -105,6 +110,7 @@ class Translation:
     """A foreign config family (speculators) rewritten into the config the engine's class reads."""
 
     config: dict[str, Any] | None
+    _: KW_ONLY
     problems: list[str] = field(default_factory=list)  # the engine raises while translating
     defaulted: dict[str, str] = field(default_factory=dict)  # flag -> why the engine filled it in
 
@@ -114,6 +120,7 @@ class Subject:
     """What is being validated: a config, optionally with tensors, seen through a layout."""
 
     config: dict[str, Any]
+    _: KW_ONLY
     layout: type[Layout] | None
     read: ReadResult | None
     names: set[str]  # tensor names as stored on disk (empty for lint)
@@ -142,6 +149,7 @@ class EngineView:
     """The checkpoint as one engine release will see it."""
 
     profile: EngineProfile
+    _: KW_ONLY
     config: dict[str, Any]  # the config the engine's model class reads (after any translation)
     speculators: bool
     architecture: str | None  # after the engine's rewrite
@@ -204,4 +212,5 @@ def engine_view(profile: EngineProfile, subject: Subject) -> EngineView:
         else:
             flags[flag] = read_flag(config, rule)
     count, source = (read_aux_count(config, cls) if cls is not None else (None, "unknown class"))
-    return EngineView(profile, config, speculators, architecture, cls, flags, count, source, problems)
+    return EngineView(profile, config=config, speculators=speculators, architecture=architecture, cls=cls, flags=flags,
+                      aux_count=count, aux_count_source=source, problems=problems)

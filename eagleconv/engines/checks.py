@@ -9,7 +9,9 @@ branches on an engine's name.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
+from .. import architectures
 from ..canonical import FC_NORM_NAME, expected_tensors
 from ..drafter import AuxLayers
 from ..report import Finding
@@ -27,20 +29,18 @@ def emits(*codes: str) -> Callable[[Check], Check]:
 
 
 def finding(view: EngineView, code: str, severity: str, message: str, tensor: str | None = None) -> Finding:
-    return Finding(code=code, severity=severity, message=message, tensor=tensor, engine=view.profile.label)  # type: ignore[arg-type]
+    return Finding(code=code, severity=severity, message=message, tensor=tensor, engine=view.profile.label)  # type: ignore[arg-type,unused-ignore]
 
 
 def family_of(subject: Subject) -> str | None:
     """The checkpoint's architecture family, from the spec or (config only) from the config."""
     if subject.spec is not None:
         return subject.spec.architecture
-    c = subject.config
-    decoder = c.get("transformer_layer_config") if isinstance(c.get("transformer_layer_config"), dict) else c
-    if "kv_lora_rank" in decoder:
-        return "deepseek_mla"
-    if decoder.get("model_type") == "qwen3":
-        return "qwen3"
-    return "llama" if decoder.get("model_type") in ("llama", None) else None
+    c = subject.config or {}
+    layer = c.get("transformer_layer_config")
+    decoder: dict[str, Any] = layer if isinstance(layer, dict) else c
+    arch = architectures.detect(decoder.get("model_type"), decoder, fallback=False)
+    return arch.name if arch is not None else None
 
 
 def checkpoint_aux_count(subject: Subject) -> tuple[int | None, str]:
@@ -64,7 +64,8 @@ def intended_ids(subject: Subject) -> tuple[tuple[int, ...] | None, str]:
     if spec is not None and spec.aux.ids is not None:
         return spec.aux.ids_as("hidden_state_index"), f"{list(spec.aux.ids)} in {spec.aux.convention} numbering"
     ids = subject.stated("aux_layer_ids")
-    if isinstance(ids, list) and ids and subject.layout is not None:
+    if isinstance(ids, list) and ids and subject.layout is not None \
+            and all(isinstance(i, int) and not isinstance(i, bool) for i in ids):  # else EC005 says so
         convention = subject.layout.aux_convention_for(family_of(subject) or "llama")
         shift = 1 if convention == "layer_output" else 0
         return tuple(i + shift for i in ids), f"{ids} in {convention} numbering"
@@ -98,8 +99,8 @@ def check_architecture(subject: Subject, view: EngineView) -> list[Finding]:
     if view.cls.family is not None and family is not None and family != view.cls.family:
         out.append(finding(view, "EC040", "error", f"{view.architecture} makes {p.label} build {view.cls.name}, a "
                            f"{view.cls.family} drafter, but this checkpoint is a {family} drafter; its "
-                           f"{'MLA ' if family == 'deepseek_mla' else ''}tensors do not fit"))
-    if view.cls.family == "deepseek_mla" and not view.speculators and p.wrapped_mla_model_types is not None:
+                           f"{'MLA ' if architectures.get(family).mla else ''}tensors do not fit"))
+    if view.cls.family is not None and architectures.get(view.cls.family).mla and not view.speculators and p.wrapped_mla_model_types is not None:
         model_type = view.config.get("model_type")
         if model_type not in p.wrapped_mla_model_types or view.config.get("kv_lora_rank") is None:
             out.append(finding(view, "EC040", "error", f"model_type {model_type!r}: {p.label} treats a wrapped EAGLE "
@@ -324,7 +325,8 @@ def check_keys(subject: Subject, view: EngineView) -> list[Finding]:
     if fc_norm and not any(FC_NORM_NAME.match(n) for n in names):
         out.append(finding(view, "EC021", "error", f"{label} reads fc_norm = true but there are no fc_norm.{{i}}.weight "
                            "tensors: it silently keeps weight 1.0 (unscaled norms the drafter was not trained with)"))
-    if norm_before_fc and cls.family != "deepseek_mla" and "input_norm.weight" not in names:
+    reads_input_norm = cls.family is None or architectures.get(cls.family).reads_norm_before_fc
+    if norm_before_fc and reads_input_norm and "input_norm.weight" not in names:
         out.append(finding(view, "EC021", "error", f"{label} reads norm_before_fc = true but input_norm.weight is "
                            "missing: it silently keeps weight 1.0"))
     return out

@@ -15,8 +15,8 @@ from . import register
 from .base import CaptureRules, DrafterClass, EngineProfile, FlagRule, KeyRules
 from .checks import COMMON_CHECKS
 
-LLAMA = DrafterClass("LlamaForCausalLMEagle3", "llama",
-                     ("num_aux_hidden_states", "eagle_config.eagle_aux_hidden_state_layer_ids"))
+LLAMA = DrafterClass("LlamaForCausalLMEagle3", family="llama",
+                     aux_count_paths=("num_aux_hidden_states", "eagle_config.eagle_aux_hidden_state_layer_ids"))
 
 
 def plus_one_when_first_is_one(ids: tuple[int, ...]) -> tuple[int, ...]:

@@ -36,7 +36,7 @@ TOKENSPEED = register(EngineProfile(
         "norm_output": FlagRule(("norm_output",)),
     },
     classes={},
-    default_class=DrafterClass("LlamaForCausalLMEagle3", None, ("eagle_aux_hidden_state_layer_ids",)),
+    default_class=DrafterClass("LlamaForCausalLMEagle3", family=None, aux_count_paths=("eagle_aux_hidden_state_layer_ids",)),
     capture=CaptureRules(
         paths=("eagle_config.eagle_aux_hidden_state_layer_ids", "eagle_aux_hidden_state_layer_ids"),
         default="(2, L//2, L-3)", default_ids=lambda L: (2, L // 2, L - 3),

@@ -23,7 +23,7 @@ TRTLLM = register(EngineProfile(
         "norm_output": FlagRule(("norm_output", "eagle_config.return_hidden_post_norm")),
     },
     classes={},
-    default_class=DrafterClass("Eagle3DraftModel", None, (), aux_count_default=None),
+    default_class=DrafterClass("Eagle3DraftModel", family=None, aux_count_paths=(), aux_count_default=None),
     capture=CaptureRules(paths=(), from_runtime="the runtime option eagle3_layers_to_capture"),
     keys=None,
     shares_from_target={"lm_head.weight": "absent", "embed_tokens.weight": "same_width"},

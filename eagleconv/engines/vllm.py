@@ -26,11 +26,11 @@ from .checks import COMMON_CHECKS, check_tensor_parallel, emits, finding
 K_PATHS = ("num_aux_hidden_states", "eagle_config.eagle_aux_hidden_state_layer_ids")
 
 # Only the Llama and Qwen3 loaders skip mask_hidden (with a warning) when not parallel drafting.
-LLAMA = DrafterClass("Eagle3LlamaForCausalLM", "llama", K_PATHS, dropped=("mask_hidden",))
-QWEN3 = DrafterClass("Eagle3Qwen3ForCausalLM", "qwen3",
-                     ("num_aux_layers", "num_aux_hidden_states", "eagle_aux_hidden_state_layer_ids",
+LLAMA = DrafterClass("Eagle3LlamaForCausalLM", family="llama", aux_count_paths=K_PATHS, dropped=("mask_hidden",))
+QWEN3 = DrafterClass("Eagle3Qwen3ForCausalLM", family="qwen3",
+                     aux_count_paths=("num_aux_layers", "num_aux_hidden_states", "eagle_aux_hidden_state_layer_ids",
                       "eagle_config.eagle_aux_hidden_state_layer_ids"), dropped=("mask_hidden",))
-DEEPSEEK = DrafterClass("Eagle3DeepseekV2ForCausalLM", "deepseek_mla", K_PATHS,
+DEEPSEEK = DrafterClass("Eagle3DeepseekV2ForCausalLM", family="deepseek_mla", aux_count_paths=K_PATHS,
                         ignores_flags={"norm_before_fc": False, "use_aux_hidden_state": True}, skips_input_norm=False)
 
 LLAMA_NAMES = ("Eagle3LlamaForCausalLM", "LlamaForCausalLMEagle3", "Eagle3MiniMaxM2ForCausalLM",
@@ -105,22 +105,22 @@ def speculators_translation(*, propagates_eagle31: bool, qwen3: bool):
     def translate(config: Mapping[str, Any]) -> Translation:
         kind = config.get("speculators_model_type")
         if config.get("model_type") not in (None, "speculators"):  # HFConfigParser: SpeculatorsConfig needs no model_type
-            return Translation(None, [f"model_type {config['model_type']!r} makes vLLM read this as a plain "
+            return Translation(None, problems=[f"model_type {config['model_type']!r} makes vLLM read this as a plain "
                                       f"{config['model_type']} config, not a speculators one: EAGLEConfig keeps "
                                       f"architectures {config.get('architectures')} (e.g. Eagle3Speculator), which "
                                       "is not registered. Drop model_type"])
         if config.get("model_type") is None and config.get("speculators_config") is None:
-            return Translation(None, ["no model_type and no speculators_config: vLLM recognises a speculators "
+            return Translation(None, problems=["no model_type and no speculators_config: vLLM recognises a speculators "
                                       "config by its speculators_config, so AutoConfig fails on it"])
         if kind != "eagle3":
             known = kind in ("peagle", "dflash", "dflash2", "dspark")
-            return Translation(None, [f"speculators_model_type {kind!r} is not an EAGLE-3 speculator: " + (
+            return Translation(None, problems=[f"speculators_model_type {kind!r} is not an EAGLE-3 speculator: " + (
                 f"vLLM serves it as {kind} (not modelled by eagleconv)" if known else
                 "vLLM raises ValueError('Expected one of: ... Please ensure you're loading a speculators-format "
                 "model.')")])
         layer = config.get("transformer_layer_config")
         if not isinstance(layer, Mapping):
-            return Translation(None, ["no transformer_layer_config: vLLM builds the drafter config from an empty "
+            return Translation(None, problems=["no transformer_layer_config: vLLM builds the drafter config from an empty "
                                       "dict (or fails on a non-dict), so the drafter class fails on the first "
                                       "required field (hidden_size)"])
         view: dict[str, Any] = dict(layer)
@@ -143,10 +143,10 @@ def speculators_translation(*, propagates_eagle31: bool, qwen3: bool):
             view["eagle_aux_hidden_state_layer_ids"] = config["eagle_aux_hidden_state_layer_ids"]
         model_type = layer.get("model_type", "llama")
         if model_type not in arch_for:
-            return Translation(None, [f"transformer_layer_config.model_type {model_type!r}: vLLM raises "
+            return Translation(None, problems=[f"transformer_layer_config.model_type {model_type!r}: vLLM raises "
                                       f"ValueError('Unsupported model_type {model_type} for Eagle3 speculator')"])
         view["architectures"] = [arch_for[model_type]]
-        return Translation(view, [], defaulted)
+        return Translation(view, problems=[], defaulted=defaulted)
 
     return translate
 
@@ -174,7 +174,7 @@ def _profile(version: str, summary: str, *, qwen3: bool, propagates_eagle31: boo
     if qwen3:
         classes.update({n: QWEN3 for n in QWEN3_NAMES})
     deepseek = DEEPSEEK if deepseek_unknown == "raise" else DrafterClass(
-        DEEPSEEK.name, "deepseek_mla", K_PATHS, DEEPSEEK.ignores_flags, skips_input_norm=False, unknown_keys="ignore")
+        DEEPSEEK.name, family="deepseek_mla", aux_count_paths=K_PATHS, ignores_flags=DEEPSEEK.ignores_flags, skips_input_norm=False, unknown_keys="ignore")
     classes.update({n: deepseek for n in DEEPSEEK_NAMES})
     return EngineProfile(
         engine="vllm", version=version, summary=summary, flags=FLAGS, classes=classes, capture=capture, keys=keys,

@@ -8,9 +8,10 @@ subclass registered by ``@register``.  Adding a producer is adding a module
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from ..errors import FormatError, UsageError
+from ..errors import AmbiguousLayoutError, FormatError, UsageError
 from .base import Layout, ReadResult, Seen, read_drafter, write_config
 
 LAYOUTS: dict[str, type[Layout]] = {}
@@ -32,7 +33,7 @@ def get_layout(name: str) -> type[Layout]:
 
 
 def detect_layout(config: Mapping[str, Any] | None, names: set[str] | None, metadata: Mapping[str, str] | None = None,
-                  weights_kind: str = "safetensors", path: object = None) -> tuple[type[Layout], list[str]]:
+                  weights_kind: str = "safetensors", path: str | Path | None = None) -> tuple[type[Layout], list[str]]:
     """The best-matching layout for a config plus tensor names, with the reasons.
 
     Detection uses both: ``architectures`` alone lies too often (SafeAILab
@@ -50,7 +51,15 @@ def detect_layout(config: Mapping[str, Any] | None, names: set[str] | None, meta
         raise FormatError(
             "not an EAGLE-3 drafter layout eagleconv knows (no fc.weight with midlayer.*/layers.N.* tensors, "
             "no speculators_model_type 'eagle3')", path, code="EC002")
-    scored.sort(key=lambda s: -s[0])
+    scored.sort(key=lambda s: (-s[0], s[1]))
+    best = [s for s in scored if s[0] == scored[0][0]]
+    if len(best) > 1:
+        # The choice decides the aux-id numbering, so it is never made by registry order.
+        tied = [s[1] for s in best]
+        why = "; ".join(f"{s[1]}: {', '.join(s[3])}" for s in best)
+        raise AmbiguousLayoutError(
+            f"the layout is ambiguous: {' and '.join(tied)} fit equally ({why}); the choice decides the aux layer "
+            f"numbering, so pass {' or '.join(f'--from {n}' for n in tied)}", path, candidates=tied)
     return scored[0][2], scored[0][3]
 
 

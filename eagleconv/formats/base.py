@@ -12,6 +12,7 @@ non-config value is reported), and writing a spec back out as a config.
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,8 +20,10 @@ from typing import Any, ClassVar
 
 from pydantic import ValidationError
 
+from .. import architectures
+from ..architectures.base import Architecture, exact_div as _exact_div, shape_of as _shape
 from ..canonical import CANONICAL_NAME, FC_NORM_NAME, layer_indices
-from ..drafter import Architecture, AuxConvention, AuxLayers, DrafterSpec, EagleFlags, MlaDims
+from ..drafter import ROPE_CONFIG_KEYS, AuxConvention, AuxLayers, DrafterSpec, EagleFlags, Rope
 from ..io.dtypes import CONFIG_DTYPE_NAMES
 from ..io.reader import TensorInfo
 
@@ -282,19 +285,70 @@ SHAPE_FIELDS = (
     "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size",
     "vocab_size", "draft_vocab_size", "target_hidden_size", "num_aux_hidden_states",
 )
+ARCH_SHAPE_FIELDS = ("num_key_value_heads", "head_dim")  # asked of the architecture (MLA has neither)
 
 
-def _shape(tensors: Mapping[str, TensorInfo], name: str, dim: int) -> int | None:
-    info = tensors.get(name)
-    if info is None or len(info.shape) <= dim:
-        return None
-    return info.shape[dim]
+class PerArchitecture(dict):
+    """A layout default that depends on the architecture (vLLM: rope theta 1e6 for qwen3, 10000 otherwise)."""
 
 
-def _exact_div(a: int | None, b: int | None) -> int | None:
-    if a is None or not b or a % b:
-        return None
-    return a // b
+def _numeric_defaults(layout: type[Layout], arch: type[Architecture], values: dict[str, Any],
+                      notes: list[str]) -> tuple[str, ...]:
+    """rms_norm_eps and the rope theta: config, else the layout's documented default (reported), else unknown."""
+    defaulted = []
+    theta_stated = "rope_theta" in values or (isinstance(values.get("rope_parameters"), Mapping)
+                                              and "rope_theta" in values["rope_parameters"])
+    for key, stated in (("rms_norm_eps", "rms_norm_eps" in values), ("rope_theta", theta_stated)):
+        if stated:
+            continue
+        default = layout.defaults.get(key)
+        if isinstance(default, PerArchitecture):
+            default = default.get(arch.name)
+        if default is None:
+            notes.append(f"{key}: absent from config and the {layout.name} layout documents no default "
+                         "(unknown; a forward pass needs it)")
+            continue
+        values[f"default:{key}"] = default
+        defaulted.append(key)
+        notes.append(f"{key} = {default} (absent from config; the {layout.name} layout defines this default)")
+    return tuple(defaulted)
+
+
+# JSON types engines need; a "64" or 64.0 works in one engine and fails (or is coerced) in another.
+INT_FIELDS = SHAPE_FIELDS + ("num_hidden_layers", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+                             "qk_rope_head_dim", "v_head_dim", "max_position_embeddings")
+BOOL_FIELDS = ("fc_norm", "norm_before_fc", "norm_output", "norm_before_residual", "use_aux_hidden_state",
+               "attention_bias", "mlp_bias")
+INT_LIST_FIELDS = ("aux_layer_ids",)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def type_problems(layout: type[Layout], config: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(path, message) for config values of the wrong JSON type, at every path a field is read from.
+
+    null is left to the flag rules (some engines read a present null as false).
+    """
+    problems = []
+    for key, cf in layout.fields.items():
+        for path in cf.read:
+            value = get_path(config, path)
+            if value is MISSING or value is None:
+                continue
+            if key in INT_FIELDS and not _is_int(value):
+                want = "an integer"
+            elif key in BOOL_FIELDS and not isinstance(value, bool):
+                want = "true or false"
+            elif key in INT_LIST_FIELDS and not (isinstance(value, list) and all(_is_int(v) for v in value)):
+                want = "a list of integers"
+            else:
+                continue
+            problems.append((path, f"config does not describe a valid drafter: {path} is {json.dumps(value)} "
+                            f"({type(value).__name__}), not {want}; engines differ on such a value (some coerce "
+                            "it, some fail at load, a string flag reads as true), so it is never coerced silently"))
+    return problems
 
 
 def read_fields(layout: type[Layout], config: Mapping[str, Any]) -> tuple[dict[str, Any], set[str]]:
@@ -323,11 +377,16 @@ def read_drafter(layout: type[Layout], config: Mapping[str, Any], tensors: Mappi
     by_canonical = {c: tensors[n] for c, n in canonical_names.items()}
     values, consumed = read_fields(layout, config)
     result = ReadResult(layout, None, canonical_names, by_canonical, errors=errors, consumed=consumed, config=dict(config))
+    mistyped = type_problems(layout, config)
+    result.errors.extend(message for _, message in mistyped)
     notes = result.notes
     try:
         config_model_for(dict(config)).model_validate(dict(config))
     except ValidationError as exc:
-        result.errors.append(f"config does not describe a valid drafter: {_short(exc)}")
+        reported = {path for path, _ in mistyped}
+        rest = [e for e in exc.errors() if ".".join(str(p) for p in e["loc"]) not in reported]
+        if rest:
+            result.errors.append(f"config does not describe a valid drafter: {_short_errors(rest)}")
         return result
 
     def derive(key: str, value: Any, how: str) -> None:
@@ -349,17 +408,11 @@ def read_drafter(layout: type[Layout], config: Mapping[str, Any], tensors: Mappi
 
     t = by_canonical
     names = set(t)
-    # Architecture family: MLA fields or tensors, then qwen3, else llama.
-    mla_tensors = any(".q_a_proj." in n or ".kv_a_proj_with_mqa." in n for n in names)
     model_type = values.get("model_type")
-    if "kv_lora_rank" in values or mla_tensors:
-        arch: Architecture = "deepseek_mla"
-    elif model_type == "qwen3" or any(".q_norm." in n for n in names):
-        arch = "qwen3"
-    else:
-        arch = "llama"
+    arch = architectures.detect(model_type, values, names)
+    assert arch is not None  # detection falls back to llama
     if model_type is None:
-        values["model_type"] = {"llama": "llama", "qwen3": "qwen3", "deepseek_mla": "deepseek_v3"}[arch]
+        values["model_type"] = arch.default_model_type
         notes.append(f"model_type = {values['model_type']} (absent from config; inferred from the tensors)")
 
     derive("hidden_size", _shape(t, "norm.weight", 0), "from norm.weight")
@@ -369,12 +422,7 @@ def read_drafter(layout: type[Layout], config: Mapping[str, Any], tensors: Mappi
     derive("vocab_size", _shape(t, "t2d", 0), "from t2d")
     derive("draft_vocab_size", _shape(t, "lm_head.weight", 0), "from lm_head.weight")
     derive("draft_vocab_size", _shape(t, "d2t", 0), "from d2t")
-    if arch != "deepseek_mla":
-        q_rows = _shape(t, "layers.0.self_attn.q_proj.weight", 0)
-        derive("head_dim", _shape(t, "layers.0.self_attn.q_norm.weight", 0), "from q_norm")
-        derive("head_dim", _exact_div(q_rows, values.get("num_attention_heads")), "q_proj rows / num_attention_heads")
-        derive("num_key_value_heads", _exact_div(_shape(t, "layers.0.self_attn.k_proj.weight", 0), values.get("head_dim")),
-               "k_proj rows / head_dim")
+    arch.derive(t, values, derive)
     if "num_hidden_layers" not in values and (layers := layer_indices(names)):
         derive("num_hidden_layers", len(layers), "counted from the layer tensors")
 
@@ -397,27 +445,31 @@ def read_drafter(layout: type[Layout], config: Mapping[str, Any], tensors: Mappi
     derive("target_hidden_size", _exact_div(fc_in, values.get("num_aux_hidden_states")), "fc input width / K")
     for key in ("hidden_act", "norm_before_residual", "fc_norm", "norm_before_fc", "norm_output", "use_aux_hidden_state"):
         default(key)
+    defaulted = _numeric_defaults(layout, arch, values, notes)
 
-    result.missing = [k for k in SHAPE_FIELDS if k not in values and not (k in ("head_dim", "num_key_value_heads") and arch == "deepseek_mla")]
-    if arch == "deepseek_mla":
-        result.missing += [k for k in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim") if k not in values]
-        if "q_lora_rank" not in values:
-            result.missing.append("q_lora_rank")
+    result.missing = [k for k in SHAPE_FIELDS if k not in values and k not in ARCH_SHAPE_FIELDS]
+    result.missing += arch.missing(values)
     if "num_hidden_layers" not in values:
         result.missing.append("num_hidden_layers")
     if result.missing:
         return result
 
     try:
-        result.spec = _build_spec(layout, arch, values, t, aux_convention, config)
+        result.spec = _build_spec(layout, arch, values, t, aux_convention, config, defaulted)
+        result.notes += [f"{key} is not a rope parameter eagleconv models; ignored" for key in result.spec.rope.ignored_keys]
     except (ValidationError, ValueError, TypeError) as exc:
-        result.errors.append(f"config does not describe a valid drafter: {_short(exc)}")
+        if not mistyped:  # otherwise the mistyped value is the cause, already reported
+            result.errors.append(f"config does not describe a valid drafter: {_short(exc)}")
     return result
+
+
+def _short_errors(errors: list[Any]) -> str:
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}" for e in errors)
 
 
 def _short(exc: Exception) -> str:
     if isinstance(exc, ValidationError):
-        return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}" for e in exc.errors())
+        return _short_errors(exc.errors())
     return str(exc)
 
 
@@ -427,35 +479,36 @@ def _as_bool(value: Any, key: str) -> bool:
     raise ValueError(f"{key} must be true or false, not {value!r}")
 
 
-def _build_spec(layout: type[Layout], arch: Architecture, v: dict[str, Any], t: Mapping[str, TensorInfo],
-                aux_convention: AuxConvention | None, config: Mapping[str, Any]) -> DrafterSpec:
+def _build_spec(layout: type[Layout], arch: type[Architecture], v: dict[str, Any], t: Mapping[str, TensorInfo],
+                aux_convention: AuxConvention | None, config: Mapping[str, Any],
+                defaulted: tuple[str, ...] = ()) -> DrafterSpec:
     ids = v.get("aux_layer_ids")
     if ids is not None and (not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids)):
         raise ValueError(f"aux layer ids must be a list of integers, not {ids!r}")
     aux = AuxLayers(
         count=v["num_aux_hidden_states"],
         ids=tuple(ids) if ids else None,
-        convention=(aux_convention or layout.aux_convention_for(arch)) if ids else None,
+        convention=(aux_convention or layout.aux_convention_for(arch.name)) if ids else None,
     )
     flags = EagleFlags(**{k: _as_bool(v[k], k) for k in EagleFlags.model_fields if k in v})
     float_dtypes = [i.dtype for i in t.values() if i.dtype in CONFIG_DTYPE_NAMES]
     dtype = max(set(float_dtypes), key=float_dtypes.count) if float_dtypes else None
-    mla = None
-    if arch == "deepseek_mla":
-        mla = MlaDims(**{k: v.get(k) for k in MlaDims.model_fields})
-    rope = {k: v[k] for k in ("rope_theta", "rope_scaling", "rope_parameters") if k in v}
+    rope = Rope.from_config({k: v[k] for k in ROPE_CONFIG_KEYS if k in v}, interleaved=arch.rope_interleaved,
+                            theta=v.get("default:rope_theta"))
+    eps = v.get("rms_norm_eps", v.get("default:rms_norm_eps"))
+    if eps is not None and (isinstance(eps, bool) or not isinstance(eps, int | float)):
+        raise ValueError(f"rms_norm_eps must be a number, not {eps!r}")
     extra = layout.read_extra(config)
     return DrafterSpec(
-        architecture=arch,
+        architecture=arch.name,
         model_type=v["model_type"],
         hidden_size=v["hidden_size"],
         num_hidden_layers=v["num_hidden_layers"],
         num_attention_heads=v["num_attention_heads"],
-        num_key_value_heads=None if mla else v.get("num_key_value_heads"),
-        head_dim=None if mla else v.get("head_dim"),
+        **arch.spec_fields(v),
         intermediate_size=v["intermediate_size"],
         hidden_act=v.get("hidden_act", "silu"),
-        rms_norm_eps=v.get("rms_norm_eps"),
+        rms_norm_eps=float(eps) if eps is not None else None,
         target_hidden_size=v["target_hidden_size"],
         vocab_size=v["vocab_size"],
         draft_vocab_size=v["draft_vocab_size"],
@@ -468,9 +521,9 @@ def _build_spec(layout: type[Layout], arch: Architecture, v: dict[str, Any], t: 
         max_position_embeddings=v.get("max_position_embeddings"),
         attention_bias=bool(v.get("attention_bias", False)),
         mlp_bias=bool(v.get("mlp_bias", False)),
-        mla=mla,
         verifier=extra.get("verifier"),
         extra=carried_keys(layout, config),
+        defaulted=defaulted,
     )
 
 
@@ -509,11 +562,9 @@ def spec_values(layout: type[Layout], spec: DrafterSpec) -> dict[str, Any]:
         "hidden_size": spec.hidden_size,
         "num_hidden_layers": spec.num_hidden_layers,
         "num_attention_heads": spec.num_attention_heads,
-        "num_key_value_heads": spec.num_key_value_heads,
-        "head_dim": spec.head_dim,
         "intermediate_size": spec.intermediate_size,
         "hidden_act": spec.hidden_act,
-        "rms_norm_eps": spec.rms_norm_eps,
+        "rms_norm_eps": None if "rms_norm_eps" in spec.defaulted else spec.rms_norm_eps,
         "vocab_size": spec.vocab_size,
         "max_position_embeddings": spec.max_position_embeddings,
         "attention_bias": spec.attention_bias or None,  # written only when on: every engine defaults to off
@@ -523,11 +574,10 @@ def spec_values(layout: type[Layout], spec: DrafterSpec) -> dict[str, Any]:
         "target_hidden_size": spec.target_hidden_size,
         "num_aux_hidden_states": spec.aux.count,
         "aux_layer_ids": list(ids) if (ids := spec.aux.ids_as(layout.aux_convention_for(spec.architecture))) is not None else None,
-        **spec.rope,
+        **spec.rope.stated,
         **spec.flags.model_dump(),
+        **architectures.get(spec.architecture).config_values(spec),
     }
-    if spec.mla is not None:
-        v.update(spec.mla.model_dump())
     return {k: val for k, val in v.items() if val is not None}
 
 

@@ -7,6 +7,7 @@ ids are read as ``layer_output`` numbering and its Llama ids as vLLM's.
 
 from __future__ import annotations
 
+from ..drafter import AuxConvention
 from . import register
 from .base import Seen, Capability, ConfigField, Layout, SameAs, hf_fields
 
@@ -28,7 +29,7 @@ class TorchSpecLayout(Layout):
     meta_keys = Layout.meta_keys | {"_torchspec_version"}
 
     @classmethod
-    def aux_convention_for(cls, architecture: str) -> str:
+    def aux_convention_for(cls, architecture: str) -> AuxConvention:
         return "layer_output" if architecture == "deepseek_mla" else "hidden_state_index"
 
     @classmethod

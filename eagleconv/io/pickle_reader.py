@@ -8,12 +8,25 @@ CVE-2026-24747 broke ``weights_only`` in older releases).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 from ..errors import UnsafeInputError
 
 MIN_TORCH = (2, 10)
+
+# Sentences of torch's refusal that advise lowering the guard (weights_only=False, allow-listing globals,
+# the env override): eagleconv never passes them on, because the refusal is the point.
+_ADVICE = re.compile(r"weights_only|safe_globals|TORCH_FORCE|trust|can still be loaded|two options|^\(\d\)|"
+                     r"documentation|arbitrary code|Do it only|only do|https?://", re.I)
+
+
+def refusal_reason(exc: BaseException) -> str:
+    """What torch objected to (the global it met...), without its advice on how to load the file anyway."""
+    sentences = [s.strip() for line in str(exc).splitlines() for s in re.split(r"(?<=[.!?])\s+", line) if s.strip()]
+    kept = [s for s in sentences if not _ADVICE.search(s)]
+    return " ".join(kept[:2]) if kept else type(exc).__name__
 
 
 def load_pickle_state_dict(path: Path) -> dict[str, Any]:
@@ -27,8 +40,9 @@ def load_pickle_state_dict(path: Path) -> dict[str, Any]:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many types for hostile or corrupt pickles
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UnsafeInputError(f"torch.load(weights_only=True) refused the pickle: {first_line}", path) from exc
+        raise UnsafeInputError(f"torch's weights-only unpickler refused the pickle: {refusal_reason(exc)}; eagleconv "
+                               "never loads it another way (convert it to safetensors where it was trained)",
+                               path) from exc
     if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
         state = state["state_dict"]
     if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):

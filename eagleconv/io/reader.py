@@ -277,11 +277,24 @@ class StateDictTensors(TensorStore):
 
 # -- opening a directory ------------------------------------------------------
 
-def _load_config(directory: Path) -> dict[str, Any] | None:
+# (file, key) pairs of duplicate JSON keys, when the caller judges them (EC001) instead of refusing the file
+Duplicates = list[tuple[Path, str]]
+
+
+def _load_json_noting(path: Path, duplicates: Duplicates | None) -> Any:
+    if duplicates is None:
+        return load_json(path)
+    keys: list[str] = []
+    value = load_json(path, duplicates=keys)
+    duplicates.extend((path, key) for key in keys)
+    return value
+
+
+def _load_config(directory: Path, duplicates: Duplicates | None = None) -> dict[str, Any] | None:
     path = directory / "config.json"
     if not path.exists():
         return None
-    config = load_json(resolve_inside(directory, "config.json"))
+    config = _load_json_noting(resolve_inside(directory, "config.json"), duplicates)
     if not isinstance(config, dict):
         raise FormatError("config.json is not a JSON object", path)
     return config
@@ -307,9 +320,10 @@ def _open_safetensors(directory: Path, names: list[str]) -> tuple[dict, dict, di
     return tensors, locations, metadata
 
 
-def _read_index(directory: Path, index_name: str, extension: str) -> dict[str, str]:
+def _read_index(directory: Path, index_name: str, extension: str,
+                duplicates: Duplicates | None = None) -> dict[str, str]:
     index_path = directory / index_name
-    index = load_json(resolve_inside(directory, index_name))
+    index = _load_json_noting(resolve_inside(directory, index_name), duplicates)
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
         raise UnsafeInputError("index has no weight_map object", index_path)
@@ -318,19 +332,31 @@ def _read_index(directory: Path, index_name: str, extension: str) -> dict[str, s
     return weight_map
 
 
-def open_checkpoint(path: str | Path, *, allow_pickle: bool = False) -> Checkpoint:
-    """Open a checkpoint directory and validate its structure without reading tensor data."""
+def open_checkpoint(path: str | Path, *, allow_pickle: bool = False, duplicates: Duplicates | None = None) -> Checkpoint:
+    """Open a checkpoint directory and validate its structure without reading tensor data.
+
+    ``duplicates``: collect duplicate keys of config.json and the index there (the last value
+    wins, as engines read them) instead of refusing the file with EC001.
+    ``hf://ORG/NAME[@REV]`` is downloaded through the Hugging Face cache (its
+    manifest verified) first; any other path is local, never a Hub id.
+    """
+    if isinstance(path, str) and path.startswith("hf://"):
+        from ..hub import local_path
+
+        path = local_path(path)
     directory = Path(path)
     if not directory.exists():
-        raise UnsafeInputError("no such file or directory", directory)
+        hint = (f" (a Hub repository is written hf://{path})"
+                if isinstance(path, str) and path.count("/") == 1 and not path.startswith((".", "/", "~")) else "")
+        raise UnsafeInputError(f"no such file or directory{hint}", directory)
     if not directory.is_dir():
         raise FormatError("expected a checkpoint directory (config.json + weights)", directory)
-    config = _load_config(directory)
+    config = _load_config(directory, duplicates)
     notes: list[str] = []
     listing = sorted(p.name for p in directory.iterdir())
 
     if SAFETENSORS_INDEX in listing:
-        weight_map = _read_index(directory, SAFETENSORS_INDEX, ".safetensors")
+        weight_map = _read_index(directory, SAFETENSORS_INDEX, ".safetensors", duplicates)
         shards = sorted(set(weight_map.values()))
         tensors, locations, metadata = _open_safetensors(directory, shards)
         index_path = directory / SAFETENSORS_INDEX
@@ -360,7 +386,7 @@ def open_checkpoint(path: str | Path, *, allow_pickle: bool = False) -> Checkpoi
         return Checkpoint(directory, config, "safetensors", single, tensors, locations, metadata, notes)
 
     if PICKLE_INDEX in listing:
-        weight_map = _read_index(directory, PICKLE_INDEX, ".bin")
+        weight_map = _read_index(directory, PICKLE_INDEX, ".bin", duplicates)
         pickle_files = sorted(set(weight_map.values()))
     else:
         pickle_files = [n for n in listing if n.endswith((".bin", ".pt", ".pth"))]

@@ -10,11 +10,11 @@ enough to judge.  Unreadable or unsafe input still raises (exit 2).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import EagleconvError, FormatError
+from ..errors import EagleconvError, FormatError, UsageError
 from ..formats import detect_layout, get_layout, read_drafter
 from ..formats.base import Layout, ReadResult, architectures_of
 from ..io.reader import CHUNK_BYTES, TensorStore
@@ -57,7 +57,7 @@ def _flags_of(read: ReadResult | None, layout: type[Layout] | None, config: Mapp
         return read.spec.flags.model_dump()
     from ..engines.base import Subject
 
-    subject = Subject(dict(config), layout, read, set(), False)
+    subject = Subject(dict(config), layout=layout, read=read, names=set(), has_tensors=False)
     flags = {}
     for flag in ("fc_norm", "norm_before_fc", "norm_output", "norm_before_residual", "use_aux_hidden_state"):
         value = subject.stated(flag)
@@ -80,6 +80,14 @@ def _report(findings: list[Finding], **fields: Any) -> ValidationReport:
     return ValidationReport(ok=not any(f.severity == "error" for f in findings), findings=findings, **fields)
 
 
+def duplicate_findings(file: str | Path, keys: list[str]) -> list[Finding]:
+    """EC001 for each duplicate key; the analysis goes on with the value engines read (the last)."""
+    return [Finding(code="EC001", severity="error",
+                    message=f"{file}: duplicate key {key!r}; judged with its last value, which Python's json (and so "
+                            "vLLM and SGLang) keeps, while other parsers keep the first or refuse the file")
+            for key in dict.fromkeys(keys)]
+
+
 def _judged(exc: EagleconvError) -> Finding:
     where = f" ({exc.path})" if exc.path else ""
     return Finding(code=exc.code or "EC002", severity="error", message=exc.message + where)
@@ -88,8 +96,11 @@ def _judged(exc: EagleconvError) -> Finding:
 def check(config: dict[str, Any], store: TensorStore | None, *, path: str | None, layout_name: str | None,
           engines: Any, target: str | Path | None, tp: int | None, numeric: bool, chunk_bytes: int,
           weights_kind: str = "safetensors", metadata: Mapping[str, str] | None = None,
-          progress: Progress | None = None) -> ValidationReport:
-    """Validate ``config`` (+ ``store``'s tensors when given) against ``engines``: the core of validate and lint."""
+          progress: Progress | None = None, prior: list[Finding] | None = None) -> ValidationReport:
+    """Validate ``config`` (+ ``store``'s tensors when given) against ``engines``: the core of validate and lint.
+
+    ``prior``: findings made while reading the input (EC001), reported with the rest.
+    """
     from ..engines import engine_view, resolve_engines
     from ..engines.base import Subject
     from .semantics import semantics_findings
@@ -100,9 +111,11 @@ def check(config: dict[str, Any], store: TensorStore | None, *, path: str | None
     common = {"path": path, "engines": [p.label for p in profiles], "numeric_scan": False,
               "target": str(target) if target is not None else None, "tp": tp}
     tensors = store.tensors if store is not None else {}
+    earlier = list(prior or [])
     reason = not_eagle3(config, tensors if store is not None else None)
     if reason is not None:
-        return _report([Finding(code="EC002", severity="error", message=f"not an EAGLE-3 drafter: {reason}")], **common)
+        return _report([*earlier, Finding(code="EC002", severity="error", message=f"not an EAGLE-3 drafter: {reason}")],
+                       **common)
     try:
         if layout_name is not None:
             layout, detected_by = get_layout(layout_name), [f"--from {layout_name}"]
@@ -113,14 +126,15 @@ def check(config: dict[str, Any], store: TensorStore | None, *, path: str | None
     except FormatError as exc:
         if exc.code != "EC002":
             raise
-        return _report([_judged(exc)], **common)
+        return _report([*earlier, _judged(exc)], **common)
     read = read_drafter(layout, config, tensors)
     findings = read_findings(read) + shape_findings(read) if store is not None else read_findings(read)
     # Engine profiles say per engine what a flag/tensor disagreement does; keep only the engine-free EC020 then.
     findings += [f for f in flag_findings(read) if f.code == "EC020" or not profiles] if store is not None else []
     if store is not None:
         findings += vocab_findings(read, store)
-    subject = Subject(dict(config), layout, read, set(tensors), store is not None, path, target_info, tp)
+    subject = Subject(dict(config), layout=layout, read=read, names=set(tensors), has_tensors=store is not None, path=path,
+                      target=target_info, tp=tp)
     if store is None and read.spec is not None:
         findings += [f for f in flag_findings(read) if f.code == "EC020"]
     for profile in profiles:
@@ -142,7 +156,7 @@ def check(config: dict[str, Any], store: TensorStore | None, *, path: str | None
     spec = read.spec
     ids = list(spec.aux.ids) if spec is not None and spec.aux.ids is not None else subject.stated("aux_layer_ids")
     return _report(
-        findings, format=layout.name, detected_by=detected_by,
+        earlier + findings, format=layout.name, detected_by=detected_by,
         eagle_version=("3.1" if flags["fc_norm"] or flags["norm_output"] else "3"),
         architecture=spec.architecture if spec is not None else _family(subject),
         flags=FlagsView(**flags),
@@ -159,10 +173,47 @@ def _family(subject) -> str | None:
     return family_of(subject)
 
 
+def apply_ignore(report: ValidationReport, ignore: Iterable[str]) -> ValidationReport:
+    """Move warnings and infos whose code is in ``ignore`` to ``report.ignored``.
+
+    An ignored code is a judgement the user made (EC023 on every SpecForge 3.1
+    checkpoint), so it stops failing ``--strict``; it is still listed.  Errors
+    are never ignored: they mean the engine fails or computes something else.
+    """
+    from .codes import CODES
+
+    codes = {c.strip().upper() for c in ignore if c.strip()}
+    unknown = sorted(codes - set(CODES))
+    if unknown:
+        raise UsageError(f"--ignore: unknown finding code(s) {', '.join(unknown)} (see `eagleconv findings`)")
+    if not codes:
+        return report
+    kept = [f for f in report.findings if f.code not in codes or f.severity == "error"]
+    dropped = [f for f in report.findings if f.code in codes and f.severity != "error"]
+    return report.model_copy(update={"findings": kept, "ignored": [*report.ignored, *dropped]})
+
+
 def validate(source: str | Path | Mapping[str, Any], config: Mapping[str, Any] | str | Path | None = None, *,
              engines: Any = ("vllm",), target: str | Path | None = None, numeric: bool = True, tp: int | None = None,
              from_format: str | None = None, allow_pickle: bool = False,
-             chunk_bytes: int = CHUNK_BYTES, progress: Progress | None = None) -> ValidationReport:
+             chunk_bytes: int = CHUNK_BYTES, progress: Progress | None = None,
+             ignore: Iterable[str] = ()) -> ValidationReport:
+    """Validate a drafter checkpoint directory, or an in-memory state dict with its config, for ``engines``.
+
+    ``source`` may also be ``hf://ORG/NAME[@REV]`` (downloaded through the
+    Hugging Face cache, its MANIFEST.json verified).  ``ignore``: finding codes
+    whose warnings/infos are listed in ``report.ignored`` instead (see
+    :func:`apply_ignore`).
+    """
+    return apply_ignore(_validate(source, config, engines=engines, target=target, numeric=numeric, tp=tp,
+                                  from_format=from_format, allow_pickle=allow_pickle, chunk_bytes=chunk_bytes,
+                                  progress=progress), ignore)
+
+
+def _validate(source: str | Path | Mapping[str, Any], config: Mapping[str, Any] | str | Path | None = None, *,
+              engines: Any = ("vllm",), target: str | Path | None = None, numeric: bool = True, tp: int | None = None,
+              from_format: str | None = None, allow_pickle: bool = False,
+              chunk_bytes: int = CHUNK_BYTES, progress: Progress | None = None) -> ValidationReport:
     """Validate a drafter checkpoint directory, or an in-memory state dict with its config, for ``engines``.
 
     ``source``: a checkpoint directory, or ``{name: torch.Tensor}`` (then
@@ -178,18 +229,18 @@ def validate(source: str | Path | Mapping[str, Any], config: Mapping[str, Any] |
 
         if config is None:
             raise FormatError("validating a state dict needs its config (a dict or a config.json path)")
-        try:
-            cfg = dict(config) if isinstance(config, Mapping) else load_json(config)
-        except EagleconvError as exc:
-            if exc.code not in JUDGED_CODES:
-                raise
-            return _report([_judged(exc)], path=None, engines=[p.label for p in _profiles(engines)])
+        keys: list[str] = []
+        cfg = dict(config) if isinstance(config, Mapping) else load_json(config, duplicates=keys)
+        if not isinstance(cfg, dict):
+            raise FormatError("config is not a JSON object", str(config))
         return check(cfg, StateDictTensors(source), path=None, layout_name=from_format, engines=engines,
-                     target=target, tp=tp, numeric=numeric, chunk_bytes=chunk_bytes, progress=progress)
+                     target=target, tp=tp, numeric=numeric, chunk_bytes=chunk_bytes, progress=progress,
+                     prior=duplicate_findings(str(config), keys))
     from ..io.reader import open_checkpoint
 
+    duplicates: list[tuple[Path, str]] = []
     try:
-        store = open_checkpoint(source, allow_pickle=allow_pickle)
+        store = open_checkpoint(source, allow_pickle=allow_pickle, duplicates=duplicates)
     except EagleconvError as exc:
         if exc.code not in JUDGED_CODES:
             raise
@@ -199,27 +250,32 @@ def validate(source: str | Path | Mapping[str, Any], config: Mapping[str, Any] |
             raise FormatError("no config.json: cannot tell which drafter layout this is", store.path)
         return check(store.config, store, path=str(store.path), layout_name=from_format, engines=engines,
                      target=target, tp=tp, numeric=numeric, chunk_bytes=chunk_bytes,
-                     weights_kind=store.weights_kind, metadata=store.metadata, progress=progress)
+                     weights_kind=store.weights_kind, metadata=store.metadata, progress=progress,
+                     prior=[f for file, key in duplicates for f in duplicate_findings(Path(source) / file.name, [key])])
     finally:
         store.close()
 
 
 def lint(config: str | Path | Mapping[str, Any], *, engines: Any = ("vllm",), target: str | Path | None = None,
-         from_format: str | None = None, tp: int | None = None) -> ValidationReport:
+         from_format: str | None = None, tp: int | None = None, ignore: Iterable[str] = ()) -> ValidationReport:
     """Check a drafter config.json alone (no tensors): what each engine will make of it."""
+    return apply_ignore(_lint(config, engines=engines, target=target, from_format=from_format, tp=tp), ignore)
+
+
+def _lint(config: str | Path | Mapping[str, Any], *, engines: Any = ("vllm",), target: str | Path | None = None,
+          from_format: str | None = None, tp: int | None = None) -> ValidationReport:
     path = None
     if not isinstance(config, Mapping):
         path = str(config)
-        try:
-            config = load_json(config)
-        except EagleconvError as exc:
-            if exc.code not in JUDGED_CODES:
-                raise
-            return _report([_judged(exc)], path=path, engines=[p.label for p in _profiles(engines)])
+        keys: list[str] = []
+        config = load_json(config, duplicates=keys)
         if not isinstance(config, dict):
             raise FormatError("config is not a JSON object", path)
+        prior = duplicate_findings(path, keys)
+    else:
+        prior = []
     return check(dict(config), None, path=path, layout_name=from_format, engines=engines, target=target, tp=tp,
-                 numeric=False, chunk_bytes=CHUNK_BYTES)
+                 numeric=False, chunk_bytes=CHUNK_BYTES, prior=prior)
 
 
 def _profiles(engines: Any):

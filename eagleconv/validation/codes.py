@@ -106,4 +106,9 @@ CODES: dict[str, Code] = {c.code: c for c in sorted([
     Code("EC062", "norm weight statistics",
          "Mean, min and max of each RMSNorm weight. All-exactly-1.0 norms are typical of a norm that was never "
          "trained (or whose weight was folded into fc).", severity="info"),
+    Code("EC080", "verifier is a local path in a config about to be published",
+         "The config names its target model (verifier) by a local path (absolute, '~', '/proving-grounds/...', "
+         "'./...') instead of a Hub id. Published, it leaks the trainer's file system, nobody can resolve the "
+         "target from it, and the model card cannot set base_model (checked by `eagleconv push`).",
+         severity="warning (loading is unaffected; pass --base-model ORG/NAME for the card, or --ignore EC080)"),
 ], key=lambda c: c.code)}

@@ -15,7 +15,7 @@ from ..vocab import check_d2t, check_t2d
 
 
 def _f(code: str, severity: str, message: str, tensor: str | None = None) -> Finding:
-    return Finding(code=code, severity=severity, message=message, tensor=tensor)  # type: ignore[arg-type]
+    return Finding(code=code, severity=severity, message=message, tensor=tensor)  # type: ignore[arg-type,unused-ignore]
 
 
 def read_findings(read: ReadResult) -> list[Finding]:

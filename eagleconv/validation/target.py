@@ -47,7 +47,8 @@ def load_target(path: str | Path) -> TargetInfo:
     if not isinstance(raw, dict):
         raise FormatError("target config is not a JSON object", file)
     config = _from_transformers(file.parent, raw) if file.name == "config.json" else None
-    text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
+    text_config = raw.get("text_config")
+    text: dict[str, Any] = text_config if isinstance(text_config, dict) else raw
 
     def number(key: str) -> int:
         value = getattr(config, key, None) if config is not None else None

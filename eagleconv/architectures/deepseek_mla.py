@@ -1,0 +1,124 @@
+"""DeepSeek-V2/V3 multi-head latent attention drafters (``Eagle3DeepseekV2ForCausalLM``, Kimi K2.x).
+
+q and kv go through low-rank latents with their own RMSNorms; RoPE is
+GPT-J interleaved on the last ``qk_rope_head_dim`` dims; any non-default
+rope type runs as deepseek_yarn in vLLM.  vllm-loader.md §2.3, §3.3, §4.4.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field, PositiveInt
+
+from ..schemas import _DecoderFields, _Eagle3Fields
+from . import register
+from .base import Architecture, Expected
+
+if TYPE_CHECKING:
+    import torch
+    from pydantic import BaseModel
+
+    from ..drafter import DrafterSpec
+
+
+class DeepseekMlaEagle3Config(_DecoderFields, _Eagle3Fields):
+    """EAGLE-3/3.1 DeepSeek-V2/V3 MLA drafter config (Kimi K2.x: model_type kimi_k2 or deepseek_v3)."""
+
+    architectures: list[str] | None = None
+    q_lora_rank: PositiveInt | None = None
+    kv_lora_rank: PositiveInt | None = None
+    qk_nope_head_dim: int | None = Field(None, ge=0)
+    qk_rope_head_dim: int | None = Field(None, ge=0)
+    v_head_dim: PositiveInt | None = None
+
+
+@register
+class DeepseekMla(Architecture):
+    name = "deepseek_mla"
+    description = "DeepSeek-V2/V3 MLA decoder layer: q_a/kv_a latent projections with their norms, interleaved RoPE"
+    priority = 100
+    default_model_type = "deepseek_v3"
+    model_types = frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2"})
+    marker_tensors = (".q_a_proj.", ".kv_a_proj_with_mqa.")
+    attention_modules = ("q_proj", "q_a_proj", "q_a_layernorm", "q_b_proj", "kv_a_proj_with_mqa", "kv_a_layernorm",
+                         "kv_b_proj", "o_proj")
+    config_fields = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+    rope_interleaved = True
+    mla = True
+    reads_norm_before_fc = False
+    synthetic_model_type = "kimi_k2"
+    synthetic_architecture = {"*": "Eagle3DeepseekV2ForCausalLM"}
+    synthetic_overrides = {
+        "vllm": {"model_type": "deepseek_v3"},
+        "torchspec": {"layer_output_ids": True, "eagle_config": {
+            "use_input_layernorm_in_first_layer": True, "use_last_layernorm": True, "use_mtp_layernorm": False}},
+    }
+
+    @classmethod
+    def config_model(cls) -> type[BaseModel]:
+        return DeepseekMlaEagle3Config
+
+    @classmethod
+    def claims(cls, model_type: object, config_keys: set[str], names: set[str]) -> bool:
+        return "kv_lora_rank" in config_keys or super().claims(model_type, config_keys, names)
+
+    @classmethod
+    def spec_fields(cls, values: Mapping[str, Any]) -> dict[str, Any]:
+        from ..drafter import MlaDims
+
+        dims: dict[str, Any] = {k: values.get(k) for k in MlaDims.model_fields}
+        return {"num_key_value_heads": None, "head_dim": None, "mla": MlaDims(**dims)}
+
+    @classmethod
+    def config_values(cls, spec: DrafterSpec) -> dict[str, Any]:
+        return spec.mla.model_dump() if spec.mla is not None else {}
+
+    @classmethod
+    def check_spec(cls, spec: DrafterSpec) -> None:
+        if spec.mla is None:
+            raise ValueError("MLA dimensions are required for deepseek_mla drafters and only for them")
+
+    @classmethod
+    def attention_tensors(cls, spec: DrafterSpec, prefix: str, width: int) -> dict[str, Expected]:
+        m, nh, H = spec.mla, spec.num_attention_heads, spec.hidden_size
+        assert m is not None
+        a = prefix + "self_attn."
+        out: dict[str, Expected] = {}
+        if m.q_lora_rank is not None:
+            out[a + "q_a_proj.weight"] = Expected((m.q_lora_rank, width), True, "MLA q_a_proj [q_lora_rank, in]")
+            out[a + "q_a_layernorm.weight"] = Expected((m.q_lora_rank,), True, "MLA q_a_layernorm")
+            out[a + "q_b_proj.weight"] = Expected((nh * (m.qk_nope_head_dim + m.qk_rope_head_dim), m.q_lora_rank), True,
+                                                  "MLA q_b_proj")
+        else:
+            out[a + "q_proj.weight"] = Expected((nh * (m.qk_nope_head_dim + m.qk_rope_head_dim), width), True, "MLA q_proj")
+        out[a + "kv_a_proj_with_mqa.weight"] = Expected((m.kv_lora_rank + m.qk_rope_head_dim, width), True,
+                                                        "MLA kv_a_proj_with_mqa")
+        out[a + "kv_a_layernorm.weight"] = Expected((m.kv_lora_rank,), True, "MLA kv_a_layernorm")
+        out[a + "kv_b_proj.weight"] = Expected((nh * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank), True,
+                                               "MLA kv_b_proj")
+        out[a + "o_proj.weight"] = Expected((H, nh * m.v_head_dim), True, "MLA o_proj")
+        return out
+
+    @classmethod
+    def synthetic_attention(cls, dims: Any, width: int, w: Callable[..., torch.Tensor],
+                            norm: Callable[[int], torch.Tensor]) -> dict[str, torch.Tensor]:
+        d = dims
+        return {
+            "q_a_proj.weight": w(d.q_lora_rank, width),
+            "q_a_layernorm.weight": norm(d.q_lora_rank),
+            "q_b_proj.weight": w(d.heads * (d.qk_nope_head_dim + d.qk_rope_head_dim), d.q_lora_rank),
+            "kv_a_proj_with_mqa.weight": w(d.kv_lora_rank + d.qk_rope_head_dim, width),
+            "kv_a_layernorm.weight": norm(d.kv_lora_rank),
+            "kv_b_proj.weight": w(d.heads * (d.qk_nope_head_dim + d.v_head_dim), d.kv_lora_rank),
+            "o_proj.weight": w(d.hidden, d.heads * d.v_head_dim),
+        }
+
+    @classmethod
+    def synthetic_config(cls, dims: Any) -> dict[str, Any]:
+        d = dims
+        return {"q_lora_rank": d.q_lora_rank, "kv_lora_rank": d.kv_lora_rank, "qk_nope_head_dim": d.qk_nope_head_dim,
+                "qk_rope_head_dim": d.qk_rope_head_dim, "v_head_dim": d.v_head_dim, "rope_theta": 50000.0,
+                "rope_scaling": {"type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096,
+                                 "beta_fast": 1.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}}

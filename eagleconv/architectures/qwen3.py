@@ -1,0 +1,49 @@
+"""Qwen3 drafters (``Eagle3Qwen3ForCausalLM``): Llama attention plus per-head q_norm / k_norm.
+
+vllm-loader.md §2.2 ("Qwen3 drafter, differences from Llama").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from . import register
+from .base import Expected
+from .llama import Llama
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..drafter import DrafterSpec
+
+
+@register
+class Qwen3(Llama):
+    name = "qwen3"
+    description = "Qwen3 decoder layer: Llama GQA with RMSNorm on each query and key head (q_norm, k_norm)"
+    priority = 200
+    fallback = False
+    default_model_type = "qwen3"
+    model_types = frozenset({"qwen3"})
+    marker_tensors = (".self_attn.q_norm.", ".self_attn.k_norm.")
+    attention_modules = Llama.attention_modules + ("q_norm", "k_norm")
+    synthetic_model_type = "qwen3"
+    synthetic_architecture = {"*": "LlamaForCausalLMEagle3", "vllm": "Eagle3Qwen3ForCausalLM"}
+
+    @classmethod
+    def attention_tensors(cls, spec: DrafterSpec, prefix: str, width: int) -> dict[str, Expected]:
+        out = super().attention_tensors(spec, prefix, width)
+        assert spec.head_dim is not None
+        a = prefix + "self_attn."
+        out[a + "q_norm.weight"] = Expected((spec.head_dim,), True, "qwen3 q_norm [head_dim]")
+        out[a + "k_norm.weight"] = Expected((spec.head_dim,), True, "qwen3 k_norm [head_dim]")
+        return out
+
+    @classmethod
+    def synthetic_attention(cls, dims: Any, width: int, w: Callable[..., torch.Tensor],
+                            norm: Callable[[int], torch.Tensor]) -> dict[str, torch.Tensor]:
+        out = super().synthetic_attention(dims, width, w, norm)
+        out["q_norm.weight"] = norm(dims.head_dim)
+        out["k_norm.weight"] = norm(dims.head_dim)
+        return out

@@ -1,0 +1,130 @@
+"""torch tensors by canonical name, memory-mapped from a checkpoint: for forward passes and transforms.
+
+Over the safe reader (headers already validated, shard and symlink policy
+applied): each safetensors file is mapped once, copy-on-write, and a tensor is
+a view of its bytes in the stored dtype (BF16 stays BF16).  Nothing is copied
+until a caller converts or writes to it, so opening a 2 GB drafter costs page
+tables, not RAM.  torch is imported only here, only when used.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .dtypes import DTYPE_SIZES, TORCH_TO_SAFETENSORS
+from .reader import Checkpoint, StateDictTensors, TensorInfo, TensorStore
+
+if TYPE_CHECKING:
+    import torch
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """The torch dtype of a safetensors dtype name (the one table in io.dtypes, read backwards)."""
+    import torch
+
+    for torch_name, st_name in TORCH_TO_SAFETENSORS.items():
+        if st_name == name:
+            return getattr(torch, torch_name.removeprefix("torch."))
+    raise ValueError(f"no torch dtype for safetensors dtype {name}")
+
+
+def tensor_bytes(tensor: torch.Tensor) -> tuple[str, tuple[int, ...], bytes]:
+    """(safetensors dtype, shape, little-endian bytes) of a tensor built in memory, for the writer."""
+    import torch
+
+    dtype = TORCH_TO_SAFETENSORS.get(str(tensor.dtype))
+    if dtype is None:
+        raise ValueError(f"cannot store dtype {tensor.dtype}")
+    flat = tensor.detach().to("cpu").contiguous().reshape(-1)
+    return dtype, tuple(int(d) for d in tensor.shape), flat.view(torch.uint8).numpy().tobytes()
+
+
+class TorchTensors(Mapping[str, "torch.Tensor"]):
+    """``{canonical name: torch.Tensor}`` over a :class:`TensorStore`, read lazily and memory-mapped.
+
+    ``canonical`` maps canonical names to the names stored in the checkpoint
+    (``ReadResult.canonical``).  Tensors share memory with a private mapping
+    of the file: writing to one never reaches the file.  Call :meth:`close`
+    (or use ``with``) when done; tensors still alive keep their mapping.
+    """
+
+    def __init__(self, store: TensorStore, canonical: Mapping[str, str], *, owns_store: bool = False):
+        self._store = store
+        self._owns_store = owns_store
+        self._canonical = dict(canonical)
+        self._maps: dict[Path, mmap.mmap] = {}
+
+    # Mapping interface -----------------------------------------------------
+    def __getitem__(self, name: str) -> torch.Tensor:
+        stored = self._canonical[name]
+        return self._load(stored, self._store.tensors[stored])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._canonical)
+
+    def __len__(self) -> int:
+        return len(self._canonical)
+
+    def info(self, name: str) -> TensorInfo:
+        """Header facts (dtype, shape) without touching the data."""
+        return self._store.tensors[self._canonical[name]]
+
+    # ------------------------------------------------------------------------
+    def _load(self, stored: str, info: TensorInfo) -> torch.Tensor:
+        import torch
+
+        dtype = torch_dtype(info.dtype)
+        memory = self._store._memory if isinstance(self._store, Checkpoint) else self._store
+        if isinstance(memory, StateDictTensors):  # already in memory (--allow-pickle, a state dict): no copy
+            return memory._tensors[stored]
+        if isinstance(self._store, Checkpoint):
+            loc = self._store._locations[stored]
+            if info.numel == 0:
+                return torch.empty(info.shape, dtype=dtype)
+            if loc.start % DTYPE_SIZES[info.dtype] == 0:
+                buffer = self._map(loc.path)
+                flat = torch.frombuffer(buffer, dtype=dtype, count=info.numel, offset=loc.start)
+                return flat.view(info.shape)
+        # unaligned data: a copy of this one tensor
+        raw = bytearray(self._store.read_bytes(stored))
+        if not raw:
+            return torch.empty(info.shape, dtype=dtype)
+        return torch.frombuffer(raw, dtype=dtype).view(info.shape)
+
+    def _map(self, path: Path) -> mmap.mmap:
+        if path not in self._maps:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                self._maps[path] = mmap.mmap(fd, 0, access=mmap.ACCESS_COPY)
+            finally:
+                os.close(fd)
+        return self._maps[path]
+
+    def close(self) -> None:
+        """Drop our references to the mappings.
+
+        Never ``mmap.close()``: torch.frombuffer holds a reference to the map
+        but no buffer export, so closing would unmap memory live tensors use.
+        Each map is unmapped when its last tensor is freed.
+        """
+        self._maps.clear()
+        if self._owns_store:
+            self._store.close()
+
+    def __enter__(self) -> TorchTensors:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_tensors(path: str | Path, *, layout: str | None = None, allow_pickle: bool = False) -> TorchTensors:
+    """The canonical tensors of the drafter at ``path`` (its layout detected unless given)."""
+    from ..loading import load_drafter
+
+    loaded = load_drafter(path, layout=layout, allow_pickle=allow_pickle)
+    return TorchTensors(loaded.store, loaded.read.canonical, owns_store=True)
