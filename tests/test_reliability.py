@@ -308,3 +308,11 @@ def test_interrupted_non_atomic_overwrite_is_restored_by_the_next_run(drafter, t
     convert(src, dst, "vllm", overwrite=True)  # the fallback path publishes
     assert read_json(dst / "config.json")["eagleconv"]["converted_from"] == "specforge"
     assert debris(tmp_path) == []
+
+
+def test_dry_run_says_the_nan_check_did_not_run(drafter, tmp_path):
+    src = drafter(producer="specforge")
+    poke(src, "fc.weight", (0, 0), float("nan"))
+    report = convert(src, tmp_path / "out", "vllm", dry_run=True)
+    assert any("NaN/Inf check not run" in n for n in report.notes)
+    assert not (tmp_path / "out").exists()
