@@ -81,12 +81,13 @@ class InspectReport(_Report):
 
 
 class StepDivergence(_Report):
-    """How far two drafters' outputs are apart at one draft step (``diff``, lossy upgrade/downgrade)."""
+    """One draft step compared between two drafters on identical inputs (``diff``, lossy upgrade/downgrade)."""
 
-    step: int = Field(..., ge=1, description="draft step, 1-based")
-    top1_agreement: float = Field(..., ge=0, le=1, description="fraction of positions with the same argmax token")
-    max_abs_err: float = Field(..., ge=0, description="largest |a - b| over the step's logits")
-    max_rel_err: float = Field(..., ge=0, description="largest |a - b| / max(|a|, tiny) over the step's logits")
+    step: int = Field(..., ge=1, description="1 = the first pass (every scheduled row), k >= 2 = the k-th recursion step")
+    top1_agreement: float = Field(..., ge=0, le=1, description="fraction of rows whose argmax (draft token) agrees")
+    max_abs_err: float = Field(..., ge=0, description="max |logit a - logit b| over target-vocabulary entries finite "
+                                                      "in both")
+    max_rel_err: float = Field(..., ge=0, description="max_abs_err / max |logit a|")
 
 
 class PlanRow(_Report):
@@ -121,6 +122,96 @@ class ConvertReport(_Report):
         return [row for row in self.plan if row.action == "drop"]
 
 
+class TransformChange(_Report):
+    change: str
+    exact: bool = Field(..., description="true when this step leaves what the drafter computes unchanged (up to one "
+                                         "rounding of the folded weights)")
+
+
+class TransformReport(ConvertReport):
+    """What ``eagleconv upgrade`` / ``downgrade`` (and ``eagleconv.upgrade()`` / ``downgrade()``) return.
+
+    ``exact`` / ``divergence`` (inherited) describe the written drafter against
+    the source; for an upgrade ``divergence_unit_weights`` is the same measure
+    with the new norms at weight 1.0, so the report shows what calibration bought.
+    """
+
+    operation: Literal["upgrade", "downgrade"]
+    style: Literal["fc_norm", "norm_before_fc"] | None = None
+    flags_before: FlagsView
+    flags_after: FlagsView
+    eagle_version_before: Literal["3", "3.1"]
+    eagle_version_after: Literal["3", "3.1"]
+    changes: list[TransformChange] = Field(default_factory=list)
+    initialisation: Literal["calibrated", "unit"] | None = Field(
+        None, description="how new norm weights were set: scale-preserving from captured aux states, or 1.0")
+    calibration: str | None = Field(None, description="where the captured aux states came from")
+    divergence_unit_weights: list[StepDivergence] = Field(default_factory=list)
+    compute_dtype: str | None = Field(None, description="dtype the divergence was measured in (None: not measured)")
+    output_dtype: str | None = Field(None, description="dtype of the written weights")
+
+
+DiffStep = StepDivergence  # one draft step compared between two runs on identical inputs
+
+
+class DiffReport(_Report):
+    """What ``eagleconv diff A B --json`` and ``eagleconv.diff()`` return."""
+
+    identical: bool = Field(description="same draft tokens and bit-identical logits at every step")
+    steps: list[DiffStep]
+    a: str
+    b: str
+    compute_dtype: str
+    output_dtype: str
+    inputs: str = Field(description="where the inputs came from (synthetic seed or target)")
+    notes: list[str] = Field(default_factory=list)
+
+
+class ForwardStep(_Report):
+    """One draft step of ``validate --forward``."""
+
+    step: int
+    tokens: list[int] = Field(description="the draft token (target vocabulary id) of each sequence")
+    feedback_rms: float = Field(description="RMS of the hidden state fed to the next step (the drift signal)")
+    finite: bool
+
+
+class EngineForward(_Report):
+    """The drafter run as one engine release will read it, against the checkpoint's intended math."""
+
+    engine: str
+    runs: bool = Field(description="false when the engine would not load or run this checkpoint")
+    reason: str | None = None
+    flags: dict[str, bool] = Field(default_factory=dict, description="flags as the engine resolves them")
+    aux_layer_ids: list[int] | None = Field(None, description="target layers the engine captures (hidden_state_index)")
+    differs: list[str] = Field(default_factory=list, description="what differs from the intended drafter")
+    steps: list[DiffStep] = Field(default_factory=list)
+
+
+class ForwardReport(_Report):
+    """``validate --forward``: K draft steps of the reference forward (vLLM's math)."""
+
+    path: str
+    architecture: str
+    eagle_version: str
+    compute_dtype: str
+    output_dtype: str
+    recipe: str = Field(description="RMSNorm rounding recipe: native (vLLM IR) or one_round (vllm_c CUDA)")
+    backend: str
+    inputs: str
+    aux_layer_ids: list[int]
+    steps: list[ForwardStep]
+    borrowed: list[str] = Field(default_factory=list, description="embedding / LM head rows that were synthetic")
+    notes: list[str] = Field(default_factory=list)
+    engines: list[EngineForward] = Field(default_factory=list)
+    findings: list[Finding] = Field(default_factory=list)
+    device: str = Field("cpu", description="where the forward ran (cpu, cuda)")
+    kernels: str | None = Field(None, description="--backend triton: how the kernels ran (triton, or interpreter on CPU)")
+    against_torch: list[DiffStep] = Field(
+        default_factory=list, description="a backend other than torch: per step, its logits against the torch backend's "
+        "on the same inputs and device")
+
+
 class ValidationReport(_Report):
     """What ``eagleconv validate`` / ``lint`` / ``eagleconv.validate()`` return."""
 
@@ -140,3 +231,4 @@ class ValidationReport(_Report):
     tp: int | None = Field(None, description="tensor-parallel size checked (--tp)")
     ignored: list[Finding] = Field(default_factory=list,
                                    description="warnings and infos the caller judged acceptable (--ignore CODE)")
+    forward: ForwardReport | None = Field(None, description="validate --forward: the drafter run for K draft steps")

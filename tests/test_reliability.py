@@ -316,3 +316,16 @@ def test_dry_run_says_the_nan_check_did_not_run(drafter, tmp_path):
     report = convert(src, tmp_path / "out", "vllm", dry_run=True)
     assert any("NaN/Inf check not run" in n for n in report.notes)
     assert not (tmp_path / "out").exists()
+
+
+def test_upgrade_and_downgrade_refuse_nan_weights_too(drafter, tmp_path):
+    """upgrade/downgrade write through convert's writer, so they inherit the check and --no-numeric."""
+    src = drafter(producer="vllm")
+    poke(src, "fc.weight", (0, 1), float("nan"))
+    up = CliRunner().invoke(cli, ["upgrade", str(src), str(tmp_path / "up")])
+    assert up.exit_code == 1 and "[EC060]" in up.stderr and not (tmp_path / "up").exists()
+    ok = CliRunner().invoke(cli, ["upgrade", str(src), str(tmp_path / "up"), "--no-numeric"])
+    assert ok.exit_code == 0, ok.output
+    down = CliRunner().invoke(cli, ["downgrade", str(tmp_path / "up"), str(tmp_path / "down"), "--allow-lossy"])
+    assert down.exit_code == 1 and "[EC060]" in down.stderr and not (tmp_path / "down").exists()
+    assert debris(tmp_path) == []

@@ -88,7 +88,8 @@ class Architecture:
     @classmethod
     def claims(cls, model_type: object, config_keys: set[str], names: set[str]) -> bool:
         """Whether a checkpoint is this family: its model_type, its config keys, or its tensors."""
-        return model_type in cls.model_types or any(m in n for n in names for m in cls.marker_tensors)
+        named = isinstance(model_type, str) and model_type in cls.model_types  # a non-string is EC005, not a family
+        return named or any(m in n for n in names for m in cls.marker_tensors)
 
     @classmethod
     def derive(cls, tensors: Mapping[str, TensorInfo], values: Mapping[str, Any], derive: Derive) -> None:
@@ -129,3 +130,15 @@ class Architecture:
     def synthetic_config(cls, dims: Any) -> dict[str, Any]:
         """Decoder config fields (beyond the shared ones) a producer writes for this family."""
         return {}
+
+    # -- forward ------------------------------------------------------------------
+    @classmethod
+    def attention(cls, u: torch.Tensor, pos: torch.Tensor, cache: Any, w: Any, p: str, spec: DrafterSpec, rope: Any,
+                  ops: Any, eps: float) -> tuple[torch.Tensor, Any]:
+        """The reference forward's self-attention of one decoder layer (``p`` = "layers.N.").
+
+        ``u`` [B, n, in] (layer 0: cat(embeds, hidden), 2H wide), ``pos`` [n], ``cache`` the layer's
+        (keys, values, positions) or None, ``w`` the weights (``w.linear``, ``w.get``, ``w.has``),
+        ``rope`` the resolved RoPE, ``ops`` the norm ops.  Returns (output [B, n, H], new cache).
+        """
+        raise NotImplementedError(f"{cls.name} has no reference forward yet")

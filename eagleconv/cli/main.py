@@ -18,6 +18,7 @@ import click
 
 from .. import __version__
 from ..errors import EagleconvError, Interrupted, raise_on_termination
+from .options import verifier_option
 
 if TYPE_CHECKING:
     from ..drafter import AuxConvention
@@ -83,16 +84,15 @@ def run_command(ctx: click.Context, as_json: bool, body: Callable[[], tuple[Any,
 
 
 def parse_size(text: str | None) -> int | None:
+    """``--max-shard-size``, read exactly as huggingface_hub reads ``max_shard_size`` (KB/MB/GB/TB, powers of 10)."""
     if text is None:
         return None
-    units = {"": 1, "B": 1, "K": 10**3, "KB": 10**3, "M": 10**6, "MB": 10**6, "G": 10**9, "GB": 10**9,
-             "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
-    s = text.strip().upper()
-    number = s.rstrip("KMGIB")
+    from huggingface_hub.serialization._base import parse_size_to_int  # not re-exported; stable since 0.22
+
     try:
-        return int(float(number) * units[s[len(number):]])
-    except (ValueError, KeyError):
-        raise click.BadParameter(f"cannot parse size {text!r} (e.g. 2GB, 500MB, 1GiB)") from None
+        return parse_size_to_int(text)
+    except ValueError:
+        raise click.BadParameter(f"cannot parse size {text!r} (e.g. 2GB, 500MB, 64KB)") from None
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -150,10 +150,11 @@ def inspect(ctx: click.Context, path: str, from_format: str | None, allow_pickle
               help="Skip fsync (faster on slow disks; still atomic, but a power loss may lose the output).")
 @click.option("--allow-pickle", is_flag=True, help="Load .bin/.pt pickles with torch.load(weights_only=True).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@verifier_option
 @click.pass_context
 def convert(ctx: click.Context, src: str, dst: str, to: str, from_format: str | None, dry_run: bool, drop: tuple[str, ...],
             aux_layer_ids: str | None, aux_convention: AuxConvention, max_shard_size: str | None, overwrite: bool, force: bool,
-            no_numeric: bool, no_fsync: bool, allow_pickle: bool, as_json: bool) -> None:
+            no_numeric: bool, no_fsync: bool, allow_pickle: bool, as_json: bool, verifier: str | None = None) -> None:
     """Convert drafter SRC to layout --to at DST, exactly (tensor bytes are preserved)."""
     from ..conversion import convert as convert_checkpoint
 
@@ -169,7 +170,7 @@ def convert(ctx: click.Context, src: str, dst: str, to: str, from_format: str | 
         with _progress(enabled=not as_json and not dry_run) as (on_total, on_bytes):
             report = convert_checkpoint(src, dst, to, from_format=from_format, dry_run=dry_run, force=force,
                                         overwrite=overwrite, drop=drop, aux_layer_ids=ids,
-                                        aux_convention=aux_convention, max_shard_size=shard,
+                                        aux_convention=aux_convention, verifier=verifier, max_shard_size=shard,
                                         allow_pickle=allow_pickle, durable=not no_fsync,
                                         numeric=not no_numeric, on_bytes=on_bytes, on_total=on_total)
         if as_json:
@@ -254,6 +255,7 @@ def formats(as_json: bool) -> None:
 
 
 from . import validate_cmds  # noqa: E402,F401
+from . import transform_cmds  # noqa: E402,F401
 from . import hub_cmds  # noqa: E402,F401
 
 def main() -> None:

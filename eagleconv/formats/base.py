@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -26,6 +26,7 @@ from ..canonical import CANONICAL_NAME, FC_NORM_NAME, layer_indices
 from ..drafter import ROPE_CONFIG_KEYS, AuxConvention, AuxLayers, DrafterSpec, EagleFlags, Rope
 from ..io.dtypes import CONFIG_DTYPE_NAMES
 from ..io.reader import TensorInfo
+from ..rope import both_spellings
 
 # -- tensor renames -------------------------------------------------------------
 
@@ -222,6 +223,11 @@ class Layout:
         return {}
 
     @classmethod
+    def requires_for(cls, spec: DrafterSpec) -> tuple[str, ...]:
+        """Canonical tensors this layout's reader needs for ``spec`` (derived exactly when the source lacks them)."""
+        return cls.requires
+
+    @classmethod
     def aux_convention_for(cls, architecture: str) -> AuxConvention:
         """Numbering convention of the aux ids this layout stores for ``architecture``."""
         return cls.aux_convention
@@ -262,10 +268,20 @@ class ReadResult:
     config: dict[str, Any] = field(default_factory=dict)
 
 
+DDP_HINT = ("every tensor name starts with 'module.', the prefix DistributedDataParallel adds: save "
+            "model.module.state_dict() (or strip the prefix) and convert that")
+
+
+def ddp_prefixed(names: Iterable[str]) -> bool:
+    """All names carry DDP's ``module.`` wrapper prefix (a common way to save a drafter that loads nowhere)."""
+    names = list(names)
+    return bool(names) and all(n.startswith("module.") for n in names)
+
+
 def map_names(layout: type[Layout], names: list[str]) -> tuple[dict[str, str], list[str]]:
     """Layout names -> canonical names, with strict accounting.  Returns (canonical->layout, errors)."""
     out: dict[str, str] = {}
-    errors: list[str] = []
+    errors: list[str] = [DDP_HINT] if ddp_prefixed(names) else []
     for name in sorted(names):
         canonical = rename(layout.renames, name, to_canonical=True)
         if canonical is None or not CANONICAL_NAME.match(canonical):
@@ -315,8 +331,8 @@ def _numeric_defaults(layout: type[Layout], arch: type[Architecture], values: di
 
 
 # JSON types engines need; a "64" or 64.0 works in one engine and fails (or is coerced) in another.
-INT_FIELDS = SHAPE_FIELDS + ("num_hidden_layers", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
-                             "qk_rope_head_dim", "v_head_dim", "max_position_embeddings")
+INT_FIELDS = SHAPE_FIELDS + ("num_hidden_layers", "max_position_embeddings") + tuple(
+    f for arch in architectures.ARCHITECTURES.values() for f in arch.config_fields if f not in SHAPE_FIELDS)
 BOOL_FIELDS = ("fc_norm", "norm_before_fc", "norm_output", "norm_before_residual", "use_aux_hidden_state",
                "attention_bias", "mlp_bias")
 INT_LIST_FIELDS = ("aux_layer_ids",)
@@ -326,29 +342,55 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _is_str_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+# top-level keys every engine reads with a fixed JSON type: key -> (test, what it must be)
+TOP_LEVEL_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "architectures": (_is_str_list, "a list of strings"),
+    "model_type": (lambda v: isinstance(v, str), "a string"),
+    "eagle_config": (lambda v: isinstance(v, dict), "an object"),
+    "transformer_layer_config": (lambda v: isinstance(v, dict), "an object"),
+    "speculators_config": (lambda v: isinstance(v, dict), "an object"),
+}
+
+
 def type_problems(layout: type[Layout], config: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(path, message) for config values of the wrong JSON type, at every path a field is read from.
 
     null is left to the flag rules (some engines read a present null as false).
     """
     problems = []
+    checks: list[tuple[str, Any, str | None]] = []
+    for key, (test, must_be) in TOP_LEVEL_TYPES.items():
+        if key in config and config[key] is not None and not test(config[key]):
+            checks.append((key, config[key], must_be))
     for key, cf in layout.fields.items():
         for path in cf.read:
             value = get_path(config, path)
-            if value is MISSING or value is None:
+            if value is MISSING or value is None or path in TOP_LEVEL_TYPES:
                 continue
-            if key in INT_FIELDS and not _is_int(value):
-                want = "an integer"
-            elif key in BOOL_FIELDS and not isinstance(value, bool):
-                want = "true or false"
-            elif key in INT_LIST_FIELDS and not (isinstance(value, list) and all(_is_int(v) for v in value)):
-                want = "a list of integers"
-            else:
-                continue
+            checks.append((path, value, _wanted(key, value)))
+    for path, value, want in checks:
+        if want is not None:
             problems.append((path, f"config does not describe a valid drafter: {path} is {json.dumps(value)} "
-                            f"({type(value).__name__}), not {want}; engines differ on such a value (some coerce "
-                            "it, some fail at load, a string flag reads as true), so it is never coerced silently"))
+                             f"({type(value).__name__}), not {want}; engines differ on such a value (some coerce "
+                             "it, some fail at load, a string flag reads as true), so it is never coerced silently"))
     return problems
+
+
+def _wanted(key: str, value: Any) -> str | None:
+    """What a canonical field's value must be, when ``value`` is not that; None when it is fine."""
+    if key in INT_FIELDS and not _is_int(value):
+        return "an integer"
+    if key in BOOL_FIELDS and not isinstance(value, bool):
+        return "true or false"
+    if key in INT_LIST_FIELDS and not (isinstance(value, list) and all(_is_int(v) for v in value)):
+        return "a list of integers"
+    if key == "model_type" and not isinstance(value, str):
+        return "a string"
+    return None
 
 
 def read_fields(layout: type[Layout], config: Mapping[str, Any]) -> tuple[dict[str, Any], set[str]]:
@@ -493,8 +535,11 @@ def _build_spec(layout: type[Layout], arch: type[Architecture], v: dict[str, Any
     flags = EagleFlags(**{k: _as_bool(v[k], k) for k in EagleFlags.model_fields if k in v})
     float_dtypes = [i.dtype for i in t.values() if i.dtype in CONFIG_DTYPE_NAMES]
     dtype = max(set(float_dtypes), key=float_dtypes.count) if float_dtypes else None
-    rope = Rope.from_config({k: v[k] for k in ROPE_CONFIG_KEYS if k in v}, interleaved=arch.rope_interleaved,
-                            theta=v.get("default:rope_theta"))
+    stated_rope = {k: v[k] for k in ROPE_CONFIG_KEYS if k in v}
+    rope = Rope.from_config(stated_rope, interleaved=arch.rope_interleaved, theta=v.get("default:rope_theta"))
+    # Kept in both spellings, equal (transformers 4.x reads one, 5.x the other), so every output states it
+    # the same way to every reader and a round trip through any layout gives the same spec.
+    rope = rope.model_copy(update={"stated": both_spellings(stated_rope)})
     eps = v.get("rms_norm_eps", v.get("default:rms_norm_eps"))
     if eps is not None and (isinstance(eps, bool) or not isinstance(eps, int | float)):
         raise ValueError(f"rms_norm_eps must be a number, not {eps!r}")
@@ -574,7 +619,7 @@ def spec_values(layout: type[Layout], spec: DrafterSpec) -> dict[str, Any]:
         "target_hidden_size": spec.target_hidden_size,
         "num_aux_hidden_states": spec.aux.count,
         "aux_layer_ids": list(ids) if (ids := spec.aux.ids_as(layout.aux_convention_for(spec.architecture))) is not None else None,
-        **spec.rope.stated,
+        **spec.rope.stated,  # both spellings, equal (see _build_spec)
         **spec.flags.model_dump(),
         **architectures.get(spec.architecture).config_values(spec),
     }
