@@ -18,6 +18,12 @@ _EXPORTS = {
     "validate": "eagleconv.validation",
     "lint": "eagleconv.validation",
     "load_drafter": "eagleconv.loading",
+    "load": "eagleconv.forward",
+    "diff": "eagleconv.forward",
+    "capture_aux_states": "eagleconv.forward",
+    "Drafter": "eagleconv.forward",
+    "DiffReport": "eagleconv.report",
+    "ForwardReport": "eagleconv.report",
     "LoadedDrafter": "eagleconv.loading",
     "DrafterSpec": "eagleconv.drafter",
     "AuxLayers": "eagleconv.drafter",
@@ -27,6 +33,10 @@ _EXPORTS = {
     "InspectReport": "eagleconv.report",
     "Finding": "eagleconv.report",
     "ValidationReport": "eagleconv.report",
+    "push": "eagleconv.hub",
+    "pull": "eagleconv.hub",
+    "PushReport": "eagleconv.hub",
+    "PullReport": "eagleconv.hub",
     "open_checkpoint": "eagleconv.io.reader",
     "LAYOUTS": "eagleconv.formats",
     "EagleconvError": "eagleconv.errors",
@@ -58,4 +68,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .validation import lint, validate  # noqa: F401
     from .io.reader import open_checkpoint  # noqa: F401
     from .loading import LoadedDrafter, load_drafter  # noqa: F401
+    from .forward import Drafter, capture_aux_states, diff, load  # noqa: F401
+    from .report import DiffReport, ForwardReport  # noqa: F401
     from .report import ConvertReport, Finding, InspectReport, ValidationReport  # noqa: F401
+    from .hub import PullReport, PushReport, pull, push  # noqa: F401

@@ -14,6 +14,7 @@ built in memory.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -25,10 +26,12 @@ from .errors import ConversionError, FindingsError, UsageError
 from .formats import get_layout
 from .canonical import layer_indices
 from .formats.base import Layout, get_path, rename, write_config
+from .io.finite import ValueScan
 from .io.writer import CheckpointWriter, OutputTensor, check_not_overlapping
 from .jsonio import dump_json
 from .loading import LoadedDrafter, load_drafter
 from .report import ConvertReport, Finding, PlanRow, StepDivergence
+from .validation.numeric import ZERO_CHECKED
 from .validation.structural import checkpoint_findings
 from .vocab import check_d2t, identity_d2t, t2d_from_target_ids
 
@@ -299,11 +302,44 @@ def _verify_output(staged: Path, tensors: Sequence[OutputTensor], dst_layout: st
         written.close()
 
 
+def plan_sources(report: ConvertReport) -> dict[str, str]:
+    """destination tensor name -> the source name it came from (for messages about the source)."""
+    return {row.destination: row.source for row in report.plan if row.destination and row.source}
+
+
+class _NumericCheck:
+    """The writer's value check for convert: a NaN/Inf is an error finding (EC060) about the source.
+
+    Without ``force`` the first one stops the write (nothing is published);
+    with ``force`` every one is recorded in the report and the output is written.
+    An all-zero fc/lm_head is a warning (EC061), as in ``validate``.
+    """
+
+    def __init__(self, report: ConvertReport, sources: dict[str, str], force: bool, path: Path | str):
+        self.report, self.sources, self.force, self.path = report, sources, force, path
+
+    def __call__(self, tensor: OutputTensor, found: ValueScan) -> None:
+        name = self.sources.get(tensor.name, tensor.name)
+        if found.nonfinite:
+            finding = Finding(code="EC060", severity="error", tensor=name,
+                              message=f"{name} has {found.nonfinite} NaN/Inf value(s) of {math.prod(tensor.shape)}; "
+                                      f"first at flat index {found.first_nonfinite}")
+            if not self.force:
+                raise ConversionError(f"source has NaN/Inf weights: {finding.message} (nothing was written; "
+                                      "--force converts anyway, --no-numeric skips the check)", self.path, code="EC060")
+            self.report.findings.append(finding)
+        canonical = rename(get_layout(self.report.destination_format).renames, tensor.name, to_canonical=True)
+        if canonical in ZERO_CHECKED and not found.nonzero:
+            self.report.findings.append(Finding(code="EC061", severity="warning", tensor=name,
+                                                message=f"{name} is entirely zero: uninitialised or wiped; "
+                                                        "the drafter proposes garbage"))
+
+
 def convert(source: str | Path, destination: str | Path, to: str | None, *, from_format: str | None = None,
             dry_run: bool = False, force: bool = False, overwrite: bool = False, drop: Iterable[str] = (),
             aux_layer_ids: Sequence[int] | None = None, aux_convention: AuxConvention = "hidden_state_index",
             max_shard_size: int | None = None, allow_pickle: bool = False, durable: bool = True,
-            on_bytes: Callable[[int], None] | None = None, on_total: Callable[[int], None] | None = None,
+            numeric: bool = True, on_bytes: Callable[[int], None] | None = None, on_total: Callable[[int], None] | None = None,
             transform: Callable[[LoadedDrafter], Transform] | None = None) -> ConvertReport:
     """Convert ``source`` to layout ``to`` (None: the source's own) at ``destination``.  See the module docstring.
 
@@ -312,10 +348,16 @@ def convert(source: str | Path, destination: str | Path, to: str | None, *, from
     verification as copied ones.
 
     ``durable=False`` skips fsync (the output is still published atomically).
+    ``numeric`` checks every float tensor for NaN/Inf (EC060) as it is written,
+    on the staged bytes while they are in the page cache; ``numeric=False``
+    (``--no-numeric``) skips that and says so in the report's notes.
     Raises ConversionError (exit 1) when the source has error findings (unless
     ``force``) or cannot be converted exactly; UsageError/UnsafeInputError
     (exit 2) for bad arguments or unsafe input.  Nothing is written on error.
     """
+    from .hub import local_path
+
+    source = local_path(source)  # hf://ORG/NAME[@REV]: the verified cache snapshot
     check_not_overlapping([source], destination)
     loaded = load_drafter(source, layout=from_format, allow_pickle=allow_pickle)
     try:
@@ -336,12 +378,17 @@ def convert(source: str | Path, destination: str | Path, to: str | None, *, from
         if dry_run:
             return report
         writer = CheckpointWriter(destination, sources=[source], overwrite=overwrite, durable=durable)
+        report.notes += writer.notes
         if on_total:
             on_total(sum(t.nbytes for t in tensors))
         metadata = {"format": "pt", "eagleconv_version": __version__}
+        check = _NumericCheck(report, plan_sources(report), force, loaded.store.path) if numeric else None
+        if not numeric:
+            report.notes.append("numeric check skipped (--no-numeric): NaN/Inf weights were not looked for")
         report.files_written = writer.write(tensors, {"config.json": dump_json(config)},
                                             max_shard_size=max_shard_size, metadata=metadata, on_bytes=on_bytes,
-                                            verify=lambda staged: _verify_output(staged, tensors, to, clean=not errors))
+                                            verify=lambda staged: _verify_output(staged, tensors, to, clean=not errors),
+                                            check_values=check)
         report.bytes_written = sum(t.nbytes for t in tensors)
         return report
     finally:

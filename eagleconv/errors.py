@@ -62,3 +62,35 @@ class FindingsError(EagleconvError):
 
 class ConversionError(FindingsError):
     """The conversion cannot be done exactly (unmapped tensor, missing lm_head, refused source...)."""
+
+
+class Interrupted(BaseException):
+    """SIGTERM or SIGHUP arrived (the CLI turns them into this, as Python turns SIGINT into KeyboardInterrupt).
+
+    A BaseException, so no ``except Exception`` swallows it: it unwinds like
+    KeyboardInterrupt, and the writer's clean-up removes its staging directory.
+    The CLI exits 128 + the signal number, as a shell reports a killed command.
+    """
+
+    def __init__(self, signum: int):
+        import signal
+
+        self.signum = signum
+        self.exit_code = 128 + signum
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+
+
+def raise_on_termination() -> None:
+    """Make SIGTERM and SIGHUP raise Interrupted in the main thread (so clean-up runs), as SIGINT raises KeyboardInterrupt."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise Interrupted(signum)
+
+    for name in ("SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), handler)

@@ -121,6 +121,67 @@ class ConvertReport(_Report):
         return [row for row in self.plan if row.action == "drop"]
 
 
+DiffStep = StepDivergence  # one draft step compared between two runs on identical inputs
+
+
+class DiffReport(_Report):
+    """What ``eagleconv diff A B --json`` and ``eagleconv.diff()`` return."""
+
+    identical: bool = Field(description="same draft tokens and bit-identical logits at every step")
+    steps: list[DiffStep]
+    a: str
+    b: str
+    compute_dtype: str
+    output_dtype: str
+    inputs: str = Field(description="where the inputs came from (synthetic seed or target)")
+    notes: list[str] = Field(default_factory=list)
+
+
+class ForwardStep(_Report):
+    """One draft step of ``validate --forward``."""
+
+    step: int
+    tokens: list[int] = Field(description="the draft token (target vocabulary id) of each sequence")
+    feedback_rms: float = Field(description="RMS of the hidden state fed to the next step (the drift signal)")
+    finite: bool
+
+
+class EngineForward(_Report):
+    """The drafter run as one engine release will read it, against the checkpoint's intended math."""
+
+    engine: str
+    runs: bool = Field(description="false when the engine would not load or run this checkpoint")
+    reason: str | None = None
+    flags: dict[str, bool] = Field(default_factory=dict, description="flags as the engine resolves them")
+    aux_layer_ids: list[int] | None = Field(None, description="target layers the engine captures (hidden_state_index)")
+    differs: list[str] = Field(default_factory=list, description="what differs from the intended drafter")
+    steps: list[DiffStep] = Field(default_factory=list)
+
+
+class ForwardReport(_Report):
+    """``validate --forward``: K draft steps of the reference forward (vLLM's math)."""
+
+    path: str
+    architecture: str
+    eagle_version: str
+    compute_dtype: str
+    output_dtype: str
+    recipe: str = Field(description="RMSNorm rounding recipe: native (vLLM IR) or one_round (vllm_c CUDA)")
+    backend: str
+    inputs: str
+    aux_layer_ids: list[int]
+    steps: list[ForwardStep]
+    borrowed: list[str] = Field(default_factory=list, description="embedding / LM head rows that were synthetic")
+    notes: list[str] = Field(default_factory=list)
+    engines: list[EngineForward] = Field(default_factory=list)
+    findings: list[Finding] = Field(default_factory=list)
+    device: str = Field("cpu", description="where the forward ran (cpu, cuda)")
+    kernels: str | None = Field(None, description="--backend triton: how the kernels ran (triton, or interpreter on CPU)")
+    against_torch: list[DiffStep] = Field(
+        default_factory=list, description="a backend other than torch: per step, its logits against the torch backend's "
+        "on the same inputs and device")
+
+
 class ValidationReport(_Report):
     """What ``eagleconv validate`` / ``lint`` / ``eagleconv.validate()`` return."""
 
@@ -138,3 +199,6 @@ class ValidationReport(_Report):
     detected_by: list[str] = Field(default_factory=list, description="why this layout was chosen")
     target: str | None = Field(None, description="the target model config checked against (--target)")
     tp: int | None = Field(None, description="tensor-parallel size checked (--tp)")
+    ignored: list[Finding] = Field(default_factory=list,
+                                   description="warnings and infos the caller judged acceptable (--ignore CODE)")
+    forward: ForwardReport | None = Field(None, description="validate --forward: the drafter run for K draft steps")

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from click.testing import CliRunner
 
 from conftest import edit_config
@@ -156,14 +157,21 @@ def test_validate_against_a_synthetic_target_config(drafter, tmp_path):
     assert bad.exit_code == 1 and any(f["code"] == "EC013" for f in json.loads(bad.output)["findings"])
 
 
-def test_rename_only_convert_imports_neither_torch_numpy_nor_rich(drafter, tmp_path):
-    """The streaming path stays light: these imports alone would cost more than copying a small drafter."""
+@pytest.mark.parametrize("numeric", [True, False])
+def test_rename_only_convert_imports_neither_torch_nor_rich(drafter, tmp_path, numeric):
+    """The streaming path stays light: these imports alone would cost more than copying a small drafter.
+
+    The NaN/Inf check needs numpy (one masked max per MiB); --no-numeric imports none of them.
+    """
     src = drafter(producer="specforge")
+    heavy = "{'torch', 'rich'}" if numeric else "{'torch', 'numpy', 'rich'}"
     code = ("import sys; from eagleconv.cli.main import main; sys.argv=['eagleconv'] + sys.argv[1:]\n"
             "try:\n    main()\nexcept SystemExit as e:\n    assert e.code == 0, e.code\n"
-            "heavy = sorted({'torch', 'numpy', 'rich'} & set(sys.modules))\n"
-            "assert not heavy, heavy\n")
-    proc = subprocess.run([sys.executable, "-c", code, "convert", str(src), str(tmp_path / "out"), "--to", "vllm"],
+            f"heavy = sorted({heavy} & set(sys.modules))\n"
+            "assert not heavy, heavy\n"
+            f"assert ('numpy' in sys.modules) == {numeric}\n")
+    extra = [] if numeric else ["--no-numeric"]
+    proc = subprocess.run([sys.executable, "-c", code, "convert", str(src), str(tmp_path / "out"), "--to", "vllm", *extra],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "out" / "model.safetensors").exists()

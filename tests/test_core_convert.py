@@ -126,13 +126,14 @@ def test_symlinked_destination_into_source_is_refused(drafter, tmp_path):
 def test_existing_destination_needs_overwrite_and_is_replaced_atomically(drafter, tmp_path):
     src = drafter(producer="specforge")
     out = tmp_path / "out"
-    out.mkdir()
-    (out / "old.txt").write_text("old")
+    convert(drafter(producer="torchspec"), out, "speculators")
+    before = (out / "config.json").read_bytes()
     with pytest.raises(UsageError, match="already exists"):
         convert(src, out, "vllm")
-    assert (out / "old.txt").exists()
+    assert (out / "config.json").read_bytes() == before
     convert(src, out, "vllm", overwrite=True)
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+    assert read_json(out / "config.json")["eagleconv"]["layout"] == "vllm"
     assert not list(tmp_path.glob(".out.*"))
 
 

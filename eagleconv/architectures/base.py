@@ -130,3 +130,15 @@ class Architecture:
     def synthetic_config(cls, dims: Any) -> dict[str, Any]:
         """Decoder config fields (beyond the shared ones) a producer writes for this family."""
         return {}
+
+    # -- forward ------------------------------------------------------------------
+    @classmethod
+    def attention(cls, u: torch.Tensor, pos: torch.Tensor, cache: Any, w: Any, p: str, spec: DrafterSpec, rope: Any,
+                  ops: Any, eps: float) -> tuple[torch.Tensor, Any]:
+        """The reference forward's self-attention of one decoder layer (``p`` = "layers.N.").
+
+        ``u`` [B, n, in] (layer 0: cat(embeds, hidden), 2H wide), ``pos`` [n], ``cache`` the layer's
+        (keys, values, positions) or None, ``w`` the weights (``w.linear``, ``w.get``, ``w.has``),
+        ``rope`` the resolved RoPE, ``ops`` the norm ops.  Returns (output [B, n, H], new cache).
+        """
+        raise NotImplementedError(f"{cls.name} has no reference forward yet")

@@ -122,3 +122,36 @@ class DeepseekMla(Architecture):
                 "qk_rope_head_dim": d.qk_rope_head_dim, "v_head_dim": d.v_head_dim, "rope_theta": 50000.0,
                 "rope_scaling": {"type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096,
                                  "beta_fast": 1.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}}
+
+    # -- forward ------------------------------------------------------------------
+    @classmethod
+    def attention(cls, u: torch.Tensor, pos: torch.Tensor, cache: Any, w: Any, p: str, spec: DrafterSpec, rope: Any,
+                  ops: Any, eps: float) -> tuple[torch.Tensor, Any]:
+        """Multi-head latent attention, expanded form (vLLM's absorbed form differs by rounding only)."""
+        import torch
+
+        from ..forward.attention import attend, extend
+        from ..forward.rope import cos_sin, rotate_interleaved, softmax_scale_factor
+
+        B, n, _ = u.shape
+        m, nh = spec.mla, spec.num_attention_heads
+        assert m is not None
+        dn, dr, dv = m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim
+        a = p + "self_attn."
+        if w.has(a + "q_a_proj.weight"):
+            q_c = ops.rms_norm(w.linear(u, a + "q_a_proj.weight"), w.get(a + "q_a_layernorm.weight"), eps)
+            q = w.linear(q_c, a + "q_b_proj.weight")
+        else:
+            q = w.linear(u, a + "q_proj.weight")
+        q = q.view(B, n, nh, dn + dr).transpose(1, 2)  # [B, nh, n, dn+dr]
+        kv_c, kpe = w.linear(u, a + "kv_a_proj_with_mqa.weight").split([m.kv_lora_rank, dr], dim=-1)
+        kv_c = ops.rms_norm(kv_c, w.get(a + "kv_a_layernorm.weight"), eps)
+        cos, sin = cos_sin(rope, dr, pos, u.dtype)
+        q = torch.cat([q[..., :dn], rotate_interleaved(q[..., dn:], cos, sin)], dim=-1)
+        kpe = rotate_interleaved(kpe.unsqueeze(1), cos, sin)  # [B, 1, n, dr]: one rope key shared by all heads
+        kv = w.linear(kv_c, a + "kv_b_proj.weight").view(B, n, nh, dn + dv).transpose(1, 2)
+        k_nope, v = kv.split([dn, dv], dim=-1)
+        cache = extend(cache, torch.cat([k_nope, kpe.expand(B, nh, n, dr)], dim=-1), v, pos)
+        scale = (dn + dr) ** -0.5 * softmax_scale_factor(rope)
+        o = attend(q, cache[0], cache[1], pos, cache[2], scale).transpose(1, 2).reshape(B, n, nh * dv)
+        return w.linear(o, a + "o_proj.weight"), cache

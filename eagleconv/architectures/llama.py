@@ -106,3 +106,33 @@ class Llama(Architecture):
     @classmethod
     def synthetic_config(cls, dims: Any) -> dict[str, Any]:
         return {"num_key_value_heads": dims.kv_heads, "head_dim": dims.head_dim, "rope_theta": 500000.0}
+
+    # -- forward ------------------------------------------------------------------
+    qk_norm: ClassVar[bool] = False  # Qwen3: RMSNorm on each query and key head before RoPE
+
+    @classmethod
+    def attention(cls, u: torch.Tensor, pos: torch.Tensor, cache: Any, w: Any, p: str, spec: DrafterSpec, rope: Any,
+                  ops: Any, eps: float) -> tuple[torch.Tensor, Any]:
+        """GQA with neox RoPE over the drafter's KV cache."""
+        from ..forward.attention import attend, extend
+        from ..forward.rope import cos_sin, rotate_neox
+
+        B, n, _ = u.shape
+        nh, nkv, d = spec.num_attention_heads, spec.num_key_value_heads, spec.head_dim
+        assert nkv is not None and d is not None
+        a = p + "self_attn."
+        q = w.linear(u, a + "q_proj.weight", a + "q_proj.bias").view(B, n, nh, d)
+        k = w.linear(u, a + "k_proj.weight", a + "k_proj.bias").view(B, n, nkv, d)
+        v = w.linear(u, a + "v_proj.weight", a + "v_proj.bias").view(B, n, nkv, d)
+        if cls.qk_norm:
+            q = ops.rms_norm(q, w.get(a + "q_norm.weight"), eps)
+            k = ops.rms_norm(k, w.get(a + "k_norm.weight"), eps)
+        cos, sin = cos_sin(rope, d, pos, u.dtype)
+        q = rotate_neox(q.transpose(1, 2), cos, sin)  # [B, nh, n, d]
+        k = rotate_neox(k.transpose(1, 2), cos, sin)
+        cache = extend(cache, k, v.transpose(1, 2), pos)
+        keys, values = cache[0], cache[1]
+        if nh != nkv:
+            keys, values = keys.repeat_interleave(nh // nkv, dim=1), values.repeat_interleave(nh // nkv, dim=1)
+        o = attend(q, keys, values, pos, cache[2], d ** -0.5).transpose(1, 2).reshape(B, n, nh * d)
+        return w.linear(o, a + "o_proj.weight", a + "o_proj.bias"), cache

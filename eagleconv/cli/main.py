@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from .. import __version__
-from ..errors import EagleconvError
+from ..errors import EagleconvError, Interrupted, raise_on_termination
 
 if TYPE_CHECKING:
     from ..drafter import AuxConvention
@@ -63,7 +63,13 @@ def run_command(ctx: click.Context, as_json: bool, body: Callable[[], tuple[Any,
             click.echo(json.dumps({"ok": False, "error": exc.one_line(), "code": exc.code, "exit_code": exc.exit_code}))
         click.echo(f"eagleconv: error: {exc.one_line()}", err=True)
         ctx.exit(exc.exit_code)
-    except (KeyboardInterrupt, click.exceptions.Exit, click.ClickException):
+    except KeyboardInterrupt:
+        click.echo("eagleconv: interrupted by SIGINT", err=True)
+        ctx.exit(130)
+    except Interrupted as exc:
+        click.echo(f"eagleconv: {exc}", err=True)
+        ctx.exit(exc.exit_code)
+    except (click.exceptions.Exit, click.ClickException):
         raise
     except Exception as exc:  # noqa: BLE001 - the policy: one line, no traceback unless --debug
         if debug:
@@ -107,7 +113,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def inspect(ctx: click.Context, path: str, from_format: str | None, allow_pickle: bool, as_json: bool) -> None:
-    """Describe a drafter: layout, EAGLE version, flags, dims, aux ids, vocab mapping, tensors."""
+    """Describe a drafter (a directory or hf://ORG/NAME[@REV]): layout, EAGLE version, flags, dims, aux ids, vocab mapping, tensors."""
     from ..inspection import inspect as inspect_checkpoint
 
     def body():
@@ -137,6 +143,8 @@ def inspect(ctx: click.Context, path: str, from_format: str | None, allow_pickle
 @click.option("--max-shard-size", metavar="SIZE", help="Split the output into shards of at most SIZE (e.g. 2GB).")
 @click.option("--overwrite", is_flag=True, help="Replace DST if it exists (atomically, after the new one is complete).")
 @click.option("--force", is_flag=True, help="Convert even if the source has error-severity findings.")
+@click.option("--no-numeric", is_flag=True,
+              help="Skip the NaN/Inf check of the weights (it reads the written bytes back from the page cache).")
 @click.option("--no-fsync", is_flag=True,
               help="Skip fsync (faster on slow disks; still atomic, but a power loss may lose the output).")
 @click.option("--allow-pickle", is_flag=True, help="Load .bin/.pt pickles with torch.load(weights_only=True).")
@@ -144,7 +152,7 @@ def inspect(ctx: click.Context, path: str, from_format: str | None, allow_pickle
 @click.pass_context
 def convert(ctx: click.Context, src: str, dst: str, to: str, from_format: str | None, dry_run: bool, drop: tuple[str, ...],
             aux_layer_ids: str | None, aux_convention: AuxConvention, max_shard_size: str | None, overwrite: bool, force: bool,
-            no_fsync: bool, allow_pickle: bool, as_json: bool) -> None:
+            no_numeric: bool, no_fsync: bool, allow_pickle: bool, as_json: bool) -> None:
     """Convert drafter SRC to layout --to at DST, exactly (tensor bytes are preserved)."""
     from ..conversion import convert as convert_checkpoint
 
@@ -162,7 +170,7 @@ def convert(ctx: click.Context, src: str, dst: str, to: str, from_format: str | 
                                         overwrite=overwrite, drop=drop, aux_layer_ids=ids,
                                         aux_convention=aux_convention, max_shard_size=shard,
                                         allow_pickle=allow_pickle, durable=not no_fsync,
-                                        on_bytes=on_bytes, on_total=on_total)
+                                        numeric=not no_numeric, on_bytes=on_bytes, on_total=on_total)
         if as_json:
             click.echo(report.model_dump_json(indent=2))
         else:
@@ -245,8 +253,10 @@ def formats(as_json: bool) -> None:
 
 
 from . import validate_cmds  # noqa: E402,F401
+from . import hub_cmds  # noqa: E402,F401
 
 def main() -> None:
+    raise_on_termination()  # SIGTERM/SIGHUP unwind like SIGINT, so a staging directory is removed
     cli(prog_name="eagleconv")
 
 

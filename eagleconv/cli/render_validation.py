@@ -34,6 +34,9 @@ def render_validation(report: ValidationReport, console: Console) -> None:
         for f in report.findings:
             table.add_row(f"[{STYLE[f.severity]}]{f.severity}[/]", f.code, f.engine or "-", escape(f.message))
         console.print(table)
+    if report.ignored:
+        console.print("ignored (--ignore): " + "; ".join(escape(f"[{f.code}] {f.message}") for f in report.ignored),
+                      style="dim")
     errors = sum(f.severity == "error" for f in report.findings)
     warnings = sum(f.severity == "warning" for f in report.findings)
     verdict = "[bold green]ok[/]" if report.ok else "[bold red]FAILED[/]"

@@ -5,12 +5,32 @@ Registered on the main group by importing this module (see the bottom of main.py
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from .main import FORMATS, _console, _progress, cli, run_command
 
 ENGINE_HELP = ("Engine profile to check against (repeatable): vllm, sglang, trtllm, tokenspeed, a release such as "
                "vllm:0.32 or vllm:52a31cc, or all. Default: vllm.")
+
+
+class _status:
+    """A rich spinner on a terminal while the forward pass runs (nothing under --json)."""
+
+    def __init__(self, enabled: bool, label: str):
+        self.enabled, self.label = enabled, label
+        self._s: Any = None
+
+    def __enter__(self) -> _status:
+        if self.enabled:
+            self._s = _console(stderr=True).status(self.label)
+            self._s.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._s is not None:
+            self._s.__exit__(None, None, None)
 
 
 def _emit(report, as_json: bool, strict: bool = False) -> tuple[object, int]:
@@ -21,11 +41,21 @@ def _emit(report, as_json: bool, strict: bool = False) -> tuple[object, int]:
         from .render_validation import render_validation
 
         render_validation(report, _console())
+        if getattr(report, "forward", None) is not None:
+            from .render_forward import render_forward
+
+            render_forward(report.forward, _console())
     failed = not report.ok or (strict and any(f.severity == "warning" for f in report.findings))
     return report, 1 if failed else 0
 
 
 STRICT_HELP = "Exit 1 on warnings too (for pre-upload gates)."
+IGNORE_HELP = ("Finding code judged acceptable (repeatable, e.g. --ignore EC023): its warnings and infos are listed "
+               "as ignored and do not fail --strict. Errors cannot be ignored.")
+
+
+def ignore_option(f):
+    return click.option("--ignore", "ignore", multiple=True, metavar="CODE", help=IGNORE_HELP)(f)
 
 
 @cli.command()
@@ -37,20 +67,52 @@ STRICT_HELP = "Exit 1 on warnings too (for pre-upload gates)."
 @click.option("--from", "from_format", type=click.Choice(FORMATS), help="Read PATH as this layout instead of detecting it.")
 @click.option("--allow-pickle", is_flag=True, help="Load .bin/.pt pickles with torch.load(weights_only=True).")
 @click.option("--strict", is_flag=True, help=STRICT_HELP)
+@click.option("--forward", "forward", is_flag=True,
+              help="Also run the drafter (vLLM's math) for --steps draft steps, and once per --engine as that engine "
+                   "reads it; reports draft tokens, the fed-back hidden state's RMS and per-engine top-1 agreement.")
+@click.option("--steps", type=click.IntRange(min=1), default=4, show_default=True, help="--forward: draft steps K.")
+@click.option("--prompts", type=click.Path(path_type=str),
+              help="--forward: JSON list of token-id lists run through --target (a directory with weights).")
+@click.option("--seed", type=int, default=0, show_default=True, help="--forward: seed of the synthetic inputs.")
+@click.option("--dtype", "compute_dtype", type=click.Choice(["float32", "float64", "checkpoint"]), default="float32",
+              show_default=True, help="--forward: compute dtype ('checkpoint': as the engine runs it).")
+@click.option("--recipe", type=click.Choice(["native", "one_round"]), default="native", show_default=True,
+              help="--forward: RMSNorm rounding recipe (vLLM IR native, or the vllm_c one-round kernels).")
+@click.option("--backend", type=click.Choice(["torch", "triton"]), default="torch", show_default=True,
+              help="--forward: RMSNorm implementation. triton: eagleconv.kernels' fused kernels, also compared per "
+                   "step with the torch backend (on CPU only through Triton's interpreter, TRITON_INTERPRET=1).")
+@click.option("--device", default="cpu", show_default=True, help="--forward: torch device to run on (cpu, cuda).")
+@ignore_option
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def validate(ctx: click.Context, path: str, engines: tuple[str, ...], target: str | None, tp: int | None,
-             no_numeric: bool, from_format: str | None, allow_pickle: bool, strict: bool, as_json: bool) -> None:
-    """Check drafter checkpoint PATH against what each engine will do with it.
+             no_numeric: bool, from_format: str | None, allow_pickle: bool, strict: bool, forward: bool, steps: int,
+             prompts: str | None, seed: int, compute_dtype: str, recipe: str, backend: str, device: str,
+             ignore: tuple[str, ...], as_json: bool) -> None:
+    """Check drafter checkpoint PATH (a directory or hf://ORG/NAME[@REV]) against what each engine will do with it.
 
     Exit 0: no error finding; 1: error findings; 2: unreadable or unsafe input.
     """
     from ..validation import validate as validate_checkpoint
 
+    if not forward and prompts is not None:
+        raise click.UsageError("--prompts needs --forward")
+
     def body():
         with _progress(enabled=not as_json and not no_numeric, label="scanning") as progress:
             report = validate_checkpoint(path, engines=engines, target=target, tp=tp, numeric=not no_numeric,
-                                         from_format=from_format, allow_pickle=allow_pickle, progress=progress)
+                                         from_format=from_format, allow_pickle=allow_pickle, progress=progress,
+                                         ignore=ignore)
+        if forward and report.format is not None:
+            from ..forward import validate_forward
+
+            with _status(not as_json, f"running {steps} draft steps"):
+                result = validate_forward(path, engines=engines, steps=steps, target=target, prompts=prompts,
+                                          seed=seed, dtype=compute_dtype, recipe=recipe, backend=backend,
+                                          allow_pickle=allow_pickle, layout=from_format, device=device)
+            report.forward = result
+            report.findings = [*report.findings, *result.findings]
+            report.ok = report.ok and not any(f.severity == "error" for f in result.findings)
         return _emit(report, as_json, strict)
 
     run_command(ctx, as_json, body)
@@ -63,15 +125,16 @@ def validate(ctx: click.Context, path: str, engines: tuple[str, ...], target: st
 @click.option("--tp", type=click.IntRange(min=1), help="Check tensor-parallel sharding for this many ranks.")
 @click.option("--from", "from_format", type=click.Choice(FORMATS), help="Read CONFIG as this layout's config.")
 @click.option("--strict", is_flag=True, help=STRICT_HELP)
+@ignore_option
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def lint(ctx: click.Context, config: str, engines: tuple[str, ...], target: str | None, tp: int | None,
-         from_format: str | None, strict: bool, as_json: bool) -> None:
+         from_format: str | None, strict: bool, ignore: tuple[str, ...], as_json: bool) -> None:
     """Check a drafter config.json alone, without tensors (missing shape fields are findings)."""
     from ..validation import lint as lint_config
 
     run_command(ctx, as_json, lambda: _emit(lint_config(config, engines=engines, target=target, tp=tp,
-                                                         from_format=from_format), as_json, strict))
+                                                         from_format=from_format, ignore=ignore), as_json, strict))
 
 
 @cli.command()
@@ -91,3 +154,38 @@ def findings(as_json: bool) -> None:
     from ..validation.reference import render_findings
 
     click.echo(render_findings(), nl=False)
+
+
+@cli.command()
+@click.argument("a", type=click.Path(path_type=str))
+@click.argument("b", type=click.Path(path_type=str))
+@click.option("--steps", type=click.IntRange(min=1), default=4, show_default=True, help="Draft steps K.")
+@click.option("--target", help="Target model directory (with weights: real aux states; config only: its layer count).")
+@click.option("--prompts", type=click.Path(path_type=str), help="JSON list of token-id lists run through --target.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic inputs.")
+@click.option("--dtype", "compute_dtype", type=click.Choice(["float32", "float64", "checkpoint"]), default="float32",
+              show_default=True, help="Compute dtype ('checkpoint': as the engine runs it).")
+@click.option("--allow-pickle", is_flag=True, help="Load .bin/.pt pickles with torch.load(weights_only=True).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+def diff(ctx: click.Context, a: str, b: str, steps: int, target: str | None, prompts: str | None, seed: int,
+         compute_dtype: str, allow_pickle: bool, as_json: bool) -> None:
+    """Run drafters A and B on identical inputs and compare their draft steps.
+
+    Exit 0 when identical (same tokens, bit-identical logits at every step), 1 when they differ, 2 for bad input.
+    """
+    from ..forward import diff as diff_drafters
+
+    def body():
+        with _status(not as_json, f"running {steps} draft steps of each drafter"):
+            report = diff_drafters(a, b, steps=steps, target=target, prompts=prompts, seed=seed, dtype=compute_dtype,
+                                   allow_pickle=allow_pickle)
+        if as_json:
+            click.echo(report.model_dump_json(indent=2))
+        else:
+            from .render_forward import render_diff
+
+            render_diff(report, _console())
+        return report, 0 if report.identical else 1
+
+    run_command(ctx, as_json, body)

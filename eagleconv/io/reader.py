@@ -337,10 +337,18 @@ def open_checkpoint(path: str | Path, *, allow_pickle: bool = False, duplicates:
 
     ``duplicates``: collect duplicate keys of config.json and the index there (the last value
     wins, as engines read them) instead of refusing the file with EC001.
+    ``hf://ORG/NAME[@REV]`` is downloaded through the Hugging Face cache (its
+    manifest verified) first; any other path is local, never a Hub id.
     """
+    if isinstance(path, str) and path.startswith("hf://"):
+        from ..hub import local_path
+
+        path = local_path(path)
     directory = Path(path)
     if not directory.exists():
-        raise UnsafeInputError("no such file or directory", directory)
+        hint = (f" (a Hub repository is written hf://{path})"
+                if isinstance(path, str) and path.count("/") == 1 and not path.startswith((".", "/", "~")) else "")
+        raise UnsafeInputError(f"no such file or directory{hint}", directory)
     if not directory.is_dir():
         raise FormatError("expected a checkpoint directory (config.json + weights)", directory)
     config = _load_config(directory, duplicates)

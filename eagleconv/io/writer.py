@@ -15,16 +15,18 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..errors import UsageError
 from ..jsonio import dump_json
 from .dtypes import DTYPE_SIZES
+from .finite import SCANNED_DTYPES, ValueScan, scan_file_range
 from .reader import SAFETENSORS_INDEX
 from .safetensors_header import build_header
+from .staging import check_replaceable, exchange, recover, remove_tree, rename_noreplace, staging_name
 
 SINGLE_FILE = "model.safetensors"
 
@@ -78,6 +80,80 @@ def _fsync_dir(path: Path) -> None:
 
 
 WRITEBACK_MIN_BYTES = 32 * 1024 * 1024
+# How writeback of a just-copied tensor is started (see benchmarks/RESULTS.md, "Writeback"):
+# "fadvise" posix_fadvise(DONTNEED) in line, "sfr" sync_file_range(WRITE) in line,
+# "thread" sync_file_range(WRITE) on a helper thread, "none" nothing until the closing fsync.
+WRITEBACK = os.environ.get("EAGLECONV_WRITEBACK", "fadvise")
+
+
+def _sync_file_range() -> Callable[[int, int, int], None] | None:
+    """libc's sync_file_range(fd, offset, n, SYNC_FILE_RANGE_WRITE), or None where there is none."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.sync_file_range
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+    fn.restype = ctypes.c_int
+
+    def start(fd: int, offset: int, length: int) -> None:
+        fn(fd, offset, length, 2)  # SYNC_FILE_RANGE_WRITE; a hint, errors ignored
+    return start
+
+
+class _Writeback:
+    """Starts writeback of each large tensor as soon as it is copied, so the disk works during the copy."""
+
+    def __init__(self, how: str):
+        self.how = how
+        self.queue: Any = None
+        self.thread: Any = None
+        self.sfr = _sync_file_range() if how in ("sfr", "thread") else None
+        if self.sfr is None and how in ("sfr", "thread"):
+            self.how = "fadvise"
+        if self.how == "thread":
+            import queue
+            import threading
+
+            self.queue = queue.SimpleQueue()
+            self.thread = threading.Thread(target=self._run, name="eagleconv-writeback", daemon=True)
+            self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            item = self.queue.get()
+            if item is None:
+                return
+            fd, offset, length, done = item
+            if fd is not None and self.sfr is not None:
+                self.sfr(fd, offset, length)
+            if done is not None:
+                done.set()
+
+    def start(self, fd: int, offset: int, length: int) -> None:
+        if self.how == "fadvise":
+            _start_writeback(fd, offset, length)
+        elif self.how == "sfr" and self.sfr is not None:
+            self.sfr(fd, offset, length)
+        elif self.how == "thread":
+            self.queue.put((fd, offset, length, None))
+
+    def drain(self) -> None:
+        """Wait until every queued range was handed to the kernel (before its fd is closed)."""
+        if self.how == "thread":
+            import threading
+
+            done = threading.Event()
+            self.queue.put((None, 0, 0, done))
+            done.wait()
+
+    def close(self) -> None:
+        if self.how == "thread":
+            self.queue.put(None)
+            self.thread.join()
 
 
 def _start_writeback(fd: int, offset: int, length: int) -> None:
@@ -138,11 +214,14 @@ class CheckpointWriter:
         self.destination = Path(destination)
         self.durable = durable
         check_not_overlapping(sources, self.destination)
-        if self.destination.exists() and not overwrite:
-            raise UsageError("destination already exists (pass --overwrite to replace it)", self.destination)
-        if self.destination.exists() and not self.destination.is_dir():
-            raise UsageError("destination exists and is not a directory", self.destination)
+        # What a killed run left beside this destination goes first (a set-aside previous output is put back).
+        self.notes: list[str] = recover(self.destination)
+        if os.path.lexists(self.destination):
+            if not overwrite:
+                raise UsageError("destination already exists (pass --overwrite to replace it)", self.destination)
+            check_replaceable(self.destination)
         self.overwrite = overwrite
+        self._set_aside: Path | None = None
 
     def write(
         self,
@@ -153,17 +232,20 @@ class CheckpointWriter:
         metadata: dict[str, str] | None = None,
         on_bytes: Callable[[int], None] | None = None,
         verify: Callable[[Path], None] | None = None,
+        check_values: Callable[[OutputTensor, ValueScan], None] | None = None,
     ) -> list[str]:
         """Write shards and ``files`` (config.json...) and publish the directory.
 
         Returns the written file names.  ``on_bytes`` is called after each
         tensor with its size, for progress bars.  ``verify`` is called on the
         complete staging directory before it is published; raising there
-        publishes nothing.
+        publishes nothing.  ``check_values`` is called with each float tensor's
+        NaN/Inf scan, read back from the staged file while it is still in the page
+        cache; raising there stops the write and publishes nothing.
         """
         parent = self.destination.absolute().parent
         parent.mkdir(parents=True, exist_ok=True)
-        staging = parent / f".{self.destination.name}.eagleconv-{uuid.uuid4().hex[:8]}.partial"
+        staging = parent / staging_name(self.destination, "partial")
         staging.mkdir()
         written: list[str] = []
         try:
@@ -174,10 +256,14 @@ class CheckpointWriter:
                 else [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
             )
             weight_map: dict[str, str] = {}
-            for shard_name, shard in zip(names, shards, strict=True):
-                self._write_shard(staging / shard_name, shard, metadata, on_bytes, self.durable)
-                weight_map.update({t.name: shard_name for t in shard})
-                written.append(shard_name)
+            writeback = _Writeback(WRITEBACK if self.durable else "off")
+            try:
+                for shard_name, shard in zip(names, shards, strict=True):
+                    self._write_shard(staging / shard_name, shard, metadata, on_bytes, writeback, check_values)
+                    weight_map.update({t.name: shard_name for t in shard})
+                    written.append(shard_name)
+            finally:
+                writeback.close()
             # Durability: every shard is fsynced before config, index and rename.  The
             # fsyncs come after *all* shards are written rather than one per shard, so
             # copying shard i+1 is not serialised behind the disk flushing shard i.
@@ -198,22 +284,29 @@ class CheckpointWriter:
                 verify(staging)
             self._publish(staging)
         except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
+            remove_tree(staging)
+            if self._set_aside is not None and os.path.lexists(self.destination):
+                remove_tree(self._set_aside)
             raise
         return written
 
     @staticmethod
     def _write_shard(path: Path, shard: Sequence[OutputTensor], metadata: dict[str, str] | None,
-                     on_bytes: Callable[[int], None] | None, durable: bool = True) -> None:
+                     on_bytes: Callable[[int], None] | None, writeback: _Writeback,
+                     check_values: Callable[[OutputTensor, ValueScan], None] | None) -> None:
         prefix, _ = build_header([(t.name, t.dtype, t.shape, t.nbytes) for t in shard], metadata)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)  # read too: the value check maps it
         try:
             os.write(fd, prefix)
             expected = len(prefix)
             for tensor in shard:
                 tensor.write(fd)
-                if durable and tensor.nbytes >= WRITEBACK_MIN_BYTES:
-                    _start_writeback(fd, expected, tensor.nbytes)
+                if tensor.nbytes >= WRITEBACK_MIN_BYTES:
+                    writeback.start(fd, expected, tensor.nbytes)
+                if check_values is not None and tensor.dtype in SCANNED_DTYPES and tensor.nbytes:
+                    found = scan_file_range(fd, expected, tensor.nbytes, tensor.dtype)
+                    if found is not None:
+                        check_values(tensor, found)
                 expected += tensor.nbytes
                 if on_bytes:
                     on_bytes(tensor.nbytes)
@@ -221,23 +314,61 @@ class CheckpointWriter:
             if actual != expected:
                 raise RuntimeError(f"internal error: wrote {actual} bytes to {path.name}, expected {expected}")
         finally:
+            writeback.drain()
             os.close(fd)
 
     def _publish(self, staging: Path) -> None:
+        """Move the complete staging directory into place; the previous output is never lost.
+
+        With --overwrite the two directories are swapped in one atomic
+        renameat2(RENAME_EXCHANGE), after which the staging name holds the old
+        output and is removed.  Where that is unsupported, the old output is
+        renamed aside under an owned ``.old`` name first; a crash between the two
+        renames leaves it there and the next run renames it back (``recover``).
+        SIGINT/SIGTERM/SIGHUP are held during the swap.
+        """
         parent = staging.parent
-        old: Path | None = None
-        if self.destination.exists():
-            if not self.overwrite:
-                raise UsageError("destination appeared while writing; not replacing it", self.destination)
-            old = parent / f".{self.destination.name}.eagleconv-{uuid.uuid4().hex[:8]}.old"
-            os.rename(self.destination, old)
-        try:
-            os.rename(staging, self.destination)
-        except BaseException:
-            if old is not None:
-                os.rename(old, self.destination)
-            raise
-        if self.durable:
-            _fsync_dir(parent)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        with _signals_held():
+            if not os.path.lexists(self.destination):
+                try:
+                    rename_noreplace(staging, self.destination)
+                except FileExistsError:
+                    raise UsageError("destination appeared while writing; not replacing it", self.destination) from None
+            else:
+                if not self.overwrite:
+                    raise UsageError("destination appeared while writing; not replacing it", self.destination)
+                check_replaceable(self.destination)
+                if not exchange(staging, self.destination):
+                    self._set_aside = parent / staging_name(self.destination, "old")
+                    os.rename(self.destination, self._set_aside)
+                    try:
+                        os.rename(staging, self.destination)
+                    except BaseException:
+                        os.rename(self._set_aside, self.destination)
+                        self._set_aside = None
+                        raise
+            if self.durable:
+                _fsync_dir(parent)
+        # The old output (now under the staging name, or set aside) goes last, outside the held signals.
+        remove_tree(staging)
+        if self._set_aside is not None:
+            remove_tree(self._set_aside)
+            self._set_aside = None
+
+
+class _signals_held:
+    """Block SIGINT/SIGTERM/SIGHUP in this thread for a few renames; they are delivered on exit."""
+
+    SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+
+    def __enter__(self) -> None:
+        import signal
+
+        self.mask = {getattr(signal, n) for n in self.SIGNALS if hasattr(signal, n)}
+        self.previous = signal.pthread_sigmask(signal.SIG_BLOCK, self.mask) if hasattr(signal, "pthread_sigmask") else None
+
+    def __exit__(self, *exc: object) -> None:
+        import signal
+
+        if self.previous is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self.previous)

@@ -10,11 +10,11 @@ enough to judge.  Unreadable or unsafe input still raises (exit 2).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import EagleconvError, FormatError
+from ..errors import EagleconvError, FormatError, UsageError
 from ..formats import detect_layout, get_layout, read_drafter
 from ..formats.base import Layout, ReadResult, architectures_of
 from ..io.reader import CHUNK_BYTES, TensorStore
@@ -174,10 +174,47 @@ def _family(subject) -> str | None:
     return family_of(subject)
 
 
+def apply_ignore(report: ValidationReport, ignore: Iterable[str]) -> ValidationReport:
+    """Move warnings and infos whose code is in ``ignore`` to ``report.ignored``.
+
+    An ignored code is a judgement the user made (EC023 on every SpecForge 3.1
+    checkpoint), so it stops failing ``--strict``; it is still listed.  Errors
+    are never ignored: they mean the engine fails or computes something else.
+    """
+    from .codes import CODES
+
+    codes = {c.strip().upper() for c in ignore if c.strip()}
+    unknown = sorted(codes - set(CODES))
+    if unknown:
+        raise UsageError(f"--ignore: unknown finding code(s) {', '.join(unknown)} (see `eagleconv findings`)")
+    if not codes:
+        return report
+    kept = [f for f in report.findings if f.code not in codes or f.severity == "error"]
+    dropped = [f for f in report.findings if f.code in codes and f.severity != "error"]
+    return report.model_copy(update={"findings": kept, "ignored": [*report.ignored, *dropped]})
+
+
 def validate(source: str | Path | Mapping[str, Any], config: Mapping[str, Any] | str | Path | None = None, *,
              engines: Any = ("vllm",), target: str | Path | None = None, numeric: bool = True, tp: int | None = None,
              from_format: str | None = None, allow_pickle: bool = False,
-             chunk_bytes: int = CHUNK_BYTES, progress: Progress | None = None) -> ValidationReport:
+             chunk_bytes: int = CHUNK_BYTES, progress: Progress | None = None,
+             ignore: Iterable[str] = ()) -> ValidationReport:
+    """Validate a drafter checkpoint directory, or an in-memory state dict with its config, for ``engines``.
+
+    ``source`` may also be ``hf://ORG/NAME[@REV]`` (downloaded through the
+    Hugging Face cache, its MANIFEST.json verified).  ``ignore``: finding codes
+    whose warnings/infos are listed in ``report.ignored`` instead (see
+    :func:`apply_ignore`).
+    """
+    return apply_ignore(_validate(source, config, engines=engines, target=target, numeric=numeric, tp=tp,
+                                  from_format=from_format, allow_pickle=allow_pickle, chunk_bytes=chunk_bytes,
+                                  progress=progress), ignore)
+
+
+def _validate(source: str | Path | Mapping[str, Any], config: Mapping[str, Any] | str | Path | None = None, *,
+              engines: Any = ("vllm",), target: str | Path | None = None, numeric: bool = True, tp: int | None = None,
+              from_format: str | None = None, allow_pickle: bool = False,
+              chunk_bytes: int = CHUNK_BYTES, progress: Progress | None = None) -> ValidationReport:
     """Validate a drafter checkpoint directory, or an in-memory state dict with its config, for ``engines``.
 
     ``source``: a checkpoint directory, or ``{name: torch.Tensor}`` (then
@@ -221,11 +258,16 @@ def validate(source: str | Path | Mapping[str, Any], config: Mapping[str, Any] |
 
 
 def lint(config: str | Path | Mapping[str, Any], *, engines: Any = ("vllm",), target: str | Path | None = None,
-         from_format: str | None = None, tp: int | None = None) -> ValidationReport:
+         from_format: str | None = None, tp: int | None = None, ignore: Iterable[str] = ()) -> ValidationReport:
     """Check a drafter config.json alone (no tensors): what each engine will make of it.
 
     ``config``: a dict, a config.json path, or a directory (its config.json is read).
     """
+    return apply_ignore(_lint(config, engines=engines, target=target, from_format=from_format, tp=tp), ignore)
+
+
+def _lint(config: str | Path | Mapping[str, Any], *, engines: Any = ("vllm",), target: str | Path | None = None,
+          from_format: str | None = None, tp: int | None = None) -> ValidationReport:
     path = None
     if not isinstance(config, Mapping):
         if Path(config).is_dir():

@@ -100,10 +100,19 @@ CODES: dict[str, Code] = {c.code: c for c in sorted([
          "The drafter's target hidden size or vocabulary differs from the target model's config.json (--target), "
          "or the drafter shares the target's embedding at a different width.",
          severity="error"),
+    Code("EC070", "non-finite forward pass",
+         "validate --forward: running the drafter (vLLM's math, reference forward) produces NaN or Inf logits or "
+         "fed-back hidden states at some draft step. The drafter loads and proposes garbage.",
+         severity="error"),
     Code("EC061", "all-zero weights",
          "fc or lm_head is entirely zero: an uninitialised or wiped tensor. The drafter loads and proposes "
          "garbage.", severity="warning"),
     Code("EC062", "norm weight statistics",
          "Mean, min and max of each RMSNorm weight. All-exactly-1.0 norms are typical of a norm that was never "
          "trained (or whose weight was folded into fc).", severity="info"),
+    Code("EC080", "verifier is a local path in a config about to be published",
+         "The config names its target model (verifier) by a local path (absolute, '~', '/proving-grounds/...', "
+         "'./...') instead of a Hub id. Published, it leaks the trainer's file system, nobody can resolve the "
+         "target from it, and the model card cannot set base_model (checked by `eagleconv push`).",
+         severity="warning (loading is unaffected; pass --base-model ORG/NAME for the card, or --ignore EC080)"),
 ], key=lambda c: c.code)}

@@ -16,6 +16,9 @@ REFERENCE_PATH = Path(__file__).with_name("FINDINGS.md")
 ENGINE_INDEPENDENT = {"EC001", "EC002", "EC003", "EC004", "EC005", "EC020", "EC021", "EC023", "EC030", "EC050",
                       "EC052", "EC060", "EC061", "EC062"}
 
+# Codes only the pre-upload checks of `eagleconv push` emit.
+PUBLISH = {"EC080"}
+
 
 def engines_by_code() -> dict[str, list[str]]:
     from ..engines import PROFILES
@@ -50,6 +53,8 @@ def render_findings() -> str:
         where = []
         if code.code in ENGINE_INDEPENDENT:
             where.append("engine-independent")
+        if code.code in PUBLISH:
+            where.append("eagleconv push (pre-upload)")
         where += engines[code.code]
         lines += [f"## {code.code}: {code.title}", "", code.explanation, "",
                   f"- severity: {code.severity}", f"- checked for: {', '.join(where) or 'none yet'}", ""]

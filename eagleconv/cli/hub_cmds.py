@@ -1,0 +1,135 @@
+"""``eagleconv push`` and ``pull``: thin click commands over eagleconv.hub.
+
+Registered on the main group by importing this module (see the bottom of main.py).
+Exit codes: 0 pushed (or staged with --dry-run) / pulled; 1 refused by findings;
+2 bad usage, unreadable input, or a Hub failure (the report says what the remote holds).
+"""
+
+from __future__ import annotations
+
+import click
+
+from .main import _console, _progress, cli, run_command
+from .validate_cmds import ENGINE_HELP, IGNORE_HELP, STRICT_HELP
+
+
+def _render_push(report) -> None:
+    from rich.markup import escape
+
+    from .render_validation import render_validation
+
+    console = _console()
+    render_validation(report.validation, console)
+    for f in report.publish_findings:
+        console.print(f"[yellow]{f.code}[/] {escape(f.message)}")
+    if report.refused:
+        console.print(f"[bold red]push {escape(report.error or 'refused')}[/]; nothing was sent")
+        return
+    verb = "would upload" if report.dry_run else "uploaded"
+    console.print(f"{verb} to {escape(report.repo_id)}@{escape(report.revision)}"
+                  + (" as a pull request" if report.create_pr else "") + ":")
+    for e in report.files:
+        console.print(f"  {escape(e.path)}  {e.size} bytes  sha256 {e.sha256}")
+    console.print("  MANIFEST.json")
+    for name in report.deleted:
+        console.print(f"  (delete stale) {escape(name)}")
+    if report.serve_command:
+        console.print("serve with:  " + escape(report.serve_command))
+    if report.staged:
+        console.print(f"staged copy (model card and manifest): {escape(report.staged)}")
+    for note in report.notes:
+        console.print(f"note: {escape(note)}", style="dim")
+    if report.commit_oid:
+        console.print(f"commit {report.commit_oid}" + (f"  {report.pr_url}" if report.pr_url else ""))
+    if report.error:
+        console.print(f"[bold red]push failed[/]: {escape(report.error)}")
+        for m in report.mismatches:
+            console.print(f"  {escape(m)}")
+        if report.remote:
+            console.print("the remote holds: " + ", ".join(escape(f"{f.path} ({f.size} B)") for f in report.remote))
+    elif not report.dry_run:
+        console.print(f"[bold green]ok[/]: {len(report.files) + 1} files, remote sizes and hashes match the manifest")
+
+
+@cli.command()
+@click.argument("path", type=click.Path(path_type=str))
+@click.argument("repo_id")
+@click.option("--revision", metavar="BRANCH", help="Branch to commit to (created from main if absent). Default: main.")
+@click.option("--create-pr", is_flag=True, help="Open a pull request instead of committing to the branch.")
+@click.option("--private", is_flag=True, help="Create the repository private (if it does not exist).")
+@click.option("--endpoint", metavar="URL", help="Hub endpoint (default: HF_ENDPOINT or huggingface.co).")
+@click.option("--engine", "engines", multiple=True, default=("vllm",), show_default=True, metavar="ENGINE", help=ENGINE_HELP)
+@click.option("--strict", is_flag=True, help="Refuse on warnings too. " + STRICT_HELP)
+@click.option("--ignore", "ignore", multiple=True, metavar="CODE", help=IGNORE_HELP)
+@click.option("--no-numeric", is_flag=True, help="Skip the NaN/Inf/zero scan.")
+@click.option("--base-model", metavar="ORG/NAME", help="The target model's Hub id for the card (when the config "
+              "does not record it, or records a local path).")
+@click.option("--stage-dir", metavar="DIR", type=click.Path(path_type=str),
+              help="Stage into DIR (new) and keep it. Default: a temporary directory, kept only with --dry-run.")
+@click.option("--message", "commit_message", metavar="TEXT", help="Commit message.")
+@click.option("--dry-run", is_flag=True, help="Validate and stage (model card, manifest); print what would be "
+              "uploaded; no network.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+def push(ctx: click.Context, path: str, repo_id: str, revision: str | None, create_pr: bool, private: bool,
+         endpoint: str | None, engines: tuple[str, ...], strict: bool, ignore: tuple[str, ...], no_numeric: bool,
+         base_model: str | None, stage_dir: str | None, commit_message: str | None, dry_run: bool,
+         as_json: bool) -> None:
+    """Validate drafter PATH and publish it to Hub repository REPO_ID in one commit, with a model card and manifest.
+
+    Refused (exit 1, no network request) on error findings, or with --strict on
+    warnings not --ignore'd.  The token comes from HF_TOKEN or `hf auth login`.
+    """
+    from ..hub import push as push_drafter
+
+    def body():
+        with _progress(enabled=not as_json, label="hashing") as progress:
+            report = push_drafter(path, repo_id, revision=revision, create_pr=create_pr, private=private,
+                                  endpoint=endpoint, engines=engines, strict=strict, ignore=ignore,
+                                  numeric=not no_numeric, dry_run=dry_run, stage_dir=stage_dir,
+                                  base_model=base_model, commit_message=commit_message, progress=progress)
+        if as_json:
+            click.echo(report.model_dump_json(indent=2))
+        else:
+            _render_push(report)
+        return report, 0 if report.ok else (1 if report.refused else 2)
+
+    run_command(ctx, as_json, body)
+
+
+@cli.command()
+@click.argument("repo_id")
+@click.argument("dest", type=click.Path(path_type=str))
+@click.option("--revision", metavar="REV", help="Branch, tag or commit (default: main).")
+@click.option("--endpoint", metavar="URL", help="Hub endpoint (default: HF_ENDPOINT or huggingface.co).")
+@click.option("--engine", "engines", multiple=True, default=("vllm",), show_default=True, metavar="ENGINE", help=ENGINE_HELP)
+@click.option("--ignore", "ignore", multiple=True, metavar="CODE", help=IGNORE_HELP)
+@click.option("--force", is_flag=True, help="Write DEST even if the drafter has error findings.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+def pull(ctx: click.Context, repo_id: str, dest: str, revision: str | None, endpoint: str | None,
+         engines: tuple[str, ...], ignore: tuple[str, ...], force: bool, as_json: bool) -> None:
+    """Download REPO_ID (ORG/NAME or hf://ORG/NAME[@REV]) through the HF cache, verify its manifest, validate, copy to DEST."""
+    from ..hub import pull as pull_drafter
+
+    def body():
+        report = pull_drafter(repo_id, dest, revision=revision, endpoint=endpoint, engines=engines, force=force,
+                              ignore=ignore)
+        if as_json:
+            click.echo(report.model_dump_json(indent=2))
+        else:
+            from rich.markup import escape
+
+            from .render_validation import render_validation
+
+            console = _console()
+            render_validation(report.validation, console)
+            manifest = {None: "no MANIFEST.json", True: "MANIFEST.json verified"}[report.manifest_verified]
+            console.print(f"{escape(report.repo_id)} at {report.commit or '?'}: {len(report.files)} files, {manifest}")
+            for note in report.notes:
+                console.print(f"note: {escape(note)}", style="dim")
+            if report.destination:
+                console.print(f"written to {escape(report.destination)}")
+        return report, 0 if report.destination else 1
+
+    run_command(ctx, as_json, body)

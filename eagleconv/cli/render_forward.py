@@ -1,0 +1,55 @@
+"""Human rendering of validate --forward and diff reports with rich."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ..report import DiffReport, DiffStep, ForwardReport
+
+
+def _steps_table(title: str, steps: list[DiffStep]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for col in ("step", "top-1 agreement", "max abs err", "max rel err"):
+        table.add_column(col, justify="right")
+    for s in steps:
+        table.add_row(str(s.step), f"{s.top1_agreement:.1%}", f"{s.max_abs_err:.3g}", f"{s.max_rel_err:.3g}")
+    return table
+
+
+def render_forward(report: ForwardReport, console: Console) -> None:
+    console.print(f"[bold]forward[/] {report.architecture}, EAGLE-{report.eagle_version}: compute {report.compute_dtype}, "
+                  f"output {report.output_dtype}, RMSNorm recipe {report.recipe}, backend {report.backend}")
+    console.print(f"inputs: {escape(report.inputs)}; aux layers {report.aux_layer_ids}")
+    for note in [*report.borrowed, *report.notes]:
+        console.print(f"[dim]note: {escape(note)}[/]")
+    table = Table()
+    for col in ("step", "draft tokens", "fed-back RMS", "finite"):
+        table.add_column(col, justify="right" if col != "draft tokens" else "left")
+    for s in report.steps:
+        shown = " ".join(map(str, s.tokens[:8])) + (" ..." if len(s.tokens) > 8 else "")
+        table.add_row(str(s.step), shown, f"{s.feedback_rms:.4f}", "yes" if s.finite else "[bold red]NO[/]")
+    console.print(table)
+    if report.against_torch:
+        console.print(_steps_table(f"backend {report.backend} ({report.kernels}, {report.device}) against the torch "
+                                   "backend", report.against_torch))
+    for e in report.engines:
+        head = f"as {e.engine} reads it" + ("" if e.runs else " [bold red](does not load)[/]")
+        if e.reason:
+            console.print(f"[dim]{escape(e.engine)}: {escape(e.reason)}[/]")
+        for d in e.differs:
+            console.print(f"[yellow]{escape(e.engine)}: {escape(d)}[/]")
+        if e.steps:
+            console.print(_steps_table(head, e.steps))
+        elif not e.runs:
+            console.print(head)
+
+
+def render_diff(report: DiffReport, console: Console) -> None:
+    console.print(f"A: {escape(report.a)}\nB: {escape(report.b)}")
+    console.print(f"compute {report.compute_dtype}, output {report.output_dtype}; inputs: {escape(report.inputs)}")
+    for note in report.notes:
+        console.print(f"[dim]note: {escape(note)}[/]")
+    console.print(_steps_table("per draft step", report.steps))
+    console.print("[bold green]identical[/]" if report.identical else "[bold yellow]different[/]")

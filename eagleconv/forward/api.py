@@ -1,0 +1,48 @@
+"""Library entry points: ``eagleconv.load(path)`` and the inputs a drafter's checkpoint implies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..drafter import DrafterSpec
+from .inputs import Target, synthetic_inputs
+from .model import DraftInputs, Drafter
+from .weights import CheckpointSource
+
+
+def load(path: str | Path, *, dtype: str = "float32", recipe: str = "native", backend: str = "torch", seed: int = 0,
+         target: str | Path | Target | None = None, allow_pickle: bool = False, layout: str | None = None,
+         spec: DrafterSpec | None = None, device: str = "cpu") -> Drafter:
+    """Open a drafter checkpoint for forward passes (weights memory-mapped, read lazily).
+
+    ``spec`` overrides the checkpoint's own description (an engine's view of it); ``target`` (a
+    directory or a loaded :class:`Target`) supplies the embedding / LM head rows the drafter borrows.
+    """
+    from ..loading import load_drafter
+
+    loaded = load_drafter(path, layout=layout, allow_pickle=allow_pickle)
+    own = loaded.require_spec()
+    loaded.store.close()  # the source maps the files itself
+    tgt = Target(target) if isinstance(target, (str, Path)) else target
+    embed = tgt.embed if tgt is not None and not loaded.read.tensors.get("embed_tokens.weight") else None
+    lm_head = tgt.lm_head if tgt is not None and "lm_head.weight" not in loaded.read.tensors else None
+    return Drafter(spec or own, CheckpointSource(loaded), dtype=dtype, recipe=recipe, backend=backend, seed=seed,
+                   target_embed=embed, target_lm_head=lm_head, device=device, path=str(path))
+
+
+def default_aux_ids(spec: DrafterSpec, target_layers: int | None = None) -> tuple[int, ...]:
+    """The aux ids the checkpoint means (hidden_state_index), else vLLM's default for the target's depth."""
+    ids = spec.aux.ids_as("hidden_state_index")
+    if ids is not None:
+        return tuple(ids)
+    L = target_layers if target_layers is not None else 32
+    return tuple(sorted({2, L // 2, L - 3}))[: spec.aux.count]
+
+
+def inputs_for(drafter: Drafter, *, seed: int = 0, batch: int = 4, length: int = 16,
+               aux_ids: tuple[int, ...] | None = None, **_: Any) -> DraftInputs:
+    """Seeded synthetic inputs matching the drafter's vocabulary and aux layers."""
+    spec = drafter.spec
+    ids = aux_ids if aux_ids is not None else default_aux_ids(spec)
+    return synthetic_inputs(spec.vocab_size, spec.target_hidden_size, ids, batch=batch, length=length, seed=seed)

@@ -1,0 +1,42 @@
+"""Shared attention pieces for the reference forward; each architecture module owns its attention.
+
+``Architecture.attention`` (eagleconv/architectures/*.py) takes the layer input ``u`` [B, n, in], the positions of its
+rows [n], the layer's KV cache entry (keys/values of earlier positions, or
+None) and returns (output [B, n, H], new cache entry).  Attention is causal
+over the drafter's own cache, softmax in float32 (float64 in a float64
+reference), as vLLM's backends accumulate it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from .ops import acc_dtype
+
+Cache = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # keys [B, h, L, dk], values [B, h, L, dv], positions [L]
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,
+            scale: float) -> torch.Tensor:
+    """Causal softmax attention: q [B, h, n, d], k/v [B, h, L, d*] -> [B, h, n, dv] in q's dtype."""
+    acc = acc_dtype(q.dtype)
+    scores = (q.to(acc) @ k.to(acc).transpose(-1, -2)) * scale
+    mask = k_pos.unsqueeze(0) > q_pos.unsqueeze(1)  # [n, L]: a key after the query is hidden
+    scores = scores.masked_fill(mask, float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    return (probs @ v.to(acc)).to(q.dtype)
+
+
+def extend(cache: Cache | None, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor) -> Cache:
+    if cache is None:
+        return k, v, pos
+    return torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2), torch.cat([cache[2], pos])
+
+
+def attention_of(architecture: str) -> Callable[..., tuple[torch.Tensor, Cache]]:
+    """The attention function of a registered architecture."""
+    from ..architectures import get
+
+    return get(architecture).attention

@@ -1,0 +1,139 @@
+"""Inputs for a draft round: seeded synthetic ones, or real ones captured from a target model.
+
+Aux states are keyed by vLLM's ``hidden_state_index`` id (id i = the residual
+stream entering target layer i, HF ``output_hidden_states[i]``; id L = the
+pre-final-norm stream), so a drafter run "as an engine reads it" that captures
+other layers gets other inputs, as it would in the engine.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import FormatError, UsageError
+from .model import DraftInputs
+
+
+def _gen(seed: int, salt: int) -> torch.Generator:
+    return torch.Generator().manual_seed((seed * 1_000_003 + salt * 7_919) % (2**63 - 1))
+
+
+def synthetic_aux(seed: int, layer_id: int, batch: int, length: int, width: int) -> torch.Tensor:
+    """One target layer's states [B, T, Ht], seeded by (seed, layer id); magnitude grows with depth like a
+    real residual stream (RMS 1 + id/4), with a few outlier channels."""
+    g = _gen(seed, 10_000 + layer_id)
+    x = torch.randn(batch, length, width, generator=g, dtype=torch.float64) * (1.0 + layer_id / 4)
+    x[..., :: max(1, width // 4)] *= 8.0
+    return x.float()
+
+
+def synthetic_inputs(vocab_size: int, target_hidden: int, aux_ids: Sequence[int], *, batch: int = 4,
+                     length: int = 16, seed: int = 0) -> DraftInputs:
+    """B seeded sequences of T+1 target-vocabulary tokens and their aux states for ``aux_ids``."""
+    tokens = torch.randint(0, vocab_size, (batch, length + 1), generator=_gen(seed, 1))
+    ids = tuple(sorted(aux_ids))
+    aux = torch.cat([synthetic_aux(seed, i, batch, length, target_hidden) for i in ids], dim=-1)
+    return DraftInputs(tokens, aux, "synthetic", ids, [f"synthetic inputs: seed {seed}, {batch} sequences of "
+                                                       f"{length} tokens, aux states for target layers {list(ids)}"])
+
+
+def read_prompts(path: str | Path) -> list[list[int]]:
+    """A JSON list of token-id lists."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, ValueError) as exc:
+        raise FormatError(f"cannot read prompts: {exc}", p) from None
+    if not (isinstance(data, list) and data and all(isinstance(x, list) and len(x) >= 2 for x in data)
+            and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for x in data for t in x)):
+        raise FormatError("prompts must be a non-empty JSON list of lists of >= 2 non-negative token ids", p)
+    return data
+
+
+class Target:
+    """A Hugging Face target model run by transformers on CPU, float32."""
+
+    def __init__(self, directory: str | Path):
+        self.path = Path(directory)
+        if not (self.path / "config.json").is_file():
+            raise FormatError("no config.json in the target directory", self.path)
+        try:
+            from transformers import AutoModelForCausalLM
+            from transformers.utils import logging as hf_logging
+        except ImportError as exc:  # pragma: no cover
+            raise UsageError(f"--target needs transformers: {exc}") from None
+        hf_logging.disable_progress_bar()  # --json output stays clean; eagleconv draws its own status
+        hf_logging.set_verbosity_error()
+        try:
+            self.model: Any = AutoModelForCausalLM.from_pretrained(str(self.path), dtype=torch.float32,
+                                                                   use_safetensors=True, local_files_only=True)
+        except (OSError, ValueError) as exc:
+            raise FormatError(f"transformers cannot load the target: {str(exc).splitlines()[0]}", self.path) from None
+        self.model.eval()
+        self.num_layers = int(self.model.config.num_hidden_layers)
+        self.vocab_size = int(self.model.config.vocab_size)
+        self.hidden_size = int(self.model.config.hidden_size)
+
+    @property
+    def embed(self) -> torch.Tensor:
+        return self.model.get_input_embeddings().weight.detach()
+
+    @property
+    def lm_head(self) -> torch.Tensor:
+        return self.model.get_output_embeddings().weight.detach()
+
+    def run(self, prompt: Sequence[int], layer_ids: Sequence[int]) -> tuple[dict[int, torch.Tensor], int]:
+        """Hidden states [T, Ht] for each hidden_state_index id, and the greedy next token."""
+        bad = [i for i in layer_ids if not 0 <= i <= self.num_layers]
+        if bad:
+            raise UsageError(f"aux layer ids {bad} are outside the target's 0..{self.num_layers}")
+        ids = torch.tensor([list(prompt)])
+        if int(ids.max()) >= self.vocab_size:
+            raise UsageError(f"prompt token {int(ids.max())} is outside the target vocabulary ({self.vocab_size})")
+        captured: dict[str, torch.Tensor] = {}
+        norm = getattr(getattr(self.model, "model", None), "norm", None)
+        hook = None
+        if norm is not None:
+            hook = norm.register_forward_pre_hook(lambda _m, args: captured.__setitem__("pre_norm", args[0].detach()))
+        try:
+            with torch.no_grad():
+                out = self.model(ids, output_hidden_states=True)
+        finally:
+            if hook is not None:
+                hook.remove()
+        states = {}
+        for i in layer_ids:
+            if i == self.num_layers:
+                if "pre_norm" not in captured:
+                    raise UsageError(f"aux id {i} (the pre-final-norm stream) cannot be captured from this target")
+                states[i] = captured["pre_norm"][0]
+            else:
+                states[i] = out.hidden_states[i][0]
+        return states, int(out.logits[0, -1].argmax())
+
+
+def capture_aux_states(target_dir: str | Path | Target, prompts: Sequence[Sequence[int]],
+                       layer_ids: Sequence[int]) -> list[dict[int, torch.Tensor]]:
+    """Per prompt, the target's hidden states [T, Ht] at ``layer_ids`` (hidden_state_index numbering).
+
+    Also usable for calibration (e.g. the typical scale of each aux chunk).
+    """
+    target = target_dir if isinstance(target_dir, Target) else Target(target_dir)
+    return [target.run(p, layer_ids)[0] for p in prompts]
+
+
+def captured_inputs(target: Target, prompts: Sequence[Sequence[int]], aux_ids: Sequence[int]) -> list[DraftInputs]:
+    """One DraftInputs per prompt (lengths differ): tokens = prompt + the target's greedy token."""
+    ids = tuple(sorted(aux_ids))
+    out = []
+    for prompt in prompts:
+        states, nxt = target.run(prompt, ids)
+        tokens = torch.tensor([list(prompt) + [nxt]])
+        aux = torch.cat([states[i] for i in ids], dim=-1).unsqueeze(0)
+        out.append(DraftInputs(tokens, aux, "target", ids, [f"aux states from {target.path}, layers {list(ids)}"]))
+    return out

@@ -1,0 +1,194 @@
+"""The reference drafter forward: vLLM's EAGLE-3/3.1 math in plain PyTorch.
+
+One request batch of B equal-length sequences, greedy.  ``draft`` runs the
+first pass over all T scheduled rows (token x_{p+1}, position p, combined
+target features G_p) and then K-1 single-row recursion steps, each embedding
+the previous draft token at the next position and feeding back the pre-norm
+hidden state (EAGLE-3) or the post-norm one (``norm_output``), with the
+drafter's own KV cache over context and drafts, as vLLM's proposer does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ..drafter import DrafterSpec
+from .attention import Cache, attention_of
+from .ops import NormOps, get_ops
+from .rope import resolve_rope
+from .weights import TensorSource, Weights
+
+COMPUTE_DTYPES = ("float32", "float64", "checkpoint")
+DEFAULT_EPS = 1e-6  # LlamaConfig / Qwen3Config / DeepseekV3Config default, what vLLM's EAGLEConfig falls back to
+_CHECKPOINT_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "F64": torch.float64}
+
+
+@dataclass
+class DraftInputs:
+    """tokens [B, T+1] (x_0..x_T, target vocab ids; x_T is the target's sampled token) and
+    aux [B, T, K*Ht]: the captured target states of x_0..x_{T-1}, concatenated in ascending layer order."""
+
+    tokens: torch.Tensor
+    aux: torch.Tensor
+    source: str = "synthetic"
+    aux_ids: tuple[int, ...] = ()  # hidden_state_index ids of the aux chunks, ascending
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class StepOutput:
+    """One forward call: logits over the target vocabulary, the post-norm state and the state fed back."""
+
+    logits: torch.Tensor  # [B, n, V], -inf outside the draft vocabulary
+    out: torch.Tensor  # [B, n, H] post-norm (lm_head input)
+    feedback: torch.Tensor  # [B, n, H]
+    cache: list[Cache]
+
+
+@dataclass
+class DraftResult:
+    """K draft steps: per step the draft tokens [B], the last row's logits [B, V] and the fed-back state [B, H]."""
+
+    tokens: list[torch.Tensor]
+    logits: list[torch.Tensor]
+    feedback: list[torch.Tensor]
+    first_pass_logits: torch.Tensor  # [B, T, V]: step 1 over every scheduled row
+
+    def feedback_rms(self) -> list[float]:
+        return [float(f.double().pow(2).mean().sqrt()) for f in self.feedback]
+
+
+class Drafter:
+    """A drafter ready to run: spec, weights by canonical name, compute dtype, norm ops."""
+
+    def __init__(self, spec: DrafterSpec, source: TensorSource, *, dtype: str = "float32", recipe: str = "native",
+                 backend: str = "torch", seed: int = 0, target_embed: torch.Tensor | None = None,
+                 target_lm_head: torch.Tensor | None = None, device: str = "cpu", path: str | None = None,
+                 notes: list[str] | None = None):
+        if dtype not in COMPUTE_DTYPES:
+            raise ValueError(f"unknown compute dtype {dtype!r}; choose one of {', '.join(COMPUTE_DTYPES)}")
+        self.spec, self.path, self.device = spec, path, device
+        self.notes: list[str] = list(notes or [])
+        if dtype == "checkpoint":
+            self.dtype = _CHECKPOINT_DTYPES.get(spec.dtype or "", torch.float32)
+            if spec.dtype not in _CHECKPOINT_DTYPES:
+                self.notes.append(f"checkpoint dtype {spec.dtype} is not a compute dtype; computing in float32")
+        else:
+            self.dtype = getattr(torch, dtype)
+        self.compute_dtype = str(self.dtype).removeprefix("torch.")
+        self.ops: NormOps = get_ops(backend, recipe)
+        self.rope = resolve_rope(spec.rope, spec.architecture)
+        self.notes += list(self.rope.notes)
+        if spec.rms_norm_eps is None:
+            self.eps = DEFAULT_EPS
+            self.notes.append(f"rms_norm_eps absent: the engine's config-class default {DEFAULT_EPS:g}")
+        else:
+            self.eps = float(spec.rms_norm_eps)
+        self.w = Weights(source, self.dtype, seed=seed, target_embed=target_embed, target_lm_head=target_lm_head,
+                         device=device)
+        self.w.width = spec.hidden_size
+        self.attention = attention_of(spec.architecture)
+        self.target_ids = self._draft_to_target()
+        self.logit_scale = float(spec.extra.get("logit_scale", 1.0) or 1.0)
+
+    # -- pieces -----------------------------------------------------------------
+    def _draft_to_target(self) -> torch.Tensor:
+        """Target-vocabulary id of each draft id: arange(Vd) + d2t (vLLM reads d2t as offsets)."""
+        Vd = self.spec.draft_vocab_size
+        if self.w.has("d2t"):
+            return torch.arange(Vd) + self.w.source.raw("d2t").to(torch.int64)[:Vd].cpu()
+        if self.w.has("t2d") and self.spec.compressed_vocab:
+            ids = torch.nonzero(self.w.source.raw("t2d").to(torch.bool)).flatten()[:Vd]
+            self.notes.append("d2t absent: draft->target ids derived from t2d")
+            return ids.cpu()
+        return torch.arange(Vd)
+
+    def combine(self, aux: torch.Tensor) -> torch.Tensor:
+        """combine_hidden_states: [.., K*Ht] -> [.., H] (input_norm, fc_norm per chunk, fc)."""
+        spec, w, ops = self.spec, self.w, self.ops
+        a = aux.to(device=self.device, dtype=self.dtype)
+        if not spec.flags.use_aux_hidden_state:
+            return a
+        if spec.flags.norm_before_fc and spec.architecture != "deepseek_mla":
+            a = ops.rms_norm(a, w.get("input_norm.weight"), self.eps)
+        if spec.flags.fc_norm:
+            K = spec.aux.count
+            a = ops.fc_norm_concat(a.chunk(K, dim=-1), [w.get(f"fc_norm.{i}.weight") for i in range(K)], self.eps)
+        return w.linear(a, "fc.weight", "fc.bias")
+
+    def _mlp(self, h: torch.Tensor, p: str) -> torch.Tensor:
+        w = self.w
+        gate = w.linear(h, p + "mlp.gate_proj.weight", p + "mlp.gate_proj.bias")
+        up = w.linear(h, p + "mlp.up_proj.weight", p + "mlp.up_proj.bias")
+        return w.linear(F.silu(gate) * up, p + "mlp.down_proj.weight", p + "mlp.down_proj.bias")
+
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor, hidden: torch.Tensor,
+                cache: list[Cache] | None = None) -> StepOutput:
+        """One drafter pass: ids [B, n], positions [n], hidden [B, n, H] (combined features or fed-back state)."""
+        spec, w, ops, eps = self.spec, self.w, self.ops, self.eps
+        hidden = hidden.to(device=self.device, dtype=self.dtype)
+        positions = positions.to(self.device)
+        new_cache: list[Cache] = []
+        m = res = None
+        for j in range(spec.num_hidden_layers):
+            p = f"layers.{j}."
+            if j == 0:
+                en = ops.rms_norm(w.embed(ids), w.get(p + "input_layernorm.weight"), eps)
+                gn = ops.rms_norm(hidden, w.get(p + "hidden_norm.weight"), eps)
+                res = gn if spec.flags.norm_before_residual else hidden
+                u = torch.cat([en, gn], dim=-1)  # embeddings first, then the hidden state
+            else:
+                assert m is not None and res is not None
+                u, res = ops.fused_add_rms_norm(m, res, w.get(p + "input_layernorm.weight"), eps)
+            o, layer_cache = self.attention(u, positions, cache[j] if cache else None, w, p, spec, self.rope, ops, eps)
+            new_cache.append(layer_cache)
+            h2, res = ops.fused_add_rms_norm(o, res, w.get(p + "post_attention_layernorm.weight"), eps)
+            m = self._mlp(h2, p)
+            w.release()
+        assert m is not None and res is not None
+        out, pre = ops.fused_add_rms_norm(m, res, w.get("norm.weight"), eps)
+        feedback = out if spec.flags.norm_output else pre
+        z = w.lm_head(out, spec.draft_vocab_size, self.target_ids)
+        if self.logit_scale != 1.0:
+            z = z * self.logit_scale
+        full = z.new_full((*z.shape[:-1], spec.vocab_size), float("-inf"))
+        full[..., self.target_ids.to(self.device)] = z
+        w.release()
+        return StepOutput(full, out, feedback, new_cache)
+
+    def draft(self, inputs: DraftInputs, steps: int = 4) -> DraftResult:
+        """K greedy draft steps from one verification round's inputs."""
+        if steps < 1:
+            raise ValueError("steps must be >= 1")
+        tokens = inputs.tokens.to(self.device)
+        T = tokens.shape[1] - 1
+        with torch.no_grad():
+            g = self.combine(inputs.aux)
+            r = self.forward(tokens[:, 1:], torch.arange(T), g)
+            first = r.logits
+            toks, logits, fbs = [r.logits[:, -1].argmax(-1)], [r.logits[:, -1]], [r.feedback[:, -1]]
+            cache = r.cache
+            for k in range(2, steps + 1):
+                r = self.forward(toks[-1].unsqueeze(1), torch.tensor([T - 2 + k]), fbs[-1].unsqueeze(1), cache)
+                cache = r.cache
+                toks.append(r.logits[:, -1].argmax(-1))
+                logits.append(r.logits[:, -1])
+                fbs.append(r.feedback[:, -1])
+        return DraftResult(toks, logits, fbs, first)
+
+    def borrowed(self) -> list[str]:
+        """Which borrowed rows were synthetic in the runs so far (the report says so)."""
+        out = []
+        if self.w.synthetic_embed_ids:
+            out.append(f"embed_tokens is the target's and no --target was given: seeded synthetic rows for the "
+                       f"{len(self.w.synthetic_embed_ids)} token ids used (no vocabulary table was built)")
+        if self.w.synthetic_lm_head:
+            out.append("lm_head is the target's and no --target was given: seeded synthetic rows, generated in blocks")
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        return {"compute_dtype": self.compute_dtype, "recipe": self.ops.recipe, "backend": self.ops.backend}

@@ -1,0 +1,132 @@
+"""The RMSNorm operations of a drafter forward, behind one dispatch point.
+
+vLLM's drafter calls three norm shapes: ``rms_norm`` (every plain norm),
+``fused_add_rms_norm`` (residual add + norm) and, in EAGLE-3.1's
+``combine_hidden_states``, one norm per aux chunk followed by a concatenation
+(``fc_norm_concat``).  :func:`get_ops` picks an implementation by ``backend``
+("torch": the formulas below; "triton": eagleconv.kernels' fused kernels) and by
+rounding ``recipe`` (vLLM's two RMSNorm roundings):
+
+* ``native`` (default): vLLM's IR spec.  Normalise in float32, round to the
+  weight dtype, multiply by the weight (a second rounding), cast back; the
+  fused add takes its variance from the unrounded float32 sum.
+* ``one_round``: the ``vllm_c`` CUDA kernels after #46070.  The fused add
+  rounds the sum to the activation dtype first (variance from the rounded
+  sum) and the output is rounded once, ``T(x * rsqrt(var + eps) * w)``.
+
+In float32 or float64 compute the recipes coincide up to float32 rounding;
+they differ by 1-2 ulp in bf16/fp16 ("as the engine runs it").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+
+from ..errors import UsageError
+
+Recipe = Literal["native", "one_round"]
+RECIPES: tuple[str, ...] = ("native", "one_round")
+
+
+def acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    """vLLM normalises in float32; a float64 reference keeps float64."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+@dataclass(frozen=True)
+class NormOps:
+    """rms_norm / fused_add_rms_norm / fc_norm_concat for one backend and recipe."""
+
+    backend: str
+    recipe: str
+    rms_norm: Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
+    fused_add_rms_norm: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], tuple[torch.Tensor, torch.Tensor]]
+
+    def fc_norm_concat(self, chunks: Sequence[torch.Tensor], weights: Sequence[torch.Tensor], eps: float) -> torch.Tensor:
+        """EAGLE-3.1: one RMSNorm per aux chunk, concatenated (vLLM: N norm calls plus a cat)."""
+        return torch.cat([self.rms_norm(c, w, eps) for c, w in zip(chunks, weights)], dim=-1)
+
+
+def _rms_native(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    a = x.to(acc_dtype(x.dtype))
+    y = a * torch.rsqrt(a.pow(2).mean(dim=-1, keepdim=True) + eps)
+    return (y.to(w.dtype) * w).to(x.dtype)
+
+
+def _fused_native(x: torch.Tensor, r: torch.Tensor, w: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    acc = acc_dtype(x.dtype)
+    s = x.to(acc) + r.to(acc)
+    y = s * torch.rsqrt(s.pow(2).mean(dim=-1, keepdim=True) + eps)
+    return (y.to(w.dtype) * w).to(x.dtype), s.to(x.dtype)
+
+
+def _rms_one_round(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    acc = acc_dtype(x.dtype)
+    a = x.to(acc)
+    return (a * torch.rsqrt(a.pow(2).mean(dim=-1, keepdim=True) + eps) * w.to(acc)).to(x.dtype)
+
+
+def _fused_one_round(x: torch.Tensor, r: torch.Tensor, w: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    acc = acc_dtype(x.dtype)
+    s = (x.to(acc) + r.to(acc)).to(x.dtype)  # the packed add rounds the sum first
+    return _rms_one_round(s, w, eps), s
+
+
+TORCH_OPS = {
+    "native": NormOps("torch", "native", _rms_native, _fused_native),
+    "one_round": NormOps("torch", "one_round", _rms_one_round, _fused_one_round),
+}
+
+class KernelOps(NormOps):
+    """The fused Triton kernels of eagleconv.kernels: fc_norm_concat is one launch, not N norms plus a cat."""
+
+    def fc_norm_concat(self, chunks: Sequence[torch.Tensor], weights: Sequence[torch.Tensor], eps: float) -> torch.Tensor:
+        from .. import kernels
+
+        return _kernel_call(kernels.fc_norm_concat, list(chunks), list(weights), eps, self.recipe, impl="triton")
+
+
+def _kernel_call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run one eagleconv.kernels function; what the kernels cannot do is a usage error, not a traceback."""
+    from .. import kernels
+
+    x = args[0][0] if isinstance(args[0], list) else args[0]
+    if x.dtype not in kernels.DTYPES:
+        raise UsageError(f"the triton backend computes in float32, bfloat16 or float16, not {x.dtype} "
+                         "(--dtype float64 is the torch reference)")
+    try:
+        return fn(*args, **kwargs)
+    except kernels.KernelUnavailable as exc:
+        raise UsageError(f"--backend triton: {exc}") from None
+
+
+def _triton_ops(recipe: str) -> NormOps:
+    """The same recipes through eagleconv.kernels (Triton on CUDA; its interpreter on CPU with TRITON_INTERPRET=1).
+
+    The one_round fused add takes its variance from the rounded sum, as vllm_c does and as the torch ops above do.
+    """
+    from .. import kernels
+
+    variance_from = "fp32_sum" if recipe == "native" else "rounded_sum"
+    return KernelOps(
+        "triton", recipe,
+        lambda x, w, eps: _kernel_call(kernels.rms_norm, x, w, eps, recipe, impl="triton"),
+        lambda x, r, w, eps: _kernel_call(kernels.fused_add_rms_norm, x, r, w, eps, recipe,
+                                          variance_from=variance_from, impl="triton"))
+
+
+BACKENDS: dict[str, Callable[[str], NormOps]] = {"torch": lambda recipe: TORCH_OPS[recipe], "triton": _triton_ops}
+"""backend name -> factory(recipe)."""
+
+
+def get_ops(backend: str = "torch", recipe: str = "native") -> NormOps:
+    """The norm ops for ``backend`` and rounding ``recipe``; ValueError names the choices."""
+    if recipe not in RECIPES:
+        raise ValueError(f"unknown RMSNorm recipe {recipe!r}; choose one of {', '.join(RECIPES)}")
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown forward backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    return BACKENDS[backend](recipe)

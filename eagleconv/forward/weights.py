@@ -1,0 +1,151 @@
+"""Drafter weights by canonical name, read lazily and upcast one matrix block at a time.
+
+A checkpoint's safetensors files are memory-mapped (copy-on-write, so the
+file is never written); a weight is converted to the compute dtype only while
+its product is computed, in row blocks of at most :data:`BLOCK_BYTES`, so the
+resident set stays near the checkpoint's own bytes and never holds a float32
+copy of it.  After each layer the mapped pages are released from the process
+(``madvise(DONTNEED)``; they stay in the page cache).
+
+Embedding and LM head rows the drafter borrows from its target come from the
+target (``--target``), or, without one, from seeded synthetic rows generated
+for the token ids actually used: never a full vocabulary table.
+"""
+
+from __future__ import annotations
+
+import mmap
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
+
+import torch
+
+BLOCK_BYTES = 128 * 1024 * 1024  # compute-dtype bytes of one upcast weight block
+
+class TensorSource(Protocol):
+    """Canonical name -> tensor in its stored dtype, without copying the whole state dict."""
+
+    def names(self) -> set[str]: ...
+
+    def raw(self, name: str) -> torch.Tensor: ...
+
+    def release(self) -> None: ...
+
+
+class DictSource:
+    """Canonical tensors already in memory (tests, a training loop's state dict)."""
+
+    def __init__(self, tensors: Mapping[str, torch.Tensor]):
+        self._t = dict(tensors)
+
+    def names(self) -> set[str]:
+        return set(self._t)
+
+    def raw(self, name: str) -> torch.Tensor:
+        return self._t[name]
+
+    def release(self) -> None:
+        pass
+
+
+class CheckpointSource:
+    """A loaded checkpoint's tensors by canonical name, memory-mapped (io.torch_tensors), pages released on demand."""
+
+    def __init__(self, loaded: Any):
+        from ..io.torch_tensors import TorchTensors
+
+        self._tensors = TorchTensors(loaded.store, loaded.read.canonical)
+
+    def names(self) -> set[str]:
+        return set(self._tensors)
+
+    def raw(self, name: str) -> torch.Tensor:
+        return self._tensors[name]
+
+    def release(self) -> None:
+        """Drop the mapped pages from this process (they stay in the page cache): RSS stays near one layer."""
+        for mm in self._tensors._maps.values():
+            try:
+                mm.madvise(mmap.MADV_DONTNEED)
+            except (AttributeError, OSError):  # pragma: no cover - platform without madvise
+                pass
+
+
+def synthetic_rows(seed: int, kind: str, ids: Iterable[int], width: int, std: float = 0.02) -> torch.Tensor:
+    """Seeded N(0, std) rows, one generator per (seed, kind, id): the same id always gets the same row."""
+    salt = {"embed": 1, "lm_head": 2}[kind]
+    rows = []
+    for i in ids:
+        g = torch.Generator().manual_seed((seed * 1_000_003 + salt * 7_919 + int(i) * 104_729) % (2**63 - 1))
+        rows.append(torch.randn(width, generator=g, dtype=torch.float64) * std)
+    return torch.stack(rows) if rows else torch.empty(0, width, dtype=torch.float64)
+
+
+class Weights:
+    """The drafter's weights in the compute dtype, with borrowed rows resolved."""
+
+    def __init__(self, source: TensorSource, dtype: torch.dtype, *, seed: int = 0,
+                 target_embed: torch.Tensor | None = None, target_lm_head: torch.Tensor | None = None,
+                 device: str = "cpu"):
+        self.source, self.dtype, self.seed, self.device = source, dtype, seed, device
+        self.target_embed, self.target_lm_head = target_embed, target_lm_head
+        self._names = source.names()
+        self._small: dict[str, torch.Tensor] = {}
+        self.synthetic_embed_ids: set[int] = set()
+        self.synthetic_lm_head = False
+
+    def has(self, name: str) -> bool:
+        return name in self._names
+
+    def get(self, name: str) -> torch.Tensor:
+        """A small tensor (norm weight, bias, d2t) in the compute dtype (integers keep theirs), cached."""
+        t = self._small.get(name)
+        if t is None:
+            raw = self.source.raw(name)
+            t = raw.to(self.device) if not raw.is_floating_point() else raw.to(device=self.device, dtype=self.dtype)
+            self._small[name] = t
+        return t
+
+    def linear(self, x: torch.Tensor, name: str, bias: str | None = None) -> torch.Tensor:
+        """x @ W.T (+ b), W read in row blocks and upcast block by block."""
+        w = self.source.raw(name)
+        rows = w.shape[0]
+        step = max(1, BLOCK_BYTES // max(1, w.shape[1] * self.dtype.itemsize))
+        if step >= rows:
+            out = x @ w.to(device=self.device, dtype=self.dtype).T
+        else:
+            out = torch.cat([x @ w[r:r + step].to(device=self.device, dtype=self.dtype).T for r in range(0, rows, step)],
+                            dim=-1)
+        if bias is not None and self.has(bias):
+            out = out + self.get(bias)
+        self.source.release()  # the weight's pages leave this process: RSS stays near one upcast block
+        return out
+
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """Embedding rows for target-vocabulary ``ids`` (any shape)."""
+        flat = ids.reshape(-1)
+        if self.has("embed_tokens.weight"):
+            rows = self.source.raw("embed_tokens.weight").index_select(0, flat.cpu())
+        elif self.target_embed is not None:
+            rows = self.target_embed.index_select(0, flat.cpu())
+        else:
+            self.synthetic_embed_ids.update(int(i) for i in flat.tolist())
+            rows = synthetic_rows(self.seed, "embed", flat.tolist(), self.width)
+        return rows.to(device=self.device, dtype=self.dtype).reshape(*ids.shape, -1)
+
+    width: int = 0  # set by the model: hidden size, the width of borrowed rows
+
+    def lm_head(self, x: torch.Tensor, draft_vocab: int, target_ids: torch.Tensor) -> torch.Tensor:
+        """Draft-vocabulary logits [..., Vd]."""
+        if self.has("lm_head.weight"):
+            return self.linear(x, "lm_head.weight")[..., :draft_vocab]
+        if self.target_lm_head is not None:
+            return x @ self.target_lm_head.index_select(0, target_ids.cpu()).to(device=self.device, dtype=self.dtype).T
+        self.synthetic_lm_head = True
+        step = max(1, BLOCK_BYTES // max(1, self.width * 8))
+        ids = target_ids.tolist()
+        return torch.cat([x @ synthetic_rows(self.seed, "lm_head", ids[r:r + step], self.width)
+                          .to(device=self.device, dtype=self.dtype).T for r in range(0, len(ids), step)], dim=-1)
+
+    def release(self) -> None:
+        self.source.release()

@@ -1,0 +1,736 @@
+"""The Hub gate: validated ``push`` with a manifest and a generated model card, ``pull``, and ``hf://`` paths.
+
+A drafter reaches the Hub only through here, and only after it has been
+validated: an error finding (with ``strict``, a warning that is not ignored)
+refuses the push before any network request.  The published files are a
+staging copy (never the user's directory) holding the checkpoint's own files,
+a generated ``README.md`` model card and a ``MANIFEST.json`` with the size and
+sha256 of every file.  The upload is ONE ``create_commit`` with explicit
+operations and ``parent_commit`` (not ``upload_folder``, whose commit
+semantics change when ``hf_xet`` is installed); afterwards the remote listing
+is read back and compared with the manifest.  A failed commit is never retried:
+the report says what the remote holds instead.
+
+Downloads go through huggingface_hub's cache (``snapshot_download``), so
+``HF_HUB_OFFLINE`` and the cache behave as everywhere else; the manifest is
+verified when present.  Only ``hf://ORG/NAME[@REV]`` names a Hub repository:
+a bare ``org/name`` is a local path, and a missing one is an error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field
+
+from . import __version__
+from .errors import EagleconvError, UnsafeInputError, UsageError
+from .report import Finding, ValidationReport, _Report
+
+if TYPE_CHECKING:
+    from huggingface_hub import HfApi
+
+    from .report import InspectReport
+
+MANIFEST = "MANIFEST.json"
+CARD = "README.md"
+HF_SCHEME = "hf://"
+MANIFEST_FORMAT = "eagleconv-manifest/1"
+# Files a Hub repository may carry beside the manifest: the Hub creates .gitattributes, and
+# model cards are edited on the Hub after publication.
+LENIENT = {".gitattributes", CARD}
+# Remote files a new push replaces: a stale shard or index beside a new one would make the repo inconsistent.
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".index.json")
+HASH_CHUNK = 1024 * 1024
+
+# (on_total, on_bytes) callbacks for the hashing pass, as in convert
+Progress = tuple[Callable[[int], None] | None, Callable[[int], None] | None]
+
+
+class HubError(EagleconvError):
+    """The Hub could not be reached, refused a request, or holds something other than the manifest (exit 2)."""
+
+
+# -- reports -------------------------------------------------------------------------------
+
+class ManifestEntry(_Report):
+    path: str
+    size: int
+    sha256: str
+
+
+class RemoteFile(_Report):
+    """One file as the Hub lists it: ``sha256`` for LFS/xet files, ``git_oid`` (git blob sha1) for regular ones."""
+
+    path: str
+    size: int | None
+    sha256: str | None = None
+    git_oid: str | None = None
+
+
+class PushReport(_Report):
+    """What ``eagleconv push`` / ``eagleconv.push()`` did (or, with ``dry_run``, would do)."""
+
+    ok: bool = Field(description="validated, uploaded (unless dry_run) and the remote matches the manifest")
+    refused: bool = Field(default=False, description="validation refused the push: nothing was staged or sent")
+    dry_run: bool = False
+    source: str
+    repo_id: str
+    revision: str
+    create_pr: bool = False
+    private: bool = False
+    endpoint: str | None = None
+    validation: ValidationReport
+    publish_findings: list[Finding] = Field(default_factory=list, description="pre-upload checks (EC080)")
+    staged: str | None = Field(default=None, description="the staging copy, when it was kept (dry run or --stage-dir)")
+    files: list[ManifestEntry] = Field(default_factory=list, description="the manifest: every file uploaded")
+    not_published: list[str] = Field(default_factory=list,
+                                     description="files in the source directory that are not part of the checkpoint")
+    model_card: str | None = None
+    base_model: str | None = None
+    serve_command: str | None = None
+    parent_commit: str | None = None
+    deleted: list[str] = Field(default_factory=list, description="stale remote weight files the commit removes")
+    commit_oid: str | None = None
+    commit_url: str | None = None
+    pr_url: str | None = None
+    remote: list[RemoteFile] = Field(default_factory=list, description="the remote files after the push (or failure)")
+    mismatches: list[str] = Field(default_factory=list, description="manifest entries the remote does not match")
+    error: str | None = None
+    notes: list[str] = Field(default_factory=list)
+
+
+class PullReport(_Report):
+    """What ``eagleconv pull`` / ``eagleconv.pull()`` fetched and found."""
+
+    ok: bool
+    repo_id: str
+    revision: str | None
+    commit: str | None = Field(default=None, description="the commit the snapshot was taken at")
+    destination: str | None = Field(default=None, description="None when nothing was written")
+    snapshot: str = Field(description="the huggingface_hub cache snapshot the files came from")
+    manifest_verified: bool | None = Field(default=None, description="None: the repository has no MANIFEST.json")
+    files: list[str] = Field(default_factory=list)
+    validation: ValidationReport
+    notes: list[str] = Field(default_factory=list)
+
+
+# -- hf:// paths and Hub ids ---------------------------------------------------------------
+
+_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+
+
+@dataclass(frozen=True)
+class HubRef:
+    repo_id: str
+    revision: str | None = None
+
+
+def parse_hf_url(text: str) -> HubRef:
+    """``hf://ORG/NAME[@REV]`` -> HubRef.  Anything else is a UsageError."""
+    if not text.startswith(HF_SCHEME):
+        raise UsageError(f"{text!r} is not an hf://ORG/NAME[@REV] reference")
+    body = text[len(HF_SCHEME):]
+    repo_id, at, revision = body.partition("@")
+    if "/" not in repo_id or not _REPO_ID.match(repo_id) or ".." in repo_id or (at and not revision):
+        raise UsageError(f"{text!r}: expected hf://ORG/NAME or hf://ORG/NAME@REVISION")
+    return HubRef(repo_id, revision or None)
+
+
+def is_hf_url(path: object) -> bool:
+    return isinstance(path, str) and path.startswith(HF_SCHEME)
+
+
+def is_local_path(name: str) -> bool:
+    """True for a name that can only be a file-system path, never a Hub id."""
+    if name.startswith(("/", "~", "./", "../", "\\")) or name in (".", ".."):
+        return True
+    if re.match(r"^[A-Za-z]:[\\/]", name) or "\\" in name:
+        return True
+    return not _REPO_ID.match(name)
+
+
+def check_repo_id(repo_id: str) -> str:
+    if "/" not in repo_id or not _REPO_ID.match(repo_id) or ".." in repo_id:
+        raise UsageError(f"{repo_id!r} is not a Hub repository id (ORG/NAME)")
+    return repo_id
+
+
+def _endpoint(explicit: str | None) -> str | None:
+    """The endpoint to use: explicit, else HF_ENDPOINT read now (huggingface_hub reads it only at import)."""
+    return explicit or os.environ.get("HF_ENDPOINT") or None
+
+
+def _cache_dir() -> str | None:
+    """HF_HUB_CACHE (else HF_HOME/hub) as the environment says now; None: huggingface_hub's default."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.environ["HF_HUB_CACHE"]
+    home = os.environ.get("HF_HOME")
+    return str(Path(home) / "hub") if home else None
+
+
+def offline() -> bool:
+    """HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE), as huggingface_hub read it at import or as the environment says now."""
+    from huggingface_hub import constants
+
+    env = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE")
+    return constants.is_offline_mode() or (env or "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def _hub_error(exc: BaseException, doing: str, where: str | None = None) -> HubError:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return HubError(f"{doing}: {type(exc).__name__}: {text}", where)
+
+
+# -- manifest ------------------------------------------------------------------------------
+
+def _hash_file(path: Path, on_bytes: Callable[[int], None] | None = None) -> tuple[str, str]:
+    """(sha256, git blob sha1) of a file, streamed."""
+    size = path.stat().st_size
+    sha256 = hashlib.sha256()
+    git = hashlib.sha1(f"blob {size}\0".encode())  # noqa: S324 - git's object id, not a security hash
+    with path.open("rb") as fh:
+        while chunk := fh.read(HASH_CHUNK):
+            sha256.update(chunk)
+            git.update(chunk)
+            if on_bytes:
+                on_bytes(len(chunk))
+    return sha256.hexdigest(), git.hexdigest()
+
+
+def build_manifest(directory: Path, names: Sequence[str],
+                   on_bytes: Callable[[int], None] | None = None) -> tuple[list[ManifestEntry], dict[str, str]]:
+    """Manifest entries for ``names`` in ``directory`` and their git blob ids (for regular Hub files)."""
+    entries, git_ids = [], {}
+    for name in sorted(names):
+        sha, git = _hash_file(directory / name, on_bytes)
+        entries.append(ManifestEntry(path=name, size=(directory / name).stat().st_size, sha256=sha))
+        git_ids[name] = git
+    return entries, git_ids
+
+
+def manifest_json(entries: Sequence[ManifestEntry]) -> str:
+    return json.dumps({"format": MANIFEST_FORMAT, "generator": f"eagleconv {__version__}",
+                       "files": [e.model_dump() for e in entries]}, indent=2) + "\n"
+
+
+def read_manifest(directory: Path) -> list[ManifestEntry] | None:
+    from .jsonio import load_json
+
+    path = directory / MANIFEST
+    if not path.exists():
+        return None
+    data = load_json(path)
+    if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT or not isinstance(data.get("files"), list):
+        raise UnsafeInputError(f"not an {MANIFEST_FORMAT} manifest", path)
+    try:
+        entries = [ManifestEntry.model_validate(e) for e in data["files"]]
+    except ValueError as exc:
+        raise UnsafeInputError(f"malformed manifest entry: {str(exc).splitlines()[0]}", path) from None
+    for e in entries:
+        if e.path.startswith(("/", "\\")) or ".." in Path(e.path).parts or e.path == MANIFEST:
+            raise UnsafeInputError(f"manifest names {e.path!r}: not a plain path inside the repository", path)
+    return entries
+
+
+def verify_manifest(directory: Path) -> tuple[bool | None, list[str]]:
+    """Check every manifest entry against the files (size, then sha256).  (None, []) when there is no manifest.
+
+    Raises UnsafeInputError naming the first mismatch of a checkpoint file;
+    a model card edited after publication (or the Hub's .gitattributes) is a note.
+    """
+    entries = read_manifest(directory)
+    if entries is None:
+        return None, []
+    notes: list[str] = []
+    listed = {e.path for e in entries}
+    for e in entries:
+        path = directory / e.path
+        if not path.is_file():
+            raise UnsafeInputError(f"{e.path} is listed in {MANIFEST} but absent", directory)
+        size = path.stat().st_size
+        sha = _hash_file(path)[0] if size == e.size else None
+        if size != e.size or sha != e.sha256:
+            what = f"size {size} != {e.size}" if size != e.size else f"sha256 {sha} != {e.sha256}"
+            if e.path in LENIENT:
+                notes.append(f"{e.path} differs from {MANIFEST} ({what}): edited after publication")
+                continue
+            raise UnsafeInputError(f"{e.path} does not match {MANIFEST}: {what}", directory)
+    extra = sorted(p.name for p in directory.iterdir() if p.is_file() and p.name not in listed | {MANIFEST} | LENIENT)
+    if extra:
+        raise UnsafeInputError(f"files not listed in {MANIFEST}: {', '.join(extra)}", directory)
+    return True, notes
+
+
+# -- downloads -----------------------------------------------------------------------------
+
+def download(ref: HubRef, *, endpoint: str | None = None, token: str | bool | None = None) -> tuple[Path, str | None]:
+    """Snapshot ``ref`` through huggingface_hub's cache; (snapshot dir, commit).  Honours HF_HUB_OFFLINE."""
+    from huggingface_hub import snapshot_download
+
+    where = f"hf://{ref.repo_id}" + (f"@{ref.revision}" if ref.revision else "")
+    local_only = offline()
+    try:
+        path = Path(snapshot_download(ref.repo_id, revision=ref.revision, repo_type="model", cache_dir=_cache_dir(),
+                                      endpoint=_endpoint(endpoint), token=token, local_files_only=local_only))
+    except Exception as exc:  # noqa: BLE001 - every failure becomes one line naming the repository
+        if local_only:
+            raise HubError("HF_HUB_OFFLINE is set and this repository (revision) is not in the Hugging Face cache",
+                           where) from exc
+        raise _hub_error(exc, "download failed", where) from exc
+    return path, path.name if re.fullmatch(r"[0-9a-f]{40}", path.name) else None
+
+
+def local_path(path: str | Path) -> Path:
+    """``hf://ORG/NAME[@REV]`` -> the verified cache snapshot; any other path is returned as a local Path."""
+    if not is_hf_url(path):
+        return Path(path)
+    snapshot, _ = download(parse_hf_url(str(path)))
+    verify_manifest(snapshot)
+    return snapshot
+
+
+def pull(repo_id: str, destination: str | Path, *, revision: str | None = None, endpoint: str | None = None,
+         token: str | bool | None = None, engines: Any = ("vllm",), force: bool = False,
+         ignore: Iterable[str] = ()) -> PullReport:
+    """Download a drafter through the cache, verify its manifest, validate it, then copy it to ``destination``.
+
+    ``destination`` must not exist; it appears complete or not at all.  With
+    error findings nothing is written unless ``force``.
+    """
+    from .validation import validate
+
+    if is_hf_url(repo_id):
+        ref = parse_hf_url(repo_id)
+        repo_id, revision = ref.repo_id, revision or ref.revision
+    check_repo_id(repo_id)
+    dest = Path(destination)
+    if dest.exists() or dest.is_symlink():
+        raise UsageError("destination exists; pull never writes over a directory", dest)
+    if not dest.parent.is_dir():
+        raise UsageError("the destination's parent directory does not exist", dest)
+    snapshot, commit = download(HubRef(repo_id, revision), endpoint=endpoint, token=token)
+    verified, notes = verify_manifest(snapshot)
+    report = validate(snapshot, engines=engines, ignore=ignore)
+    files = sorted(p.name for p in snapshot.iterdir() if p.is_file())
+    result = PullReport(ok=report.ok, repo_id=repo_id, revision=revision, commit=commit, snapshot=str(snapshot),
+                        manifest_verified=verified, files=files, validation=report, notes=notes)
+    if not report.ok and not force:
+        result.notes.append("not written: the drafter has error findings (force=True / --force writes it anyway)")
+        return result
+    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.eagleconv-pull-", dir=dest.parent))
+    try:
+        for name in files:
+            shutil.copyfile(snapshot / name, staging / name)  # follows the cache's blob symlinks
+        os.rename(staging, dest)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    result.destination = str(dest)
+    return result
+
+
+# -- the model card ------------------------------------------------------------------------
+
+def verifier_of(config: dict[str, Any], inspected: InspectReport | None) -> str | None:
+    """The target model the config names, if any (speculators' verifier.name_or_path)."""
+    if inspected is not None and inspected.spec.verifier is not None and inspected.spec.verifier.name_or_path:
+        return inspected.spec.verifier.name_or_path
+    sc = config.get("speculators_config")
+    verifier = sc.get("verifier") if isinstance(sc, dict) else None
+    name = verifier.get("name_or_path") if isinstance(verifier, dict) else None
+    return name if isinstance(name, str) and name else None
+
+
+# Config keys (at any depth) that name the target model; speculators' verifier.name_or_path is read via the spec.
+TARGET_KEYS = ("base_model", "base_model_name_or_path", "target_model", "target_model_name_or_path",
+               "target_model_path", "verifier_name_or_path")
+
+
+def _target_fields(value: Any, where: str = "") -> Iterable[tuple[str, str]]:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            at = f"{where}.{key}" if where else str(key)
+            if key in TARGET_KEYS and isinstance(item, str):
+                yield at, item
+            else:
+                yield from _target_fields(item, at)
+
+
+def publish_findings(config: dict[str, Any], inspected: InspectReport | None) -> list[Finding]:
+    """Checks that matter only for a config about to be published: a target model named by a local path (EC080)."""
+    named: dict[str, str] = {}
+    verifier = verifier_of(config, inspected)
+    if verifier is not None:
+        named["speculators_config.verifier.name_or_path"] = verifier
+    named.update(_target_fields(config))
+    return [Finding(code="EC080", severity="warning",
+                    message=f"{key} is the local path {name!r}: publishing leaks it and nobody can resolve the target "
+                            "from it; the card cannot set base_model (give the Hub id with --base-model ORG/NAME)")
+            for key, name in named.items() if is_local_path(name)]
+
+
+def speculative_tokens(config: dict[str, Any]) -> int:
+    """The number of draft tokens the trainer recorded (speculators' proposal method), else vLLM's common 3."""
+    sc = config.get("speculators_config")
+    methods = sc.get("proposal_methods") if isinstance(sc, dict) else None
+    if isinstance(methods, list) and methods and isinstance(methods[0], dict):
+        k = methods[0].get("speculative_tokens")
+        if isinstance(k, int) and not isinstance(k, bool) and k >= 1:
+            return k
+    return 3
+
+
+def serve_command(target: str | None, repo_id: str, k: int) -> str:
+    spec = json.dumps({"model": repo_id, "method": "eagle3", "num_speculative_tokens": k})
+    return f"vllm serve {target or 'TARGET_MODEL'} --speculative-config '{spec}'"
+
+
+def model_card(repo_id: str, inspected: InspectReport, validation: ValidationReport, base_model: str | None,
+               command: str, files: Sequence[ManifestEntry]) -> str:
+    """A README.md with YAML front matter (base_model, tags) and what a user needs to serve the drafter."""
+    from .drafter import EagleFlags
+
+    spec = inspected.spec
+    tags = ["eagle3", *(["eagle3.1"] if spec.eagle_version == "3.1" else []), "speculative-decoding", "eagleconv"]
+    front = ["---"]
+    if base_model:
+        front.append(f"base_model: {json.dumps(base_model)}")
+    front += ["tags:", *(f"- {t}" for t in tags), "---", ""]
+    name = repo_id.split("/")[-1]
+    version = "EAGLE-3.1" if spec.eagle_version == "3.1" else "EAGLE-3"
+    target = f"[{base_model}](https://huggingface.co/{base_model})" if base_model else "its target model (not recorded)"
+    body = [f"# {name}", "",
+            f"An {version} speculative-decoding drafter ({spec.architecture}) for {target}, "
+            f"published and validated by eagleconv {__version__}.", "",
+            "## Serve with vLLM", "", "```bash", command, "```", ""]
+    if not base_model:
+        body += ["Replace `TARGET_MODEL` with the model this drafter was trained against.", ""]
+    heads = f"{spec.num_attention_heads}" + (f" (KV heads {spec.num_key_value_heads})" if spec.num_key_value_heads else "")
+    rows = [("layout", inspected.format), ("architecture", f"{spec.architecture} (model_type {spec.model_type})"),
+            ("decoder layers", str(spec.num_hidden_layers)), ("hidden size", str(spec.hidden_size)),
+            ("target hidden size", str(spec.target_hidden_size)), ("attention heads", heads),
+            ("head dim", str(spec.head_dim) if spec.head_dim else "MLA"),
+            ("intermediate size", str(spec.intermediate_size)), ("dtype", spec.dtype or "unknown"),
+            ("rms_norm_eps", str(spec.rms_norm_eps) if spec.rms_norm_eps is not None else "not stated"),
+            ("rope", f"theta {spec.rope.theta if spec.rope.theta is not None else 'not stated'}, "
+                     f"scaling {spec.rope.scaling}" + (f" x{spec.rope.factor}" if spec.rope.factor else "")),
+            ("weights", f"{inspected.weights}, {inspected.total_bytes} bytes")]
+    body += ["## Architecture", "", "| field | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows), ""]
+    body += ["## Flags", "", "| flag | value | meaning |", "|---|---|---|"]
+    for flag, value in spec.flags.model_dump().items():
+        body.append(f"| `{flag}` | {str(value).lower()} | {EagleFlags.model_fields[flag].description} |")
+    body.append("")
+    hsi = inspected.aux_layer_ids_hidden_state_index
+    body += ["## Aux layers", "",
+             f"The drafter reads {spec.aux.count} hidden states of the target."]
+    if spec.aux.ids is None:
+        body.append("The checkpoint does not record which layers: engines guess (vLLM: (2, L//2, L-3)).")
+    else:
+        body.append(f"Layer ids as the checkpoint states them: `{list(spec.aux.ids)}` in the `{spec.aux.convention}` "
+                    "convention" + (f"; in vLLM's numbering (the hidden state entering layer i): `{list(hsi)}`."
+                                     if hsi is not None else "."))
+    body += ["", "## Vocabulary", "",
+             f"Target vocabulary {spec.vocab_size}, draft vocabulary {spec.draft_vocab_size}" +
+             (" (compressed: `d2t[i]` is the offset from draft id i to its target id)" if spec.compressed_vocab
+              else " (not compressed)") +
+             f"; d2t {'present' if inspected.vocab.d2t else 'absent'}, t2d {'present' if inspected.vocab.t2d else 'absent'}.",
+             "", "## Validation", "",
+             f"Validated by eagleconv {__version__} for: {', '.join(validation.engines)}"
+             + ("" if validation.numeric_scan else " (no numeric scan)") + ".", ""]
+    if validation.findings:
+        body += ["| severity | code | engine | finding |", "|---|---|---|---|"]
+        body += [f"| {f.severity} | {f.code} | {f.engine or '-'} | {f.message.replace('|', '/')} |"
+                 for f in validation.findings]
+    else:
+        body.append("No findings.")
+    if validation.ignored:
+        body += ["", "Judged acceptable by the publisher (ignored): " +
+                 ", ".join(sorted({f.code for f in validation.ignored})) + "."]
+    body += ["", "## Files", "", f"`{MANIFEST}` lists the size and sha256 of every file.", "",
+             "| file | bytes | sha256 |", "|---|---|---|", *(f"| {e.path} | {e.size} | `{e.sha256}` |" for e in files), ""]
+    return "\n".join(front + body)
+
+
+# -- push ----------------------------------------------------------------------------------
+
+def served_as(repo_id: str, engines: Any) -> list[Finding]:
+    """EC041 for the name users will serve: the repo id, not the local directory validate saw.
+
+    The engines' own method-detection rules run on ``repo_id`` (they read only the path).
+    """
+    from types import SimpleNamespace
+
+    from .engines import resolve_engines
+
+    out: list[Finding] = []
+    for profile in resolve_engines(engines):
+        for check in profile.checks:
+            if "EC041" in getattr(check, "codes", ()):
+                out += check(SimpleNamespace(path=repo_id), SimpleNamespace(profile=profile))
+    return out
+
+
+def _forward_kwargs() -> dict[str, Any]:
+    """``forward=True`` when this eagleconv's validate() has a forward pass (the hook for ``validate --forward``)."""
+    import inspect as pyinspect
+
+    from .validation import validate
+
+    return {"forward": True} if "forward" in pyinspect.signature(validate).parameters else {}
+
+
+def checkpoint_files(source: Path) -> tuple[list[str], list[str]]:
+    """(files that make up the checkpoint, other files in the directory): only the former are published."""
+    from .io.reader import open_checkpoint
+
+    store = open_checkpoint(source)
+    try:
+        names = sorted({"config.json", *store.files})
+    finally:
+        store.close()
+    others = sorted(p.name for p in source.iterdir() if p.name not in names and p.name not in (CARD, MANIFEST))
+    return names, others
+
+
+def push(path: str | Path, repo_id: str, *, revision: str | None = None, create_pr: bool = False,
+         private: bool = False, endpoint: str | None = None, token: str | bool | None = None,
+         engines: Any = ("vllm",), strict: bool = False, ignore: Iterable[str] = (), numeric: bool = True,
+         dry_run: bool = False, stage_dir: str | Path | None = None, base_model: str | None = None,
+         commit_message: str | None = None, progress: Progress | None = None) -> PushReport:
+    """Validate the drafter at ``path`` and publish it to ``repo_id`` in one commit: the pre-upload gate.
+
+    Refused (``refused=True``, nothing staged, no network request) on any
+    error finding, or with ``strict`` on any warning not in ``ignore``.
+    Otherwise a staging copy gets README.md and MANIFEST.json; with
+    ``dry_run`` it is kept and nothing is sent.  Raises HubError (exit 2)
+    when the Hub cannot be reached before the commit; a failed or unverified
+    commit is reported (``ok=False``, ``error``, ``remote``), never retried.
+    """
+    from .inspection import inspect
+    from .validation import validate
+    from .validation.api import apply_ignore
+
+    if is_hf_url(path):
+        raise UsageError("push publishes a local directory; pull the repository first")
+    source = Path(path)
+    check_repo_id(repo_id)
+    if base_model is not None and is_local_path(base_model):
+        raise UsageError(f"--base-model {base_model!r} is a local path, not a Hub id")
+    revision = revision or "main"
+    seen = _stat(source)  # what validation reads; the staged copy must be of the same bytes
+    forward = _forward_kwargs()
+    report = validate(source, engines=engines, numeric=numeric, **forward)
+    config = _config_of(source)
+    inspected = inspect(source) if report.ok else None
+    extra = publish_findings(config, inspected)
+    findings = [f for f in report.findings if f.code != "EC041"] + served_as(repo_id, engines) + extra
+    report = apply_ignore(report.model_copy(update={"findings": findings}), ignore)
+    result = PushReport(ok=False, source=str(source), repo_id=repo_id, revision=revision, create_pr=create_pr,
+                        private=private, endpoint=_endpoint(endpoint), dry_run=dry_run, validation=report,
+                        publish_findings=extra)
+    if not forward:
+        result.notes.append("no forward pass: this eagleconv's validate() has none (static and numeric checks only)")
+    warnings = [f for f in report.findings if f.severity == "warning"]
+    if not report.ok or (strict and warnings) or inspected is None:
+        result.refused = True
+        bad = [f for f in report.findings if f.severity == "error"] or warnings
+        result.error = (f"refused: {len(bad)} {'error' if not report.ok else 'warning'} finding(s), first: "
+                        f"[{bad[0].code}] {bad[0].message}" if bad else "refused")
+        return result
+
+    names, others = checkpoint_files(source)
+    result.not_published = others
+    verifier = verifier_of(config, inspected)
+    result.base_model = base_model or (verifier if verifier and not is_local_path(verifier) else None)
+    result.serve_command = serve_command(result.base_model, repo_id, speculative_tokens(config))
+
+    keep = dry_run or stage_dir is not None
+    staged = _make_stage(source, stage_dir)
+    try:
+        on_total, on_bytes = progress or (None, None)
+        for name in names:
+            shutil.copyfile(source / name, staged / name)
+        if on_total:
+            on_total(sum((staged / n).stat().st_size for n in names))
+        entries, git_ids = build_manifest(staged, names, on_bytes)
+        now = _stat(source)
+        changed = [n for n in names if now.get(n) != seen.get(n)]
+        if changed:
+            raise UsageError(f"{', '.join(changed)} changed while push validated and staged it; nothing was sent",
+                             source)
+        card = model_card(repo_id, inspected, report, result.base_model, result.serve_command, entries)
+        (staged / CARD).write_text(card, encoding="utf-8")
+        card_entries, card_git = build_manifest(staged, [CARD])
+        entries = sorted([*entries, *card_entries], key=lambda e: e.path)
+        git_ids.update(card_git)
+        (staged / MANIFEST).write_text(manifest_json(entries), encoding="utf-8")
+        result.files, result.model_card = entries, card
+        if others:
+            result.notes.append(f"not published (not part of the checkpoint): {', '.join(others)}")
+        if (source / CARD).exists():
+            result.notes.append(f"the source's own {CARD} is replaced by the generated model card")
+        if keep:
+            result.staged = str(staged)
+        if dry_run:
+            result.ok = True
+            return result
+        verify_manifest(staged)  # what is sent is what was hashed
+        _upload(result, staged, entries, git_ids, token=token, commit_message=commit_message)
+        return result
+    finally:
+        if not keep:
+            shutil.rmtree(staged, ignore_errors=True)
+
+
+def _stat(directory: Path) -> dict[str, tuple[int, int]]:
+    """(size, mtime_ns) of every regular file in ``directory`` (an empty dict when it is not one)."""
+    if not directory.is_dir():
+        return {}
+    return {e.name: (e.stat().st_size, e.stat().st_mtime_ns) for e in os.scandir(directory) if e.is_file()}
+
+
+def _config_of(source: Path) -> dict[str, Any]:
+    from .jsonio import load_json
+
+    config = load_json(source / "config.json")
+    return config if isinstance(config, dict) else {}
+
+
+def _make_stage(source: Path, stage_dir: str | Path | None) -> Path:
+    if stage_dir is None:
+        return Path(tempfile.mkdtemp(prefix="eagleconv-push-"))
+    from .io.writer import check_not_overlapping
+
+    staged = Path(stage_dir)
+    check_not_overlapping([source], staged)
+    if staged.exists():
+        raise UsageError("the staging directory exists; push stages into a new directory", staged)
+    staged.mkdir(parents=True)
+    return staged
+
+
+def _api(endpoint: str | None, token: str | bool | None) -> HfApi:
+    from huggingface_hub import HfApi
+
+    return HfApi(endpoint=_endpoint(endpoint), token=token)
+
+
+def _head(api: HfApi, repo_id: str, revision: str) -> str | None:
+    """The commit ``revision`` points to, or None when the branch does not exist."""
+    from huggingface_hub.errors import RevisionNotFoundError
+
+    try:
+        return api.model_info(repo_id, revision=revision).sha
+    except RevisionNotFoundError:
+        return None
+
+
+def _remote(api: HfApi, repo_id: str, revision: str) -> list[RemoteFile]:
+    from huggingface_hub.hf_api import RepoFile
+
+    return sorted((RemoteFile(path=f.path, size=f.size, sha256=f.lfs.sha256 if f.lfs is not None else None,
+                              git_oid=f.blob_id)
+                   for f in api.list_repo_tree(repo_id, revision=revision, recursive=True)
+                   if isinstance(f, RepoFile)), key=lambda f: f.path)
+
+
+def compare(remote: Sequence[RemoteFile], entries: Sequence[ManifestEntry], git_ids: dict[str, str]) -> list[str]:
+    """Manifest entries the remote lacks or holds with another size or hash."""
+    by_path = {f.path: f for f in remote}
+    problems = []
+    for e in entries:
+        f = by_path.get(e.path)
+        if f is None:
+            problems.append(f"{e.path}: absent on the remote")
+        elif f.size != e.size:
+            problems.append(f"{e.path}: remote size {f.size} != {e.size}")
+        elif f.sha256 is not None and f.sha256 != e.sha256:
+            problems.append(f"{e.path}: remote sha256 {f.sha256} != {e.sha256}")
+        elif f.sha256 is None and f.git_oid is not None and e.path in git_ids and f.git_oid != git_ids[e.path]:
+            problems.append(f"{e.path}: remote git blob id {f.git_oid} != {git_ids[e.path]}")
+    return problems
+
+
+def _upload(result: PushReport, staged: Path, entries: Sequence[ManifestEntry], git_ids: dict[str, str], *,
+            token: str | bool | None, commit_message: str | None) -> None:
+    """Create the repo/branch if needed, then ONE create_commit; verify or reconcile.  Fills ``result``."""
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete
+
+    if offline():
+        raise HubError("HF_HUB_OFFLINE is set: push needs the Hub (use --dry-run to stage without it)")
+    repo_id, revision = result.repo_id, result.revision
+    api = _api(result.endpoint, token)
+    try:
+        api.create_repo(repo_id, private=True if result.private else None, exist_ok=True, repo_type="model")
+        parent = _head(api, repo_id, revision)
+        if parent is None:
+            if result.create_pr:
+                raise HubError(f"--create-pr needs an existing branch to open the PR against; {revision!r} does not exist")
+            api.create_branch(repo_id, branch=revision)
+            parent = _head(api, repo_id, revision)
+        before = _remote(api, repo_id, parent) if parent else []
+    except HubError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise _hub_error(exc, "before the commit (nothing was uploaded)", f"{result.endpoint or 'hub'}/{repo_id}") from exc
+    result.parent_commit = parent
+    uploading = {e.path for e in entries} | {MANIFEST}
+    result.deleted = sorted(f.path for f in before if f.path not in uploading and f.path.endswith(WEIGHT_SUFFIXES))
+    operations: list[Any] = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(staged / name))
+                             for name in sorted(uploading)]
+    operations += [CommitOperationDelete(path_in_repo=name) for name in result.deleted]
+    message = commit_message or f"eagleconv {__version__}: validated drafter ({', '.join(result.validation.engines)})"
+    manifest_entry, manifest_git = build_manifest(staged, [MANIFEST])
+    expected = [*entries, *manifest_entry]
+    git_ids = {**git_ids, **manifest_git}
+    try:
+        info = api.create_commit(repo_id, operations, commit_message=message, revision=revision,
+                                 create_pr=result.create_pr, parent_commit=parent)
+    except Exception as exc:  # noqa: BLE001 - reported with the remote's state, never retried
+        result.error = _hub_error(exc, "the commit failed").message
+        _reconcile(result, api, expected, git_ids)
+        return
+    result.commit_oid, result.commit_url, result.pr_url = info.oid, str(info.commit_url), info.pr_url
+    try:
+        result.remote = _remote(api, repo_id, info.oid)
+    except Exception as exc:  # noqa: BLE001
+        result.error = _hub_error(exc, f"the commit {info.oid} landed but its file list could not be read").message
+        return
+    result.mismatches = compare(result.remote, expected, git_ids)
+    stale = [p for p in result.deleted if any(f.path == p for f in result.remote)]
+    result.mismatches += [f"{p}: still on the remote after the commit deleted it" for p in stale]
+    result.ok = not result.mismatches
+    if result.mismatches:
+        result.error = f"the remote at {info.oid} does not match the manifest"
+
+
+def _reconcile(result: PushReport, api: HfApi, expected: Sequence[ManifestEntry], git_ids: dict[str, str]) -> None:
+    """After a failed commit: say whether the branch moved, and compare what it holds with the manifest."""
+    try:
+        head = _head(api, result.repo_id, result.revision)
+        result.remote = _remote(api, result.repo_id, head) if head else []
+    except Exception as exc:  # noqa: BLE001
+        result.notes.append(f"the remote could not be read back: {_hub_error(exc, 'read-back').message}")
+        return
+    if head == result.parent_commit:
+        result.notes.append(f"no commit landed: {result.revision} is unchanged at {head} (not retried; re-run push)")
+        return
+    result.mismatches = compare(result.remote, expected, git_ids)
+    if not result.mismatches and not result.create_pr:
+        result.ok, result.commit_oid = True, head
+        result.notes.append(f"the commit response was lost but {result.revision} moved to {head} and matches the "
+                            "manifest: the push landed")
+        result.error = None
+    else:
+        result.notes.append(f"{result.revision} moved from {result.parent_commit} to {head} (another writer?); "
+                            "its files are listed in `remote`")

@@ -1,0 +1,76 @@
+"""NaN/Inf and all-zero detection on the raw bits of bytes already in a file.
+
+The writer calls :func:`scan_file_range` on each tensor right after copying
+it, so the pages it reads are still in the page cache: the check costs a
+memory pass (about 0.25 s for 2.4 GB on the benchmark VM), not a second
+disk read.  A float is non-finite exactly when its exponent bits are all ones,
+so for each dtype ``(bits & magnitude_mask) >= first_nonfinite``; one masked
+max per chunk answers both "any NaN/Inf?" and "any non-zero?", and only a
+chunk that holds a NaN/Inf is looked at again to count them.  The file is
+mapped read-only rather than read into a buffer (no copy: 0.25 s vs 0.35 s).
+"""
+
+from __future__ import annotations
+
+import mmap
+from dataclasses import dataclass
+
+# dtype -> (unsigned view of the bits, mask that drops the sign, smallest non-finite magnitude)
+_BITS: dict[str, tuple[str, int, int]] = {
+    "BF16": ("<u2", 0x7FFF, 0x7F80),
+    "F16": ("<u2", 0x7FFF, 0x7C00),
+    "F32": ("<u4", 0x7FFF_FFFF, 0x7F80_0000),
+    "F64": ("<u8", 0x7FFF_FFFF_FFFF_FFFF, 0x7FF0_0000_0000_0000),
+    "F8_E5M2": ("|u1", 0x7F, 0x7C),
+    "F8_E4M3": ("|u1", 0x7F, 0x7F),  # e4m3fn has no Inf; only S.1111.111 is NaN
+}
+SCANNED_DTYPES = frozenset(_BITS)
+SCAN_CHUNK_BYTES = 1024 * 1024  # stays in the CPU caches; larger chunks measured slower
+
+
+@dataclass(frozen=True)
+class ValueScan:
+    """What a scan of one tensor found: NaN/Inf count and first flat index, and whether any element is non-zero."""
+
+    nonfinite: int
+    first_nonfinite: int | None
+    nonzero: bool
+
+
+def scan_file_range(fd: int, offset: int, nbytes: int, dtype: str) -> ValueScan | None:
+    """Scan ``nbytes`` of ``fd`` (opened for reading) at ``offset`` as ``dtype`` values; None if not a float dtype."""
+    if dtype not in _BITS or nbytes == 0:
+        return None
+    import numpy as np
+
+    view_dtype, mask, threshold = _BITS[dtype]
+    itemsize = np.dtype(view_dtype).itemsize
+    start = offset - offset % mmap.ALLOCATIONGRANULARITY
+    mapped = mmap.mmap(fd, offset + nbytes - start, prot=mmap.PROT_READ, flags=mmap.MAP_SHARED, offset=start)
+    try:
+        return _scan(mapped, offset - start, nbytes // itemsize, view_dtype, mask, threshold)
+    finally:
+        try:
+            mapped.close()
+        except BufferError:  # an exception's traceback still holds the array; the map goes with it
+            pass
+
+
+def _scan(buffer: mmap.mmap, at: int, count: int, view_dtype: str, mask: int, threshold: int) -> ValueScan:
+    import numpy as np
+
+    values = np.frombuffer(buffer, dtype=view_dtype, count=count, offset=at)
+    step = SCAN_CHUNK_BYTES // values.itemsize
+    scratch = np.empty(min(step, values.size), dtype=view_dtype)
+    hits, first, top = 0, None, 0
+    for begin in range(0, values.size, step):
+        masked = scratch[: min(step, values.size - begin)]
+        np.bitwise_and(values[begin:begin + masked.size], mask, out=masked)
+        high = int(masked.max())
+        top = max(top, high)
+        if high >= threshold:
+            bad = masked >= threshold
+            if first is None:
+                first = begin + int(np.argmax(bad))
+            hits += int(np.count_nonzero(bad))
+    return ValueScan(nonfinite=hits, first_nonfinite=first, nonzero=top > 0)
