@@ -63,3 +63,14 @@ def test_malformed_values_are_findings_not_crashes(drafter, key, value, architec
                    run("validate", str(src), "--engine", "all", "--no-numeric", "--json")):
         assert result.exit_code == 1, result.output
         assert any(key in m for m in ec005(result)), result.output
+
+
+def test_speculators_layer_model_type_not_a_string_is_a_finding(drafter):
+    """Found by the soak run: vLLM's speculators translation was modelled with a set lookup that crashed."""
+    src = drafter(producer="speculators")
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["transformer_layer_config"]["model_type"] = []
+    (src / "config.json").write_text(json.dumps(cfg))
+    result = run("validate", str(src), "--engine", "all", "--no-numeric", "--json")
+    assert result.exit_code == 1, result.output
+    assert "internal error" not in result.output and ec005(result), result.output
