@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import __version__
-from .drafter import AuxConvention, AuxLayers, DrafterSpec
+from .drafter import AuxConvention, AuxLayers, DrafterSpec, Verifier
 from .errors import ConversionError, FindingsError, UsageError
 from .formats import get_layout
 from .canonical import layer_indices
-from .formats.base import Layout, get_path, rename, write_config
+from .formats.base import MISSING, Layout, get_path, rename, write_config
 from .io.finite import ValueScan
 from .io.writer import CheckpointWriter, OutputTensor, check_not_overlapping
 from .jsonio import dump_json
@@ -33,6 +33,7 @@ from .loading import LoadedDrafter, load_drafter
 from .report import ConvertReport, Finding, PlanRow, StepDivergence
 from .validation.numeric import ZERO_CHECKED
 from .validation.structural import checkpoint_findings
+from .verifier import resolve_verifier
 from .vocab import check_d2t, identity_d2t, t2d_from_target_ids
 
 
@@ -109,10 +110,13 @@ def _compat_problems(dst: type[Layout], spec: DrafterSpec, layer_count: int) -> 
 def plan_conversion(loaded: LoadedDrafter, to: str, *, drop: Iterable[str] = (),
                     aux_layer_ids: Sequence[int] | None = None,
                     aux_convention: AuxConvention = "hidden_state_index",
-                    transform: Transform | None = None) -> tuple[ConvertReport, list[OutputTensor], dict]:
+                    transform: Transform | None = None,
+                    verifier: str | Verifier | None = None) -> tuple[ConvertReport, list[OutputTensor], dict]:
     """Plan a conversion from headers and small vectors (plus ``transform``'s computed tensors).
 
-    Raises ConversionError when the layout change cannot be exact.
+    Raises ConversionError when the layout change cannot be exact.  ``verifier`` (``--verifier``):
+    the target model to name in the output, a Hub id or a local model directory; it replaces
+    whatever the source names.
     """
     dst = get_layout(to)
     try:
@@ -137,6 +141,15 @@ def plan_conversion(loaded: LoadedDrafter, to: str, *, drop: Iterable[str] = (),
     if transform is not None:
         spec = transform.spec
         notes += transform.notes
+
+    if verifier is not None:
+        named = resolve_verifier(verifier) if isinstance(verifier, str) else verifier
+        old_name = spec.verifier.name_or_path if spec.verifier else None
+        spec = spec.model_copy(update={"verifier": named})
+        notes.append(f"verifier set to {named.name_or_path!r}"
+                     + (f" (architectures {list(named.architectures)})" if named.architectures else
+                        " (a Hub id: architectures unknown)")
+                     + " by --verifier" + (f", replacing {old_name!r}" if old_name and old_name != named.name_or_path else ""))
 
     unmatched = sorted(d for d in drop_set if not any(_matches_drop(c, n, {d}) for c, n in read.canonical.items()))
     if unmatched:
@@ -197,7 +210,7 @@ def plan_conversion(loaded: LoadedDrafter, to: str, *, drop: Iterable[str] = (),
 
     present = (set(read.tensors) | set(computed)) - set(removed) - {
         r for r in read.canonical if _matches_drop(r, read.canonical[r], drop_set)}
-    for needed in dst.requires:
+    for needed in dst.requires_for(spec):
         if needed in present:
             continue
         derived = _derive(needed, loaded, spec)
@@ -221,8 +234,20 @@ def plan_conversion(loaded: LoadedDrafter, to: str, *, drop: Iterable[str] = (),
                            destination_format=dst.name, dry_run=True, plan=plan,
                            config_changes=_config_changes(loaded, dst, spec, config), notes=notes,
                            exact=transform.exact if transform is not None else True,
-                           divergence=list(transform.divergence) if transform is not None else [])
+                           divergence=list(transform.divergence) if transform is not None else [],
+                           findings=output_findings(dst, spec))
     return report, out, config
+
+
+def output_findings(dst: type[Layout], spec: DrafterSpec) -> list[Finding]:
+    """What the destination's own loader will refuse in the output (the source had no say in it)."""
+    out: list[Finding] = []
+    if dst.carries_verifier and not (spec.verifier and spec.verifier.name_or_path):
+        out.append(Finding(code="EC043", severity="warning", message=(
+            f"the {dst.name} output names no verifier (speculators_config.verifier.name_or_path is null): "
+            "speculators' SpeculatorModel.from_pretrained calls AutoConfig.from_pretrained on it and fails; "
+            "pass --verifier NAME_OR_PATH")))
+    return out
 
 
 def _derive(needed: str, loaded: LoadedDrafter, spec: DrafterSpec) -> tuple[bytes, str, tuple[int, ...], str] | None:
@@ -255,18 +280,29 @@ def _leaf_paths(node: object, prefix: str = "") -> set[str]:
 def _config_changes(loaded: LoadedDrafter, dst: type[Layout], spec: DrafterSpec, config: dict) -> list[str]:
     """Source config fields that do not reach the destination, and rewritten values worth a word.
 
-    Keys the source layout owns (speculators_config, _torchspec_version...)
-    are structure, not drafter facts, and are not listed, except the verifier
-    name, which only the speculators layout can carry.
+    A field the spec read, or carried, or that the output states with the same value (at the same path,
+    or at the same place relative to the decoder: speculators nests it in transformer_layer_config) is
+    kept.  The source layout's own structure (its ``meta_keys``: speculators_model_type,
+    _torchspec_version...) is not listed; the verifier name is, when the destination cannot carry it.
     """
     source = loaded.store.config or {}
     src = loaded.layout
-    kept = loaded.read.consumed | {src.decoder_prefix() + k for k in spec.extra}
+    src_prefix, dst_prefix = src.decoder_prefix(), dst.decoder_prefix()
+    kept = loaded.read.consumed | {src_prefix + k for k in spec.extra}
     changes = []
     for path in sorted(_leaf_paths(source)):
-        if path.split(".")[0] in src.meta_keys or any(path == k or path.startswith(k + ".") for k in kept):
+        if any(path == k or path.startswith(k + ".") for k in kept | src.meta_keys):
             continue
-        changes.append(f"dropped config field {path} = {get_path(source, path)!r} (the {dst.name} layout has no place for it)")
+        value = get_path(source, path)
+        rel = path[len(src_prefix):] if src_prefix and path.startswith(src_prefix) else path
+        written = [w for w in (get_path(config, p) for p in dict.fromkeys((path, dst_prefix + rel, rel)))
+                   if w is not MISSING]
+        if value in written:
+            continue
+        if written:
+            changes.append(f"config field {path} = {value!r} is written as {written[0]!r} by the {dst.name} layout")
+        else:
+            changes.append(f"dropped config field {path} = {value!r} (the {dst.name} layout has no place for it)")
     if spec.verifier and spec.verifier.name_or_path and not dst.carries_verifier:
         changes.append(f"dropped verifier {spec.verifier.name_or_path!r} (only the speculators layout records it)")
     if spec.aux.ids and spec.aux.convention != dst.aux_convention_for(spec.architecture):
@@ -338,14 +374,15 @@ class _NumericCheck:
 def convert(source: str | Path, destination: str | Path, to: str | None, *, from_format: str | None = None,
             dry_run: bool = False, force: bool = False, overwrite: bool = False, drop: Iterable[str] = (),
             aux_layer_ids: Sequence[int] | None = None, aux_convention: AuxConvention = "hidden_state_index",
-            max_shard_size: int | None = None, allow_pickle: bool = False, durable: bool = True,
-            numeric: bool = True, on_bytes: Callable[[int], None] | None = None, on_total: Callable[[int], None] | None = None,
+            verifier: str | Verifier | None = None, max_shard_size: int | None = None, allow_pickle: bool = False,
+            durable: bool = True, numeric: bool = True, on_bytes: Callable[[int], None] | None = None,
+            on_total: Callable[[int], None] | None = None,
             transform: Callable[[LoadedDrafter], Transform] | None = None) -> ConvertReport:
     """Convert ``source`` to layout ``to`` (None: the source's own) at ``destination``.  See the module docstring.
 
     ``transform``: builds the :class:`Transform` (upgrade, downgrade) from the
     opened source; its computed tensors go through the same plan, staging and
-    verification as copied ones.
+    verification as copied ones.  ``verifier``: see :func:`plan_conversion`.
 
     ``durable=False`` skips fsync (the output is still published atomically).
     ``numeric`` checks every float tensor for NaN/Inf (EC060) as it is written,
@@ -371,8 +408,8 @@ def convert(source: str | Path, destination: str | Path, to: str | None, *, from
         to = to or loaded.layout.name
         changed = transform(loaded) if transform is not None else None
         report, tensors, config = plan_conversion(loaded, to, drop=drop, aux_layer_ids=aux_layer_ids,
-                                                  aux_convention=aux_convention, transform=changed)
-        report.findings = findings
+                                                  aux_convention=aux_convention, transform=changed, verifier=verifier)
+        report.findings = findings + report.findings
         report.destination = str(destination)
         report.dry_run = dry_run
         if dry_run:

@@ -130,7 +130,7 @@ class Rope(_Frozen):
     attn_factor: float | None = None
     extrapolation_factor: float | None = None
     interleaved: bool = Field(False, description="GPT-J pairwise rotation (MLA) instead of neox halves")
-    stated: dict[str, Any] = Field(default_factory=dict, description="rope_theta / rope_scaling / rope_parameters as read")
+    stated: dict[str, Any] = Field(default_factory=dict, description="the stated rope in both spellings, equal: rope_theta + rope_scaling and rope_parameters")
 
     @classmethod
     def from_config(cls, stated: dict[str, Any], *, interleaved: bool = False, theta: float | None = None) -> Rope:
@@ -226,6 +226,18 @@ class DrafterSpec(_Frozen):
     extra: dict[str, Any] = Field(default_factory=dict, description="config keys carried through unchanged")
     defaulted: tuple[str, ...] = Field((), description="fields the source config did not state, taken from its layout's "
                                        "documented default (reported; conversion does not write them)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _rope_from_config_keys(cls, data: Any) -> Any:
+        """``rope={"rope_theta": ..., "rope_scaling": ...}`` (config spelling) is parsed into the typed Rope."""
+        rope = data.get("rope") if isinstance(data, dict) else None
+        if isinstance(rope, dict) and rope and set(rope) <= set(ROPE_CONFIG_KEYS):
+            from . import architectures
+
+            arch = architectures.ARCHITECTURES.get(data.get("architecture", ""))
+            data = {**data, "rope": Rope.from_config(rope, interleaved=arch.rope_interleaved if arch else False)}
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> DrafterSpec:

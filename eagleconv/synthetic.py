@@ -131,8 +131,24 @@ def _decoder_config(recipe: DrafterRecipe) -> dict[str, Any]:
     return cfg
 
 
+# What a producer's own writer cannot emit, so the generator refuses it rather than build a file no such
+# producer writes (SafeAILab EAGLE; ModelOpt's hf_spec_export.py).
+_CANNOT_WRITE = {
+    ("modelopt", "eagle31"): "ModelOpt's exporter (hf_spec_export.py _check_valid_sd) asserts that every key is in "
+                             "its allow-list, which has no fc_norm: it cannot write an EAGLE-3.1 drafter",
+    ("eagle", "eagle31"): "SafeAILab EAGLE has no EAGLE-3.1 switch (fc_norm / norm_output)",
+}
+
+
+def check_recipe(recipe: DrafterRecipe) -> None:
+    """Raise ValueError for a recipe its producer cannot write."""
+    if recipe.eagle31 and (recipe.producer, "eagle31") in _CANNOT_WRITE:
+        raise ValueError(_CANNOT_WRITE[(recipe.producer, "eagle31")])
+
+
 def producer_config(recipe: DrafterRecipe) -> dict[str, Any]:
     """config.json as the recipe's producer writes it (each layout module's docstring says which exporter that is)."""
+    check_recipe(recipe)
     d, p = recipe.dims, recipe.producer
     flags31 = {"fc_norm": recipe.eagle31, "norm_output": recipe.eagle31}
     arch = architectures.get(recipe.architecture)
@@ -226,6 +242,7 @@ def make_drafter(directory: str | Path, recipe: DrafterRecipe | None = None, **o
     from safetensors.torch import save_file
 
     recipe = replace(recipe or DrafterRecipe(), **overrides)
+    check_recipe(recipe)
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     tensors = producer_tensors(recipe)

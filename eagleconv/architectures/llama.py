@@ -113,7 +113,7 @@ class Llama(Architecture):
     @classmethod
     def attention(cls, u: torch.Tensor, pos: torch.Tensor, cache: Any, w: Any, p: str, spec: DrafterSpec, rope: Any,
                   ops: Any, eps: float) -> tuple[torch.Tensor, Any]:
-        """GQA with neox RoPE over the drafter's KV cache."""
+        """GQA with neox RoPE over the drafter's KV cache (vLLM: llama_eagle3.py, LlamaAttention)."""
         from ..forward.attention import attend, extend
         from ..forward.rope import cos_sin, rotate_neox
 

@@ -18,6 +18,7 @@ import click
 
 from .. import __version__
 from ..errors import EagleconvError, Interrupted, raise_on_termination
+from .options import verifier_option
 
 if TYPE_CHECKING:
     from ..drafter import AuxConvention
@@ -149,10 +150,11 @@ def inspect(ctx: click.Context, path: str, from_format: str | None, allow_pickle
               help="Skip fsync (faster on slow disks; still atomic, but a power loss may lose the output).")
 @click.option("--allow-pickle", is_flag=True, help="Load .bin/.pt pickles with torch.load(weights_only=True).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@verifier_option
 @click.pass_context
 def convert(ctx: click.Context, src: str, dst: str, to: str, from_format: str | None, dry_run: bool, drop: tuple[str, ...],
             aux_layer_ids: str | None, aux_convention: AuxConvention, max_shard_size: str | None, overwrite: bool, force: bool,
-            no_numeric: bool, no_fsync: bool, allow_pickle: bool, as_json: bool) -> None:
+            no_numeric: bool, no_fsync: bool, allow_pickle: bool, as_json: bool, verifier: str | None = None) -> None:
     """Convert drafter SRC to layout --to at DST, exactly (tensor bytes are preserved)."""
     from ..conversion import convert as convert_checkpoint
 
@@ -168,7 +170,7 @@ def convert(ctx: click.Context, src: str, dst: str, to: str, from_format: str | 
         with _progress(enabled=not as_json and not dry_run) as (on_total, on_bytes):
             report = convert_checkpoint(src, dst, to, from_format=from_format, dry_run=dry_run, force=force,
                                         overwrite=overwrite, drop=drop, aux_layer_ids=ids,
-                                        aux_convention=aux_convention, max_shard_size=shard,
+                                        aux_convention=aux_convention, verifier=verifier, max_shard_size=shard,
                                         allow_pickle=allow_pickle, durable=not no_fsync,
                                         numeric=not no_numeric, on_bytes=on_bytes, on_total=on_total)
         if as_json:
@@ -253,6 +255,7 @@ def formats(as_json: bool) -> None:
 
 
 from . import validate_cmds  # noqa: E402,F401
+from . import transform_cmds  # noqa: E402,F401
 from . import hub_cmds  # noqa: E402,F401
 
 def main() -> None:

@@ -3,7 +3,8 @@
 Each engine is one module that registers :class:`~eagleconv.engines.base.EngineProfile`
 objects with ``register``.  Users name a profile as ``vllm`` (the engine's
 default release), ``vllm:0.32`` / ``vllm 0.32`` (a given one) or ``all`` (the
-default release of every engine).
+default release of every serving engine; library consumers such as speculators
+are named explicitly).
 """
 
 from __future__ import annotations
@@ -13,13 +14,16 @@ from .base import EngineProfile, EngineView, Subject, engine_view
 
 PROFILES: dict[str, EngineProfile] = {}
 DEFAULTS: dict[str, str] = {}
+NOT_IN_ALL: set[str] = set()  # engines ``all`` leaves out (a training library, not a server)
 
 
-def register(profile: EngineProfile, *, default: bool = False) -> EngineProfile:
+def register(profile: EngineProfile, *, default: bool = False, in_all: bool = True) -> EngineProfile:
     """Add a profile; the first one of an engine (or one marked default) is what ``--engine NAME`` picks."""
     if profile.label in PROFILES:
         raise ValueError(f"engine profile {profile.label!r} registered twice")
     PROFILES[profile.label] = profile
+    if not in_all:
+        NOT_IN_ALL.add(profile.engine)
     if default or profile.engine not in DEFAULTS:
         DEFAULTS[profile.engine] = profile.label
     return profile
@@ -33,7 +37,7 @@ def resolve_engines(names: tuple[str, ...] | list[str] | str) -> list[EngineProf
     for raw in names:
         name = raw.strip().lower().replace("==", " ").replace(":", " ").replace("@", " ")
         if name == "all":
-            picked = [PROFILES[label] for label in DEFAULTS.values()]
+            picked = [PROFILES[label] for engine, label in DEFAULTS.items() if engine not in NOT_IN_ALL]
         elif name in DEFAULTS:
             picked = [PROFILES[DEFAULTS[name]]]
         elif " ".join(name.split()) in PROFILES:
@@ -46,7 +50,7 @@ def resolve_engines(names: tuple[str, ...] | list[str] | str) -> list[EngineProf
 
 
 # Importing the engine modules registers their profiles (vllm first: it is the default engine).
-from . import vllm, sglang, trtllm, tokenspeed  # noqa: E402,F401,I001
+from . import vllm, sglang, trtllm, tokenspeed, speculators  # noqa: E402,F401,I001
 
 __all__ = ["DEFAULTS", "PROFILES", "EngineProfile", "EngineView", "Subject", "engine_view", "register",
            "resolve_engines"]

@@ -26,6 +26,7 @@ from ..canonical import CANONICAL_NAME, FC_NORM_NAME, layer_indices
 from ..drafter import ROPE_CONFIG_KEYS, AuxConvention, AuxLayers, DrafterSpec, EagleFlags, Rope
 from ..io.dtypes import CONFIG_DTYPE_NAMES
 from ..io.reader import TensorInfo
+from ..rope import both_spellings
 
 # -- tensor renames -------------------------------------------------------------
 
@@ -222,6 +223,11 @@ class Layout:
         return {}
 
     @classmethod
+    def requires_for(cls, spec: DrafterSpec) -> tuple[str, ...]:
+        """Canonical tensors this layout's reader needs for ``spec`` (derived exactly when the source lacks them)."""
+        return cls.requires
+
+    @classmethod
     def aux_convention_for(cls, architecture: str) -> AuxConvention:
         """Numbering convention of the aux ids this layout stores for ``architecture``."""
         return cls.aux_convention
@@ -325,8 +331,8 @@ def _numeric_defaults(layout: type[Layout], arch: type[Architecture], values: di
 
 
 # JSON types engines need; a "64" or 64.0 works in one engine and fails (or is coerced) in another.
-INT_FIELDS = SHAPE_FIELDS + ("num_hidden_layers", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
-                             "qk_rope_head_dim", "v_head_dim", "max_position_embeddings")
+INT_FIELDS = SHAPE_FIELDS + ("num_hidden_layers", "max_position_embeddings") + tuple(
+    f for arch in architectures.ARCHITECTURES.values() for f in arch.config_fields if f not in SHAPE_FIELDS)
 BOOL_FIELDS = ("fc_norm", "norm_before_fc", "norm_output", "norm_before_residual", "use_aux_hidden_state",
                "attention_bias", "mlp_bias")
 INT_LIST_FIELDS = ("aux_layer_ids",)
@@ -529,8 +535,11 @@ def _build_spec(layout: type[Layout], arch: type[Architecture], v: dict[str, Any
     flags = EagleFlags(**{k: _as_bool(v[k], k) for k in EagleFlags.model_fields if k in v})
     float_dtypes = [i.dtype for i in t.values() if i.dtype in CONFIG_DTYPE_NAMES]
     dtype = max(set(float_dtypes), key=float_dtypes.count) if float_dtypes else None
-    rope = Rope.from_config({k: v[k] for k in ROPE_CONFIG_KEYS if k in v}, interleaved=arch.rope_interleaved,
-                            theta=v.get("default:rope_theta"))
+    stated_rope = {k: v[k] for k in ROPE_CONFIG_KEYS if k in v}
+    rope = Rope.from_config(stated_rope, interleaved=arch.rope_interleaved, theta=v.get("default:rope_theta"))
+    # Kept in both spellings, equal (transformers 4.x reads one, 5.x the other), so every output states it
+    # the same way to every reader and a round trip through any layout gives the same spec.
+    rope = rope.model_copy(update={"stated": both_spellings(stated_rope)})
     eps = v.get("rms_norm_eps", v.get("default:rms_norm_eps"))
     if eps is not None and (isinstance(eps, bool) or not isinstance(eps, int | float)):
         raise ValueError(f"rms_norm_eps must be a number, not {eps!r}")
@@ -610,7 +619,7 @@ def spec_values(layout: type[Layout], spec: DrafterSpec) -> dict[str, Any]:
         "target_hidden_size": spec.target_hidden_size,
         "num_aux_hidden_states": spec.aux.count,
         "aux_layer_ids": list(ids) if (ids := spec.aux.ids_as(layout.aux_convention_for(spec.architecture))) is not None else None,
-        **spec.rope.stated,
+        **spec.rope.stated,  # both spellings, equal (see _build_spec)
         **spec.flags.model_dump(),
         **architectures.get(spec.architecture).config_values(spec),
     }

@@ -3,6 +3,9 @@
 ``layers.0.*`` keys under a strict allow-list: no ``embed_tokens``, no ``t2d``
 and no ``fc_norm``.  Aux ids and ``norm_before_fc`` live only in the nested
 ``eagle_config`` (NVIDIA's gpt-oss drafters ship ``input_norm.weight``).
+ModelOpt's exporter asserts that every key is in its allow-list (``_check_valid_sd``,
+modelopt/torch/export/plugins/hf_spec_export.py; still so in later exporters), so no ModelOpt export is
+EAGLE-3.1: fc_norm can never be held here, and ``eagleconv.synthetic`` refuses the recipe.
 """
 
 from __future__ import annotations

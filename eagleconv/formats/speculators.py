@@ -65,8 +65,11 @@ class SpeculatorsLayout(Layout):
     defaults = {"target_hidden_size": SameAs("hidden_size"), "num_aux_hidden_states": 3,
                 "norm_before_residual": False, "norm_before_fc": False, "fc_norm": False, "norm_output": False}
     carries_verifier = True
-    meta_keys = Layout.meta_keys | {"speculators_model_type", "speculators_version", "speculators_config",
-                                    "auto_map", "embed_requires_grad"}
+    # The layout's own structure, not drafter facts: never reported as dropped.  Everything else the
+    # source states (proposal_methods, embed_requires_grad...) is reported unless the output keeps it.
+    meta_keys = Layout.meta_keys | {"speculators_model_type", "speculators_version", "speculators_config.algorithm",
+                                    "speculators_config.default_proposal_method", "speculators_config.verifier",
+                                    "auto_map"}
 
     @classmethod
     def looks_like(cls, seen: Seen):
@@ -74,6 +77,12 @@ class SpeculatorsLayout(Layout):
         if config.get("speculators_model_type") == "eagle3":
             return 100, ["config.json speculators_model_type = 'eagle3'"]
         return 0, []
+
+    @classmethod
+    def requires_for(cls, spec: DrafterSpec) -> tuple[str, ...]:
+        """Under a compressed vocab speculators registers zero-filled d2t/t2d buffers and keeps them unless
+        the file has both: a missing t2d fails ``load_verifier_weights`` and every draft token maps wrongly."""
+        return ("d2t", "t2d") if spec.compressed_vocab else ()
 
     @classmethod
     def read_extra(cls, config) -> dict[str, Any]:

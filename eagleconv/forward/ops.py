@@ -5,7 +5,7 @@ vLLM's drafter calls three norm shapes: ``rms_norm`` (every plain norm),
 ``combine_hidden_states``, one norm per aux chunk followed by a concatenation
 (``fc_norm_concat``).  :func:`get_ops` picks an implementation by ``backend``
 ("torch": the formulas below; "triton": eagleconv.kernels' fused kernels) and by
-rounding ``recipe`` (vLLM's two RMSNorm roundings):
+rounding ``recipe``, as in vLLM (vllm/ir/ops/layernorm.py and csrc/layernorm_kernels.cu):
 
 * ``native`` (default): vLLM's IR spec.  Normalise in float32, round to the
   weight dtype, multiply by the weight (a second rounding), cast back; the

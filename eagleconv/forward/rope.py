@@ -3,7 +3,7 @@
 The cos/sin cache is computed in float32 and cast to the compute dtype; the
 rotation runs in the compute dtype.  Llama/Qwen3 rotate halves (neox); MLA
 rotates interleaved pairs (GPT-J) with DeepSeek's yarn variant, whose mscale
-also enters the softmax scale, as vLLM's DeepSeek rotary embedding does.
+also enters the softmax scale (vLLM: model_executor/models/deepseek_v2.py, yarn_get_mscale).
 """
 
 from __future__ import annotations
@@ -14,7 +14,10 @@ from typing import Any
 
 import torch
 
-DEFAULT_THETA = {"llama": 10000.0, "qwen3": 1000000.0, "deepseek_mla": 10000.0}
+from ..formats.vllm import VllmLayout
+
+# vLLM's RoPE base when a config states none, per architecture: one home, the vllm layout's documented defaults
+DEFAULT_THETA: dict[str, float] = dict(VllmLayout.defaults["rope_theta"])
 
 
 @dataclass(frozen=True)

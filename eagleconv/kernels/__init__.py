@@ -6,7 +6,7 @@ the N norms and the concatenation in ONE Triton launch, each program writing
 its rows straight into their column block of the ``[T, N*H]`` output.
 
 Numerics follow vLLM exactly, with the rounding recipe as a parameter
-(vLLM's RMSNorm IR op and its CUDA kernel since #46070):
+(vLLM: vllm/ir/ops/layernorm.py native IR, csrc/layernorm_kernels.cu one-round):
 
 - ``"native"``: vLLM's native IR op. Normalise in fp32, round to the weight
   dtype, multiply by the weight (the product rounded once in the weight dtype),

@@ -1,6 +1,6 @@
 """Triton kernels behind eagleconv.kernels (imported only when Triton is installed and a kernel runs).
 
-Design: one program normalises ``ROWS`` rows of
+Design (after TensorRT-LLM group_rms_norm and Liger rms_norm): one program normalises ``ROWS`` rows of
 one input ``g``; the grid is ``(cdiv(T, ROWS), N)``, so N RMSNorms and their
 concatenation are one launch, each program writing straight into column block
 ``g*H`` of the output.  All arithmetic is fp32; every rounding to bf16 goes

@@ -70,6 +70,11 @@ CODES: dict[str, Code] = {c.code: c for c in sorted([
          "(SpecForge before PR #879: norm_output true = plain EAGLE-3 feedback), or the trainer's defaults "
          "differ from what users expect (speculators trains eagle3 with norm_before_fc + norm_output).",
          severity="warning or info"),
+    Code("EC024", "readers see different RoPE",
+         "The config states RoPE in one spelling only some readers read (rope_parameters alone: transformers 4.x "
+         "and older engines read rope_theta and fall back to 10000), or states both spellings with different "
+         "values, so the drafter runs with a different rotary base or scaling depending on who loads it.",
+         severity="warning (error when the two spellings disagree)"),
     Code("EC030", "invalid vocab mapping",
          "d2t/t2d are inconsistent: wrong length, absolute instead of offset ids, out of range, duplicates, "
          "disagreement with t2d, or a compressed vocab without a usable mapping.",
@@ -82,6 +87,11 @@ CODES: dict[str, Code] = {c.code: c for c in sorted([
          "(vLLM: a path containing 'eagle-' is served as EAGLE-1; one with neither 'eagle-' nor 'eagle3' as a "
          "standalone 'draft_model'). Pass the method explicitly.",
          severity="warning for 'eagle-'; info for a path without 'eagle3' (most launch commands name the method)"),
+    Code("EC043", "loader needs a verifier the config does not name",
+         "speculators' SpeculatorModel.from_pretrained reads speculators_config.verifier.name_or_path and calls "
+         "AutoConfig.from_pretrained on it, so a config whose name_or_path is null cannot be loaded there. "
+         "Convert with --verifier NAME_OR_PATH.",
+         severity="error for the speculators loader; warning on a converted output"),
     Code("EC042", "engine replaces a drafter tensor with the target's",
          "The engine shares embed_tokens or lm_head from the target (because the checkpoint has none, or "
          "unconditionally). Correct only if the drafter was trained with the target's tensor.",

@@ -8,9 +8,10 @@ the numeric scan on top.
 from __future__ import annotations
 
 from ..canonical import FC_NORM_NAME, expected_tensors, layer_indices
-from ..formats.base import ReadResult
+from ..formats.base import MISSING, ReadResult, get_path
 from ..io.reader import TensorStore
 from ..report import Finding
+from ..rope import ROPE_KEYS, reader_disagreement
 from ..vocab import check_d2t, check_t2d
 
 
@@ -26,7 +27,19 @@ def read_findings(read: ReadResult) -> list[Finding]:
         out.append(_f(code, "error", problem))
     for name in read.missing:
         out.append(_f("EC004", "error", f"{name} is absent from config and cannot be derived exactly from the tensors"))
-    return out
+    return out + rope_findings(read)
+
+
+def rope_findings(read: ReadResult) -> list[Finding]:
+    """RoPE that transformers 4.x and 5.x (and the engines on each) would read differently."""
+    stated = {}
+    for key in ROPE_KEYS:
+        cf = read.layout.fields.get(key)
+        value = get_path(read.config, cf.read[0]) if cf is not None else MISSING
+        if value is not MISSING:
+            stated[key] = value
+    problem = reader_disagreement(stated)
+    return [_f("EC024", problem[0], problem[1])] if problem else []
 
 
 def shape_findings(read: ReadResult) -> list[Finding]:
