@@ -103,7 +103,8 @@ def check_architecture(subject: Subject, view: EngineView) -> list[Finding]:
                            f"{'MLA ' if architectures.get(family).mla else ''}tensors do not fit"))
     if view.cls.family is not None and architectures.get(view.cls.family).mla and not view.speculators and p.wrapped_mla_model_types is not None:
         model_type = view.config.get("model_type")
-        if model_type not in p.wrapped_mla_model_types or view.config.get("kv_lora_rank") is None:
+        if not isinstance(model_type, str) or model_type not in p.wrapped_mla_model_types \
+                or view.config.get("kv_lora_rank") is None:
             out.append(finding(view, "EC040", "error", f"model_type {model_type!r}: {p.label} treats a wrapped EAGLE "
                                f"drafter as MLA only for model_type in {sorted(p.wrapped_mla_model_types)} with "
                                "kv_lora_rank set, so this MLA drafter is not run as MLA (vllm#45760). Set model_type "
