@@ -26,6 +26,7 @@ _SHARED_OPTIONS = (
     click.option("--overwrite", is_flag=True,
                  help="Replace DST if it exists (atomically, after the new one is complete)."),
     click.option("--force", is_flag=True, help="Proceed even if the source has error-severity findings."),
+    click.option("--no-numeric", is_flag=True, help="Skip the NaN/Inf check of the written weights."),
     click.option("--json", "as_json", is_flag=True, help="Print the report as JSON."),
 )
 
@@ -73,7 +74,7 @@ def _emit(report: TransformReport, as_json: bool) -> tuple[TransformReport, int]
 @click.pass_context
 def upgrade(ctx: click.Context, src: str, dst: str, style: str, fc_norm: bool, norm_output: bool,
             calibration: str | None, target: str | None, prompts: str | None, to: str | None, overwrite: bool,
-            force: bool, as_json: bool) -> None:
+            force: bool, no_numeric: bool, as_json: bool) -> None:
     """EAGLE-3 -> EAGLE-3.1: a starting point for 3.1 fine-tuning.
 
     With --no-fc-norm --no-norm-output the tensors are copied byte for byte ("exact": true).
@@ -84,7 +85,7 @@ def upgrade(ctx: click.Context, src: str, dst: str, style: str, fc_norm: bool, n
         with _progress(enabled=not as_json) as (on_total, on_bytes):
             report = run(src, dst, style=style, fc_norm=fc_norm, norm_output=norm_output, calibration=calibration,
                          target=target, prompts=prompts, to=to, overwrite=overwrite, force=force,
-                         on_total=on_total, on_bytes=on_bytes)
+                         numeric=not no_numeric, on_total=on_total, on_bytes=on_bytes)
         return _emit(report, as_json)
 
     run_command(ctx, as_json, body)
@@ -97,7 +98,8 @@ def upgrade(ctx: click.Context, src: str, dst: str, style: str, fc_norm: bool, n
 @_shared_options
 @click.pass_context
 def downgrade(ctx: click.Context, src: str, dst: str, allow_lossy: bool, calibration: str | None, target: str | None,
-              prompts: str | None, to: str | None, overwrite: bool, force: bool, as_json: bool) -> None:
+              prompts: str | None, to: str | None, overwrite: bool, force: bool, no_numeric: bool,
+              as_json: bool) -> None:
     """EAGLE-3.1 -> EAGLE-3 for engines without 3.1 support.
 
     Exact folds always; a change to what the drafter computes exits 1 and writes nothing unless --allow-lossy.
@@ -107,7 +109,8 @@ def downgrade(ctx: click.Context, src: str, dst: str, allow_lossy: bool, calibra
     def body():
         with _progress(enabled=not as_json) as (on_total, on_bytes):
             report = run(src, dst, allow_lossy=allow_lossy, calibration=calibration, target=target, prompts=prompts,
-                         to=to, overwrite=overwrite, force=force, on_total=on_total, on_bytes=on_bytes)
+                         to=to, overwrite=overwrite, force=force, numeric=not no_numeric, on_total=on_total,
+                         on_bytes=on_bytes)
         return _emit(report, as_json)
 
     run_command(ctx, as_json, body)
