@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     import torch
 
     from .drafter import DrafterSpec
+    from .forward import Target
     from .loading import LoadedDrafter
 
 MEASURE_STEPS = 4
@@ -30,28 +31,47 @@ def _flags(spec: DrafterSpec) -> FlagsView:
     return FlagsView(**spec.flags.model_dump())
 
 
-def _calibration(loaded: LoadedDrafter, calibration: str | Path | None, target: str | Path | None,
+class _OneTarget:
+    """The ``--target`` model, loaded at most once per command: calibration and the divergence measurement share it."""
+
+    def __init__(self, path: str | Path | None):
+        self.path = path
+        self.model: Target | None = None
+
+    def load(self) -> Target:
+        from .forward import Target
+
+        assert self.path is not None
+        if self.model is None:
+            self.model = Target(self.path)
+        return self.model
+
+    def loaded_or_path(self) -> Target | str | Path | None:
+        return self.model if self.model is not None else self.path
+
+
+def _calibration(loaded: LoadedDrafter, calibration: str | Path | None, target: _OneTarget,
                  prompts: str | Path | None) -> tuple[torch.Tensor | None, str | None]:
     spec = loaded.require_spec()
-    if calibration is not None and (target is not None or prompts is not None):
+    if calibration is not None and (target.path is not None or prompts is not None):
         raise UsageError("pass either --calibration or --target with --prompts, not both")
     if calibration is not None:
         states = load_calibration(calibration, spec)
         return states, f"{calibration} ({states.shape[0]} tokens)"
-    if target is not None or prompts is not None:
-        if target is None or prompts is None:
+    if target.path is not None or prompts is not None:
+        if target.path is None or prompts is None:
             raise UsageError("--target and --prompts go together (the target is run on the prompts to capture aux states)")
         return _capture(spec, target, prompts)
     return None, None
 
 
-def _capture(spec: DrafterSpec, target: str | Path, prompts: str | Path) -> tuple[torch.Tensor, str]:
+def _capture(spec: DrafterSpec, target: _OneTarget, prompts: str | Path) -> tuple[torch.Tensor, str]:
     """Aux states of a transformers target on the prompts, in the drafter's aux order: [N, K, Ht]."""
     import torch
 
-    from .forward import Target, capture_aux_states, default_aux_ids, read_prompts
+    from .forward import capture_aux_states, default_aux_ids, read_prompts
 
-    tgt = Target(target)
+    tgt = target.load()
     prompt_list = read_prompts(prompts)
     ids = sorted(default_aux_ids(spec, tgt.num_layers))
     captured = capture_aux_states(tgt, prompt_list, ids)
@@ -59,13 +79,14 @@ def _capture(spec: DrafterSpec, target: str | Path, prompts: str | Path) -> tupl
     K, Ht = spec.aux.count, spec.target_hidden_size
     if states.shape[-1] != K * Ht:
         raise UsageError(f"the target's aux states are {states.shape[-1]} wide; this drafter needs {K} x {Ht}")
-    return states.double().reshape(-1, K, Ht), f"{target} on {prompts} ({states.shape[0]} tokens, layers {ids})"
+    return states.double().reshape(-1, K, Ht), f"{target.path} on {prompts} ({states.shape[0]} tokens, layers {ids})"
 
 
 class _Measurer:
     """Source and transformed drafter on identical inputs (eagleconv.forward, float32), compared per draft step."""
 
-    def __init__(self, loaded: LoadedDrafter, target: str | Path | None, prompts: str | Path | None, seed: int):
+    def __init__(self, loaded: LoadedDrafter, target: Target | str | Path | None, prompts: str | Path | None,
+                 seed: int):
         from .forward.api import default_aux_ids
         from .forward.model import Drafter
         from .forward.run import InputFactory, _target_and_prompts, run_all
@@ -99,7 +120,7 @@ class _Measurer:
 
 
 def _run(source: str | Path, destination: str | Path, *, operation: str, to: str | None,
-         build: Callable[[LoadedDrafter], Plan], target: str | Path | None, prompts: str | Path | None,
+         build: Callable[[LoadedDrafter], Plan], target: _OneTarget, prompts: str | Path | None,
          seed: int, measure_unit: bool, **convert_kwargs: Any) -> TransformReport:
     state: dict[str, Any] = {}
 
@@ -115,7 +136,7 @@ def _run(source: str | Path, destination: str | Path, *, operation: str, to: str
                                   "layout that can (e.g. --to vllm)", loaded.store.path)
         state.update(plan=plan, before=spec)
         if not plan.transform.exact:
-            measurer = _Measurer(loaded, target, prompts, seed)
+            measurer = _Measurer(loaded, target.loaded_or_path(), prompts, seed)
             plan.transform.divergence = measurer.divergence(new, plan.new_tensors)
             state["compute_dtype"] = measurer.compute_dtype
             plan.transform.notes.append(f"divergence measured over {MEASURE_STEPS} draft steps on {measurer.description}")
@@ -159,13 +180,14 @@ def upgrade(source: str | Path, destination: str | Path, *, style: str = "fc_nor
     chosen: Style = check_style(style)
     state_style = chosen if fc_norm else None
     calibration_label: list[str | None] = [None]
+    one_target = _OneTarget(target)
 
     def build(loaded: LoadedDrafter) -> Plan:
-        states, label = _calibration(loaded, calibration, target, prompts) if fc_norm else (None, None)
+        states, label = _calibration(loaded, calibration, one_target, prompts) if fc_norm else (None, None)
         calibration_label[0] = label
         return plan_upgrade(loaded, style=chosen, fc_norm=fc_norm, norm_output=norm_output, calibration=states)
 
-    report = _run(source, destination, operation="upgrade", to=to, build=build, target=target, prompts=prompts,
+    report = _run(source, destination, operation="upgrade", to=to, build=build, target=one_target, prompts=prompts,
                   seed=seed, measure_unit=True, **convert_kwargs)
     report.style = state_style
     report.calibration = calibration_label[0]
@@ -185,15 +207,16 @@ def downgrade(source: str | Path, destination: str | Path, *, allow_lossy: bool 
     ``target`` + ``prompts``) let the removed fc_norm's scale be folded into fc.
     """
     calibration_label: list[str | None] = [None]
+    one_target = _OneTarget(target)
 
     def build(loaded: LoadedDrafter) -> Plan:
         states, label = (None, None)
         if loaded.require_spec().flags.fc_norm:
-            states, label = _calibration(loaded, calibration, target, prompts)
+            states, label = _calibration(loaded, calibration, one_target, prompts)
         calibration_label[0] = label
         return plan_downgrade(loaded, allow_lossy=allow_lossy, calibration=states)
 
-    report = _run(source, destination, operation="downgrade", to=to, build=build, target=target, prompts=prompts,
+    report = _run(source, destination, operation="downgrade", to=to, build=build, target=one_target, prompts=prompts,
                   seed=seed, measure_unit=False, **convert_kwargs)
     report.calibration = calibration_label[0]
     return report

@@ -303,9 +303,20 @@ def test_mla_has_no_norm_before_fc_style(drafter, tmp_path):
         eagleconv.upgrade(src, tmp_path / "out", style="norm_before_fc")
 
 
-def test_upgrade_calibrates_from_a_transformers_target(drafter, tmp_path):
+def test_upgrade_calibrates_from_a_transformers_target(drafter, tmp_path, monkeypatch):
     """--target + --prompts: the target is run, its aux states at the drafter's layers set the new weights."""
     from transformers import LlamaConfig, LlamaForCausalLM
+
+    from eagleconv.forward import Target
+
+    loads: list[Path] = []
+    real_init = Target.__init__
+
+    def counting_init(self, directory):
+        loads.append(Path(directory))
+        real_init(self, directory)
+
+    monkeypatch.setattr(Target, "__init__", counting_init)
 
     torch.manual_seed(0)
     LlamaForCausalLM(LlamaConfig(hidden_size=HT, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
@@ -320,6 +331,7 @@ def test_upgrade_calibrates_from_a_transformers_target(drafter, tmp_path):
     report = json.loads(result.output)
     assert report["initialisation"] == "calibrated" and "13 tokens, layers [2, 8, 13]" in report["calibration"]
     assert "target" in " ".join(report["notes"])  # divergence measured on the target's own states
+    assert loads == [tmp_path / "target"]  # calibration and the divergence measurement share one load
     captured = eagleconv.capture_aux_states(tmp_path / "target", prompts, [2, 8, 13])
     out = canonical(tmp_path / "out")
     for i, layer in enumerate((2, 8, 13)):

@@ -110,12 +110,16 @@ def compare(a: list[DraftResult], b: list[DraftResult]) -> tuple[list[DiffStep],
     return steps, identical
 
 
-def _target_and_prompts(target: str | Path | None, prompts: str | Path | None) -> tuple[Target | None, Any, int | None]:
-    """A runnable target (a directory with weights), the prompts, and the target's layer count when known."""
+def _target_and_prompts(target: Target | str | Path | None,
+                        prompts: str | Path | None) -> tuple[Target | None, Any, int | None]:
+    """A runnable target (a directory with weights, or one already loaded), the prompts, and the target's layer
+    count when known."""
     if prompts is not None and target is None:
         raise UsageError("--prompts needs --target (the model that produces the aux hidden states)")
     if target is None:
         return None, None, None
+    if isinstance(target, Target):
+        return target, read_prompts(prompts) if prompts is not None else None, target.num_layers
     p = Path(target)
     if p.is_dir() and any(p.glob("*.safetensors")):
         t = Target(p)
