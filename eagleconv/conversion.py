@@ -332,7 +332,8 @@ def _verify_output(staged: Path, tensors: Sequence[OutputTensor], dst_layout: st
         errors = [f for f in checkpoint_findings(written.read, written.store) if f.severity == "error"] if clean else []
         if errors:
             raise ConversionError(f"the converted drafter would have {len(errors)} error finding(s), first: "
-                                  f"[{errors[0].code}] {errors[0].message}; nothing was written", staged.parent)
+                                  f"[{errors[0].code}] {errors[0].message}; nothing was written", staged.parent,
+                                  code=errors[0].code)
     finally:
         written.close()
 
@@ -403,7 +404,7 @@ def convert(source: str | Path, destination: str | Path, to: str | None, *, from
             first = errors[0]
             raise ConversionError(
                 f"source has {len(errors)} error finding(s), first: [{first.code}] {first.message} "
-                "(run `eagleconv validate` for all; --force converts anyway)", loaded.store.path)
+                "(run `eagleconv validate` for all; --force converts anyway)", loaded.store.path, code=first.code)
         to = to or loaded.layout.name
         changed = transform(loaded) if transform is not None else None
         report, tensors, config = plan_conversion(loaded, to, drop=drop, aux_layer_ids=aux_layer_ids,

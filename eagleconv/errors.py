@@ -27,7 +27,7 @@ class EagleconvError(Exception):
 
     def one_line(self) -> str:
         where = f"{self.path}: " if self.path else ""
-        code = f"[{self.code}] " if self.code else ""
+        code = f"[{self.code}] " if self.code and f"[{self.code}]" not in self.message else ""
         return f"{where}{code}{self.message}"
 
 

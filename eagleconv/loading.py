@@ -39,7 +39,10 @@ class LoadedDrafter:
                 "shape-bearing fields absent from config and not derivable from the tensors: "
                 + ", ".join(self.read.missing)
             )
-        raise FindingsError("; ".join(problems), self.store.path)
+        from .validation.structural import read_findings
+
+        first = next((f.code for f in read_findings(self.read)), None)
+        raise FindingsError("; ".join(problems), self.store.path, code=first)
 
     def torch_tensors(self) -> TorchTensors:
         """The checkpoint's tensors as torch tensors by canonical name, memory-mapped (imports torch on use)."""

@@ -175,6 +175,11 @@ class ForwardReport(_Report):
     notes: list[str] = Field(default_factory=list)
     engines: list[EngineForward] = Field(default_factory=list)
     findings: list[Finding] = Field(default_factory=list)
+    device: str = Field("cpu", description="where the forward ran (cpu, cuda)")
+    kernels: str | None = Field(None, description="--backend triton: how the kernels ran (triton, or interpreter on CPU)")
+    against_torch: list[DiffStep] = Field(
+        default_factory=list, description="a backend other than torch: per step, its logits against the torch backend's "
+        "on the same inputs and device")
 
 
 class ValidationReport(_Report):

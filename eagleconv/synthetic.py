@@ -132,7 +132,7 @@ def _decoder_config(recipe: DrafterRecipe) -> dict[str, Any]:
 
 
 # What a producer's own writer cannot emit, so the generator refuses it rather than build a file no such
-# producer writes (formats-and-peers.md §1.4, §1.7).
+# producer writes (SafeAILab EAGLE has no 3.1 switch; ModelOpt: modelopt/torch/export/plugins/hf_spec_export.py).
 _CANNOT_WRITE = {
     ("modelopt", "eagle31"): "ModelOpt's exporter (hf_spec_export.py _check_valid_sd) asserts that every key is in "
                              "its allow-list, which has no fc_norm: it cannot write an EAGLE-3.1 drafter",
@@ -147,7 +147,7 @@ def check_recipe(recipe: DrafterRecipe) -> None:
 
 
 def producer_config(recipe: DrafterRecipe) -> dict[str, Any]:
-    """config.json as the recipe's producer writes it (see formats-and-peers.md §1-2)."""
+    """config.json as the recipe's producer writes it (each layout module's docstring says which exporter that is)."""
     check_recipe(recipe)
     d, p = recipe.dims, recipe.producer
     flags31 = {"fc_norm": recipe.eagle31, "norm_output": recipe.eagle31}

@@ -7,7 +7,20 @@ HF_HOME and friends point into tmp, HF_HUB_OFFLINE is set, tokens are unset.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+
+
+def _cuda_present() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+# eagleconv.kernels' tests run the Triton kernels on CPU through Triton's interpreter, which must be
+# switched on before the kernels are first used (triton.jit decides when it decorates). With a GPU they run on it.
+if "TRITON_INTERPRET" not in os.environ and not _cuda_present():
+    os.environ["TRITON_INTERPRET"] = "1"
 
 import pytest
 

@@ -76,7 +76,22 @@ def _files(tmp_path: Path, payload: bytes) -> tuple[int, int, Path]:
     return src_fd, out_fd, src
 
 
-@pytest.mark.parametrize("broken", [(), ("copy_file_range",), ("copy_file_range", "sendfile")])
+def test_copy_range_uses_copy_file_range_when_it_works(tmp_path, monkeypatch):
+    payload = os.urandom(3 * 1024 * 1024 + 17)
+    calls: list[int] = []
+    real = os.copy_file_range
+    monkeypatch.setattr(os, "copy_file_range", lambda *a, **k: calls.append(a[2]) or real(*a, **k))
+    monkeypatch.setattr(os, "sendfile", _raise(errno.EIO))  # must not be reached
+    src_fd, out_fd, src = _files(tmp_path, payload)
+    try:
+        copy_range(src_fd, 8, len(payload), out_fd, src)
+    finally:
+        os.close(src_fd)
+        os.close(out_fd)
+    assert calls and (tmp_path / "out.bin").read_bytes() == b"prefix" + payload
+
+
+@pytest.mark.parametrize("broken", [("copy_file_range",), ("copy_file_range", "sendfile")])
 @pytest.mark.parametrize("code", [errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL])
 def test_copy_range_falls_back_with_real_files(tmp_path, monkeypatch, broken, code):
     payload = os.urandom(3 * 1024 * 1024 + 17)
@@ -130,16 +145,22 @@ def test_copy_range_refuses_a_source_shorter_than_its_header(tmp_path, monkeypat
         os.close(out_fd)
 
 
-def test_sequential_advice_is_optional(tmp_path, monkeypatch):
+@pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="needs posix_fadvise")
+def test_sequential_advice_is_given_and_optional(tmp_path, monkeypatch):
     path = tmp_path / "f"
     path.write_bytes(b"abc")
     fd = os.open(path, os.O_RDONLY)
+    calls: list[tuple] = []
+    real = os.posix_fadvise
     try:
+        monkeypatch.setattr(os, "posix_fadvise", lambda *a: calls.append(a) or real(*a))
         reader.advise_sequential(fd)
+        assert calls == [(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)]
         monkeypatch.setattr(os, "posix_fadvise", _raise(errno.ESPIPE))
-        reader.advise_sequential(fd)
+        assert reader.advise_sequential(fd) is None  # refused advice is not an error
         monkeypatch.delattr(os, "posix_fadvise")
-        reader.advise_sequential(fd)
+        assert reader.advise_sequential(fd) is None  # nor is a platform without it
+        assert os.pread(fd, 3, 0) == b"abc"  # the descriptor is untouched either way
     finally:
         os.close(fd)
 

@@ -50,3 +50,15 @@ def test_aux_ids_must_be_integers(drafter):
     (src / "config.json").write_text(json.dumps(cfg))
     messages = ec005(run("validate", str(src), "--no-numeric", "--json"))
     assert len(messages) == 1 and "eagle_aux_hidden_state_layer_ids" in messages[0]
+
+
+@pytest.mark.parametrize("key,value", [("architectures", [None]), ("architectures", [[]]), ("architectures", True),
+                                       ("model_type", []), ("eagle_aux_hidden_state_layer_ids", [None])])
+def test_malformed_values_are_findings_not_crashes(drafter, key, value):
+    """Found by the property tests: these crashed lint and validate with a TypeError."""
+    src = drafter(producer="vllm")
+    edit_config(src, **{key: value})
+    for result in (run("lint", str(src / "config.json"), "--engine", "all", "--json"),
+                   run("validate", str(src), "--engine", "all", "--no-numeric", "--json")):
+        assert result.exit_code == 1, result.output
+        assert any(key in m for m in ec005(result)), result.output

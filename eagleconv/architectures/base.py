@@ -88,7 +88,8 @@ class Architecture:
     @classmethod
     def claims(cls, model_type: object, config_keys: set[str], names: set[str]) -> bool:
         """Whether a checkpoint is this family: its model_type, its config keys, or its tensors."""
-        return model_type in cls.model_types or any(m in n for n in names for m in cls.marker_tensors)
+        named = isinstance(model_type, str) and model_type in cls.model_types  # a non-string is EC005, not a family
+        return named or any(m in n for n in names for m in cls.marker_tensors)
 
     @classmethod
     def derive(cls, tensors: Mapping[str, TensorInfo], values: Mapping[str, Any], derive: Derive) -> None:

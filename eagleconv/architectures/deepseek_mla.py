@@ -2,7 +2,7 @@
 
 q and kv go through low-rank latents with their own RMSNorms; RoPE is
 GPT-J interleaved on the last ``qk_rope_head_dim`` dims; any non-default
-rope type runs as deepseek_yarn in vLLM.  vllm-loader.md §2.3, §3.3, §4.4.
+rope type runs as deepseek_yarn in vLLM (its Eagle3 DeepSeek-V2 drafter).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Llama-style drafters (``LlamaForCausalLMEagle3``): grouped-query attention with neox RoPE.
 
 The family every producer writes; anything no other architecture claims is
-read as llama.  vllm-loader.md §2.2 (fields), §3.2 (tensors), §4.2 (math).
+read as llama.  Source: vLLM's Eagle3 Llama drafter (``llama_eagle3``): fields, tensors, math.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ class Llama(Architecture):
     @classmethod
     def attention(cls, u: torch.Tensor, pos: torch.Tensor, cache: Any, w: Any, p: str, spec: DrafterSpec, rope: Any,
                   ops: Any, eps: float) -> tuple[torch.Tensor, Any]:
-        """GQA with neox RoPE over the drafter's KV cache (vllm-loader.md §4.2)."""
+        """GQA with neox RoPE over the drafter's KV cache (vLLM: llama_eagle3.py, LlamaAttention)."""
         from ..forward.attention import attend, extend
         from ..forward.rope import cos_sin, rotate_neox
 

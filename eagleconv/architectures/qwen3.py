@@ -1,6 +1,6 @@
 """Qwen3 drafters (``Eagle3Qwen3ForCausalLM``): Llama attention plus per-head q_norm / k_norm.
 
-vllm-loader.md §2.2 ("Qwen3 drafter, differences from Llama").
+Source: vLLM's Eagle3 Qwen3 drafter (its differences from the Llama one).
 """
 
 from __future__ import annotations

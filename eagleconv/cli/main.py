@@ -84,16 +84,15 @@ def run_command(ctx: click.Context, as_json: bool, body: Callable[[], tuple[Any,
 
 
 def parse_size(text: str | None) -> int | None:
+    """``--max-shard-size``, read exactly as huggingface_hub reads ``max_shard_size`` (KB/MB/GB/TB, powers of 10)."""
     if text is None:
         return None
-    units = {"": 1, "B": 1, "K": 10**3, "KB": 10**3, "M": 10**6, "MB": 10**6, "G": 10**9, "GB": 10**9,
-             "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
-    s = text.strip().upper()
-    number = s.rstrip("KMGIB")
+    from huggingface_hub.serialization._base import parse_size_to_int  # not re-exported; stable since 0.22
+
     try:
-        return int(float(number) * units[s[len(number):]])
-    except (ValueError, KeyError):
-        raise click.BadParameter(f"cannot parse size {text!r} (e.g. 2GB, 500MB, 1GiB)") from None
+        return parse_size_to_int(text)
+    except ValueError:
+        raise click.BadParameter(f"cannot parse size {text!r} (e.g. 2GB, 500MB, 64KB)") from None
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

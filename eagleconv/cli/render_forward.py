@@ -31,6 +31,9 @@ def render_forward(report: ForwardReport, console: Console) -> None:
         shown = " ".join(map(str, s.tokens[:8])) + (" ..." if len(s.tokens) > 8 else "")
         table.add_row(str(s.step), shown, f"{s.feedback_rms:.4f}", "yes" if s.finite else "[bold red]NO[/]")
     console.print(table)
+    if report.against_torch:
+        console.print(_steps_table(f"backend {report.backend} ({report.kernels}, {report.device}) against the torch "
+                                   "backend", report.against_torch))
     for e in report.engines:
         head = f"as {e.engine} reads it" + ("" if e.runs else " [bold red](does not load)[/]")
         if e.reason:

@@ -78,13 +78,17 @@ def ignore_option(f):
               show_default=True, help="--forward: compute dtype ('checkpoint': as the engine runs it).")
 @click.option("--recipe", type=click.Choice(["native", "one_round"]), default="native", show_default=True,
               help="--forward: RMSNorm rounding recipe (vLLM IR native, or the vllm_c one-round kernels).")
-@click.option("--backend", default="torch", show_default=True, help="--forward: norm kernel backend.")
+@click.option("--backend", type=click.Choice(["torch", "triton"]), default="torch", show_default=True,
+              help="--forward: RMSNorm implementation. triton: eagleconv.kernels' fused kernels, also compared per "
+                   "step with the torch backend (on CPU only through Triton's interpreter, TRITON_INTERPRET=1).")
+@click.option("--device", default="cpu", show_default=True, help="--forward: torch device to run on (cpu, cuda).")
 @ignore_option
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def validate(ctx: click.Context, path: str, engines: tuple[str, ...], target: str | None, tp: int | None,
              no_numeric: bool, from_format: str | None, allow_pickle: bool, strict: bool, forward: bool, steps: int,
-             prompts: str | None, seed: int, compute_dtype: str, recipe: str, backend: str, ignore: tuple[str, ...], as_json: bool) -> None:
+             prompts: str | None, seed: int, compute_dtype: str, recipe: str, backend: str, device: str,
+             ignore: tuple[str, ...], as_json: bool) -> None:
     """Check drafter checkpoint PATH (a directory or hf://ORG/NAME[@REV]) against what each engine will do with it.
 
     Exit 0: no error finding; 1: error findings; 2: unreadable or unsafe input.
@@ -105,7 +109,7 @@ def validate(ctx: click.Context, path: str, engines: tuple[str, ...], target: st
             with _status(not as_json, f"running {steps} draft steps"):
                 result = validate_forward(path, engines=engines, steps=steps, target=target, prompts=prompts,
                                           seed=seed, dtype=compute_dtype, recipe=recipe, backend=backend,
-                                          allow_pickle=allow_pickle, layout=from_format)
+                                          allow_pickle=allow_pickle, layout=from_format, device=device)
             report.forward = result
             report.findings = [*report.findings, *result.findings]
             report.ok = report.ok and not any(f.severity == "error" for f in result.findings)

@@ -44,7 +44,7 @@ def resolve_engines(names: tuple[str, ...] | list[str] | str) -> list[EngineProf
             picked = [PROFILES[" ".join(name.split())]]
         else:
             raise UsageError(f"unknown engine {raw!r}; choose one of: all, {', '.join(DEFAULTS)}, "
-                             f"{', '.join(PROFILES)}")
+                             f"{', '.join(label.replace(' ', ':') for label in PROFILES)}")
         out += [p for p in picked if p not in out]
     return out
 

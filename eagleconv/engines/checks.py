@@ -14,6 +14,7 @@ from typing import Any
 from .. import architectures
 from ..canonical import FC_NORM_NAME, expected_tensors
 from ..drafter import AuxLayers
+from ..formats.base import architectures_of
 from ..report import Finding
 from .base import EngineView, Subject, lookup
 
@@ -81,7 +82,7 @@ def check_architecture(subject: Subject, view: EngineView) -> list[Finding]:
     out = [finding(view, "EC040", "error", problem) for problem in view.problems]
     if view.problems:
         return out
-    archs = view.config.get("architectures")
+    archs = architectures_of(view.config)  # non-strings are EC005, reported by the layout read
     if not p.classes:
         return out
     if view.cls is None:

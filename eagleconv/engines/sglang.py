@@ -1,6 +1,6 @@
 """SGLang's ``LlamaForCausalLMEagle3``, as of the newer loader (PRs #24620, #24663, #25454, #32334).
 
-Sources: formats-and-peers.md §1.10 and §2b.  The exact upstream commit is
+Source: SGLang's ``llama_eagle3`` model as those PRs left it.  The exact upstream commit is
 unknown (an annotated mirror plus PR threads), hence the version label.
 Unknown weight names are skipped silently; legacy ``aux_norm_{low,mid,high}``
 names load as ``fc_norm.{0,1,2}``; ``use_aux_norm`` is a synonym of fc_norm;

@@ -1,6 +1,6 @@
 """lightseekorg/tokenspeed's ``llama_eagle3`` (commit f4d8ec6e, with PRs #526, #751, #795).
 
-Sources: formats-and-peers.md §1.8 and §2b.  Flags are read at the top level
+Source: tokenspeed at f4d8ec6e, its ``llama_eagle3`` model.  Flags are read at the top level
 only; K is the length of the top-level aux ids (else 3); fc is built as
 ``hidden_size x K`` and each fc_norm has ``hidden_size`` rows, so
 ``target_hidden_size`` is ignored; unknown weight names are skipped silently.

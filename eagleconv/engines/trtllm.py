@@ -1,6 +1,6 @@
 """TensorRT-LLM's ``Eagle3DraftModel`` (PR #14988, commit 00679c66).
 
-Sources: formats-and-peers.md §1.6 and §2b.  TRT-LLM reads ``norm_before_fc``
+Source: TensorRT-LLM at 00679c66 (its EAGLE-3 draft model and config handling).  TRT-LLM reads ``norm_before_fc``
 *only* inside ``eagle_config``; ``norm_output`` at the top level or as
 ``eagle_config.return_hidden_post_norm``; the number of aux states and the
 captured layers come from the runtime option ``eagle3_layers_to_capture``,

@@ -1,7 +1,7 @@
 """vLLM: the release installable today (0.32.0) and the upstream snapshot before #43132/#46488/#47058.
 
-Sources: vllm-loader.md §2 (config), §3 (weights), §5 (history) and its
-Addendum on 0.32.0; the 0.32 profile was then checked rule by rule against the
+Sources: vLLM upstream at 6adad08 (EAGLEConfig, the Eagle3 model classes' weight
+loading, and the PRs named below); the 0.32 profile was then checked rule by rule against the
 0.32.0 sources (VLLM_0_32_AUDIT.md beside this file), and the ``*_032`` rules
 below are what that code does where the note was incomplete.  In short: a raw HF-style config is wrapped in EAGLEConfig,
 which prefixes the architecture with ``Eagle3`` unless it already carries it;
@@ -99,7 +99,7 @@ def eagle_config_architecture(name: str) -> str:
 
 
 def speculators_translation(*, propagates_eagle31: bool, qwen3: bool):
-    """``update_eagle3``: the vLLM config built from a speculators-format config (vllm-loader §2.5)."""
+    """``update_eagle3``: the vLLM config built from a speculators-format config."""
     arch_for = {"llama": "Eagle3LlamaForCausalLM", "qwen3": "Eagle3Qwen3ForCausalLM" if qwen3 else "Eagle3LlamaForCausalLM"}
 
     def translate(config: Mapping[str, Any]) -> Translation:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AmbiguousLayoutError, FormatError, UsageError
-from .base import Layout, ReadResult, Seen, read_drafter, write_config
+from .base import DDP_HINT, Layout, ReadResult, Seen, ddp_prefixed, read_drafter, write_config
 
 LAYOUTS: dict[str, type[Layout]] = {}
 
@@ -48,9 +48,10 @@ def detect_layout(config: Mapping[str, Any] | None, names: set[str] | None, meta
         if score > 0:
             scored.append((score, layout.name, layout, reasons))
     if not scored:
+        hint = f"; {DDP_HINT}" if names and ddp_prefixed(names) else ""
         raise FormatError(
             "not an EAGLE-3 drafter layout eagleconv knows (no fc.weight with midlayer.*/layers.N.* tensors, "
-            "no speculators_model_type 'eagle3')", path, code="EC002")
+            "no speculators_model_type 'eagle3')" + hint, path, code="EC002")
     scored.sort(key=lambda s: (-s[0], s[1]))
     best = [s for s in scored if s[0] == scored[0][0]]
     if len(best) > 1:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -268,10 +268,20 @@ class ReadResult:
     config: dict[str, Any] = field(default_factory=dict)
 
 
+DDP_HINT = ("every tensor name starts with 'module.', the prefix DistributedDataParallel adds: save "
+            "model.module.state_dict() (or strip the prefix) and convert that")
+
+
+def ddp_prefixed(names: Iterable[str]) -> bool:
+    """All names carry DDP's ``module.`` wrapper prefix (a common way to save a drafter that loads nowhere)."""
+    names = list(names)
+    return bool(names) and all(n.startswith("module.") for n in names)
+
+
 def map_names(layout: type[Layout], names: list[str]) -> tuple[dict[str, str], list[str]]:
     """Layout names -> canonical names, with strict accounting.  Returns (canonical->layout, errors)."""
     out: dict[str, str] = {}
-    errors: list[str] = []
+    errors: list[str] = [DDP_HINT] if ddp_prefixed(names) else []
     for name in sorted(names):
         canonical = rename(layout.renames, name, to_canonical=True)
         if canonical is None or not CANONICAL_NAME.match(canonical):
@@ -332,29 +342,55 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _is_str_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+# top-level keys every engine reads with a fixed JSON type: key -> (test, what it must be)
+TOP_LEVEL_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "architectures": (_is_str_list, "a list of strings"),
+    "model_type": (lambda v: isinstance(v, str), "a string"),
+    "eagle_config": (lambda v: isinstance(v, dict), "an object"),
+    "transformer_layer_config": (lambda v: isinstance(v, dict), "an object"),
+    "speculators_config": (lambda v: isinstance(v, dict), "an object"),
+}
+
+
 def type_problems(layout: type[Layout], config: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(path, message) for config values of the wrong JSON type, at every path a field is read from.
 
     null is left to the flag rules (some engines read a present null as false).
     """
     problems = []
+    checks: list[tuple[str, Any, str | None]] = []
+    for key, (test, must_be) in TOP_LEVEL_TYPES.items():
+        if key in config and config[key] is not None and not test(config[key]):
+            checks.append((key, config[key], must_be))
     for key, cf in layout.fields.items():
         for path in cf.read:
             value = get_path(config, path)
-            if value is MISSING or value is None:
+            if value is MISSING or value is None or path in TOP_LEVEL_TYPES:
                 continue
-            if key in INT_FIELDS and not _is_int(value):
-                want = "an integer"
-            elif key in BOOL_FIELDS and not isinstance(value, bool):
-                want = "true or false"
-            elif key in INT_LIST_FIELDS and not (isinstance(value, list) and all(_is_int(v) for v in value)):
-                want = "a list of integers"
-            else:
-                continue
+            checks.append((path, value, _wanted(key, value)))
+    for path, value, want in checks:
+        if want is not None:
             problems.append((path, f"config does not describe a valid drafter: {path} is {json.dumps(value)} "
-                            f"({type(value).__name__}), not {want}; engines differ on such a value (some coerce "
-                            "it, some fail at load, a string flag reads as true), so it is never coerced silently"))
+                             f"({type(value).__name__}), not {want}; engines differ on such a value (some coerce "
+                             "it, some fail at load, a string flag reads as true), so it is never coerced silently"))
     return problems
+
+
+def _wanted(key: str, value: Any) -> str | None:
+    """What a canonical field's value must be, when ``value`` is not that; None when it is fine."""
+    if key in INT_FIELDS and not _is_int(value):
+        return "an integer"
+    if key in BOOL_FIELDS and not isinstance(value, bool):
+        return "true or false"
+    if key in INT_LIST_FIELDS and not (isinstance(value, list) and all(_is_int(v) for v in value)):
+        return "a list of integers"
+    if key == "model_type" and not isinstance(value, str):
+        return "a string"
+    return None
 
 
 def read_fields(layout: type[Layout], config: Mapping[str, Any]) -> tuple[dict[str, Any], set[str]]:

@@ -1,7 +1,7 @@
 """vLLM's own layout: what ``--speculative-config '{"method": "eagle3"}'`` loads without renames.
 
 Tensors have no ``model.`` prefix and the decoder is ``layers.N.*``
-(vllm-loader.md §3).  The config writes every synonym vLLM, SGLang, TRT-LLM
+(vLLM's Eagle3 ``load_weights``).  The config writes every synonym vLLM, SGLang, TRT-LLM
 and tokenspeed read, so one artifact means the same thing to all of them:
 aux ids at the top level (target capture) *and* in ``eagle_config`` plus
 ``num_aux_hidden_states`` (fc width); ``norm_before_fc`` at the top level and
@@ -47,7 +47,7 @@ class VllmLayout(Layout):
         "num_aux_hidden_states": 3,
         "fc_norm": False, "norm_before_fc": False, "norm_output": False,
         "norm_before_residual": False, "use_aux_hidden_state": True,
-        # vllm-loader.md §2.2/2.3: EAGLEConfig falls back to LlamaConfig / DeepseekV3Config (1e-6); RoPE base
+        # vLLM's EAGLEConfig falls back to LlamaConfig / DeepseekV3Config (1e-6); RoPE base
         # 10000 when nothing is given, 1e6 for Qwen3 (set_default_rope_theta).
         "rms_norm_eps": 1e-6,
         "rope_theta": PerArchitecture(llama=10000.0, qwen3=1000000.0, deepseek_mla=10000.0),

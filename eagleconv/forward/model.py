@@ -1,4 +1,4 @@
-"""The reference drafter forward: vLLM's EAGLE-3/3.1 math in plain PyTorch (vllm-loader.md §4).
+"""The reference drafter forward: vLLM's EAGLE-3/3.1 math in plain PyTorch (vLLM: llama_eagle3.py, deepseek_eagle3.py, llm_base_proposer.py).
 
 One request batch of B equal-length sequences, greedy.  ``draft`` runs the
 first pass over all T scheduled rows (token x_{p+1}, position p, combined

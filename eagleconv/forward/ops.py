@@ -4,8 +4,8 @@ vLLM's drafter calls three norm shapes: ``rms_norm`` (every plain norm),
 ``fused_add_rms_norm`` (residual add + norm) and, in EAGLE-3.1's
 ``combine_hidden_states``, one norm per aux chunk followed by a concatenation
 (``fc_norm_concat``).  :func:`get_ops` picks an implementation by ``backend``
-("torch" here; a Triton backend registers itself in :data:`BACKENDS`) and by
-rounding ``recipe`` (reference/kernels.md §1):
+("torch": the formulas below; "triton": eagleconv.kernels' fused kernels) and by
+rounding ``recipe``, as in vLLM (vllm/ir/ops/layernorm.py and csrc/layernorm_kernels.cu):
 
 * ``native`` (default): vLLM's IR spec.  Normalise in float32, round to the
   weight dtype, multiply by the weight (a second rounding), cast back; the
@@ -22,9 +22,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
+
+from ..errors import UsageError
 
 Recipe = Literal["native", "one_round"]
 RECIPES: tuple[str, ...] = ("native", "one_round")
@@ -79,8 +81,46 @@ TORCH_OPS = {
     "one_round": NormOps("torch", "one_round", _rms_one_round, _fused_one_round),
 }
 
-BACKENDS: dict[str, Callable[[str], NormOps]] = {"torch": lambda recipe: TORCH_OPS[recipe]}
-"""backend name -> factory(recipe).  Other backends (Triton) add themselves here."""
+class KernelOps(NormOps):
+    """The fused Triton kernels of eagleconv.kernels: fc_norm_concat is one launch, not N norms plus a cat."""
+
+    def fc_norm_concat(self, chunks: Sequence[torch.Tensor], weights: Sequence[torch.Tensor], eps: float) -> torch.Tensor:
+        from .. import kernels
+
+        return _kernel_call(kernels.fc_norm_concat, list(chunks), list(weights), eps, self.recipe, impl="triton")
+
+
+def _kernel_call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run one eagleconv.kernels function; what the kernels cannot do is a usage error, not a traceback."""
+    from .. import kernels
+
+    x = args[0][0] if isinstance(args[0], list) else args[0]
+    if x.dtype not in kernels.DTYPES:
+        raise UsageError(f"the triton backend computes in float32, bfloat16 or float16, not {x.dtype} "
+                         "(--dtype float64 is the torch reference)")
+    try:
+        return fn(*args, **kwargs)
+    except kernels.KernelUnavailable as exc:
+        raise UsageError(f"--backend triton: {exc}") from None
+
+
+def _triton_ops(recipe: str) -> NormOps:
+    """The same recipes through eagleconv.kernels (Triton on CUDA; its interpreter on CPU with TRITON_INTERPRET=1).
+
+    The one_round fused add takes its variance from the rounded sum, as vllm_c does and as the torch ops above do.
+    """
+    from .. import kernels
+
+    variance_from = "fp32_sum" if recipe == "native" else "rounded_sum"
+    return KernelOps(
+        "triton", recipe,
+        lambda x, w, eps: _kernel_call(kernels.rms_norm, x, w, eps, recipe, impl="triton"),
+        lambda x, r, w, eps: _kernel_call(kernels.fused_add_rms_norm, x, r, w, eps, recipe,
+                                          variance_from=variance_from, impl="triton"))
+
+
+BACKENDS: dict[str, Callable[[str], NormOps]] = {"torch": lambda recipe: TORCH_OPS[recipe], "triton": _triton_ops}
+"""backend name -> factory(recipe)."""
 
 
 def get_ops(backend: str = "torch", recipe: str = "native") -> NormOps:

@@ -3,7 +3,7 @@
 The cos/sin cache is computed in float32 and cast to the compute dtype; the
 rotation runs in the compute dtype.  Llama/Qwen3 rotate halves (neox); MLA
 rotates interleaved pairs (GPT-J) with DeepSeek's yarn variant, whose mscale
-also enters the softmax scale (reference/vllm-loader.md §4.0, §4.4).
+also enters the softmax scale (vLLM: model_executor/models/deepseek_v2.py, yarn_get_mscale).
 """
 
 from __future__ import annotations

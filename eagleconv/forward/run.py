@@ -222,19 +222,54 @@ def _step_ok(results: list[DraftResult], k: int) -> bool:
     return all(bool(torch.isfinite(r.feedback[k]).all()) and not bool(torch.isnan(r.logits[k]).any()) for r in results)
 
 
+def _check_backend(backend: str, device: str, dtype: str) -> str | None:
+    """Refuse, as a usage error, a backend or device that cannot run; for triton, how its kernels will run."""
+    import torch
+
+    from .ops import BACKENDS
+
+    if backend not in BACKENDS:
+        raise UsageError(f"unknown forward backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    try:
+        kind = torch.device(device).type
+    except RuntimeError:
+        raise UsageError(f"unknown device {device!r}") from None
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {device}: no CUDA device is available")
+    if backend != "triton":
+        return None
+    from .. import kernels
+
+    if dtype == "float64":
+        raise UsageError("--backend triton computes in float32, bfloat16 or float16; --dtype float64 is the torch "
+                         "reference")
+    if not kernels.triton_available():
+        raise UsageError("--backend triton needs Triton: pip install 'eagleconv[kernels]'")
+    path = kernels.path_for(device)
+    if path == "torch":
+        raise UsageError(f"--backend triton on {kind} runs only through Triton's interpreter: set TRITON_INTERPRET=1 "
+                         "(slow; for tests) or use --device cuda")
+    return path
+
+
 def validate_forward(path: str | Path, *, engines: Any = (), steps: int = 4, target: str | Path | None = None,
                      prompts: str | Path | None = None, seed: int = 0, dtype: str = "float32", recipe: str = "native",
                      backend: str = "torch", allow_pickle: bool = False, layout: str | None = None,
-                     batch: int = 4, length: int = 16) -> ForwardReport:
-    """Run K draft steps of the reference forward and, per engine profile, the drafter as that engine reads it."""
+                     batch: int = 4, length: int = 16, device: str = "cpu") -> ForwardReport:
+    """Run K draft steps of the reference forward and, per engine profile, the drafter as that engine reads it.
+
+    With a ``backend`` other than torch, the torch backend also runs on the same inputs and device, and
+    ``against_torch`` holds the per-step max error and top-1 agreement between the two.
+    """
     from ..engines import resolve_engines
     from ..loading import load_drafter
 
     if steps < 1:
         raise UsageError("--steps must be at least 1")
+    kernels_path = _check_backend(backend, device, dtype)
     tgt, prompt_list, L = _target_and_prompts(target, prompts)
     drafter = load(path, dtype=dtype, recipe=recipe, backend=backend, seed=seed, target=tgt, allow_pickle=allow_pickle,
-                   layout=layout)
+                   layout=layout, device=device)
     spec = drafter.spec
     factory = InputFactory(spec.vocab_size, spec.target_hidden_size, target=tgt, prompts=prompt_list, seed=seed,
                            batch=batch, length=length)
@@ -254,7 +289,11 @@ def validate_forward(path: str | Path, *, engines: Any = (), steps: int = 4, tar
                            output_dtype=str(results[0].logits[0].dtype).removeprefix("torch."),
                            recipe=recipe, backend=backend, inputs=factory.description, aux_layer_ids=list(ids),
                            steps=out_steps, borrowed=drafter.borrowed(), notes=notes,
-                           findings=_findings_for(results, str(path)))
+                           findings=_findings_for(results, str(path)), device=device, kernels=kernels_path)
+    if backend != "torch":
+        reference = load(path, dtype=dtype, recipe=recipe, backend="torch", seed=seed, target=tgt,
+                         allow_pickle=allow_pickle, layout=layout, device=device)
+        report.against_torch, _ = compare(run_all(reference, factory.make(ids), steps), results)
     if engines:
         loaded = load_drafter(path, layout=layout, allow_pickle=allow_pickle)
         loaded.store.close()
@@ -271,7 +310,7 @@ def validate_forward(path: str | Path, *, engines: Any = (), steps: int = 4, tar
                     continue
                 engine_drafter = Drafter(espec, OverlaySource(base, extra) if extra else base, dtype=dtype,
                                          recipe=recipe, backend=backend, seed=seed, target_embed=drafter.w.target_embed,
-                                         target_lm_head=drafter.w.target_lm_head)
+                                         target_lm_head=drafter.w.target_lm_head, device=device)
                 view.steps, _ = compare(results, run_all(engine_drafter, factory.make(eids), steps))
             report.engines.append(view)
     return report

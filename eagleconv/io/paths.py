@@ -40,7 +40,7 @@ def _is_hf_cache_blob(resolved: Path, directory: Path) -> bool:
 
 
 def resolve_inside(directory: Path, name: str) -> Path:
-    """Resolve ``directory/name`` and require a regular file that stays inside ``directory``.
+    """Check that ``directory/name`` is a regular file that resolves inside ``directory``; return it unresolved.
 
     A symlink is followed only when its target is inside the checkpoint
     directory (or is a blob of the same Hugging Face cache repository).
@@ -56,4 +56,4 @@ def resolve_inside(directory: Path, name: str) -> Path:
         raise UnsafeInputError(f"cannot read: {exc.strerror or exc}", candidate) from exc
     if not stat.S_ISREG(mode):
         raise UnsafeInputError("not a regular file", candidate)
-    return resolved
+    return candidate  # checked; returned as the user spelled it, so error messages name the path they typed

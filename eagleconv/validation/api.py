@@ -160,7 +160,8 @@ def check(config: dict[str, Any], store: TensorStore | None, *, path: str | None
         eagle_version=("3.1" if flags["fc_norm"] or flags["norm_output"] else "3"),
         architecture=spec.architecture if spec is not None else _family(subject),
         flags=FlagsView(**flags),
-        aux_layer_ids=list(ids) if isinstance(ids, list | tuple) and ids else None,
+        aux_layer_ids=list(ids) if isinstance(ids, list | tuple) and ids and all(
+            isinstance(i, int) and not isinstance(i, bool) for i in ids) else None,  # else EC005 says why
         aux_layer_convention=(spec.aux.convention if spec is not None else
                               (layout.aux_convention_for(_family(subject) or "llama") if ids else None)),
         **common,
@@ -258,7 +259,10 @@ def _validate(source: str | Path | Mapping[str, Any], config: Mapping[str, Any] 
 
 def lint(config: str | Path | Mapping[str, Any], *, engines: Any = ("vllm",), target: str | Path | None = None,
          from_format: str | None = None, tp: int | None = None, ignore: Iterable[str] = ()) -> ValidationReport:
-    """Check a drafter config.json alone (no tensors): what each engine will make of it."""
+    """Check a drafter config.json alone (no tensors): what each engine will make of it.
+
+    ``config``: a dict, a config.json path, or a directory (its config.json is read).
+    """
     return apply_ignore(_lint(config, engines=engines, target=target, from_format=from_format, tp=tp), ignore)
 
 
@@ -266,6 +270,8 @@ def _lint(config: str | Path | Mapping[str, Any], *, engines: Any = ("vllm",), t
           from_format: str | None = None, tp: int | None = None) -> ValidationReport:
     path = None
     if not isinstance(config, Mapping):
+        if Path(config).is_dir():
+            config = Path(config) / "config.json"
         path = str(config)
         keys: list[str] = []
         config = load_json(config, duplicates=keys)

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# One-shot GPU check for eagleconv.kernels (issue 9): the kernel tests on CUDA, the recipe check under
+# torch.compile and the benchmark table, plus `validate --forward --backend triton --device cuda` when
+# that command exists.  Needs torch with CUDA, triton and pytest only (no network, nothing installed).
+# About 3-6 minutes on an H200; every step runs even if an earlier one fails, the exit status says whether
+# any did.  Outputs go to OUTDIR (default: $OUT when set, else benchmarks/gpu-check-<UTC time>/).
+#
+#     bash benchmarks/gpu_check.sh [OUTDIR]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${1:-${OUT:-benchmarks/gpu-check-$(date -u +%Y%m%dT%H%M)}}"
+mkdir -p "$out"
+unset TRITON_INTERPRET  # compiled kernels, not the CPU interpreter
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+status=0
+
+step() { echo; echo "=== $1 ($(date -u +%H:%M:%S))"; }
+
+step "environment"
+env_rc=0
+python - > "$out/environment.txt" 2>&1 <<'EOF' || env_rc=$?
+import platform, sys
+import torch
+print("python", platform.python_version(), "torch", torch.__version__, "cuda", torch.version.cuda)
+try:
+    import triton
+    print("triton", triton.__version__)
+except ImportError:
+    print("triton MISSING"); sys.exit(1)
+if not torch.cuda.is_available():
+    print("no CUDA device"); sys.exit(1)
+p = torch.cuda.get_device_properties(0)
+print("gpu", p.name, f"{p.total_memory / 2**30:.0f} GiB", "sm", f"{p.major}.{p.minor}")
+from eagleconv import kernels
+print("eagleconv.kernels path on cuda:", kernels.path_for("cuda"))
+EOF
+cat "$out/environment.txt"
+[ "$env_rc" = 0 ] || { echo "environment check failed: stopping"; exit 1; }
+
+step "kernel tests on CUDA"
+# --noconftest: tests/test_kernels.py needs only torch, triton and pytest (the shared conftest imports the
+# whole package); the tests put their tensors on cuda when it is available.
+timeout 600 python -m pytest -q -p no:cacheprovider --noconftest tests/test_kernels.py tests/test_benchmark_kernels.py \
+    2>&1 | tee "$out/tests.txt" || status=1
+
+step "benchmark (and the torch.compile recipe check)"
+timeout 900 python benchmarks/kernels.py --json "$out/kernels.json" 2>&1 | tee "$out/benchmark.txt" || status=1
+
+if python -m eagleconv validate --help 2>/dev/null | grep -q -- "--backend"; then
+    step "validate --forward --backend triton --device cuda on the fixtures"
+    for fixture in fixtures/*/; do
+        [ -f "$fixture/config.json" ] || continue
+        rc=0
+        timeout 300 python -m eagleconv validate "$fixture" --forward --backend triton --device cuda --json \
+            > "$out/validate-$(basename "$fixture").json" 2>> "$out/validate.err" || rc=$?
+        echo "$fixture: exit $rc"  # 1 = findings (recorded in the JSON); 2 or more = the command failed
+        [ "$rc" -le 1 ] || status=1
+    done
+fi
+
+step "done: status $status, results in $out"
+exit "$status"
