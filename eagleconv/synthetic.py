@@ -132,7 +132,7 @@ def _decoder_config(recipe: DrafterRecipe) -> dict[str, Any]:
 
 
 # What a producer's own writer cannot emit, so the generator refuses it rather than build a file no such
-# producer writes (SafeAILab EAGLE has no 3.1 switch; ModelOpt: modelopt/torch/export/plugins/hf_spec_export.py).
+# producer writes (SafeAILab EAGLE; ModelOpt's hf_spec_export.py).
 _CANNOT_WRITE = {
     ("modelopt", "eagle31"): "ModelOpt's exporter (hf_spec_export.py _check_valid_sd) asserts that every key is in "
                              "its allow-list, which has no fc_norm: it cannot write an EAGLE-3.1 drafter",

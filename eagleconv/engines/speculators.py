@@ -1,7 +1,7 @@
 """vLLM speculators 0.9.0 as a *consumer*: ``SpeculatorModel.from_pretrained`` (PyPI speculators==0.9.0).
 
 Sources: the 0.9.0 wheel (``model.py``, ``models/eagle3/core.py``,
-``models/eagle3/model_definitions.py``) (vllm-project/speculators); every
+``models/eagle3/model_definitions.py``); every
 rule below is checked by the interop tier (``.ci/interop``), which loads
 eagleconv's outputs in speculators 0.9.0 itself.  What its loader needs:
 

@@ -4,7 +4,7 @@
 and no ``fc_norm``.  Aux ids and ``norm_before_fc`` live only in the nested
 ``eagle_config`` (NVIDIA's gpt-oss drafters ship ``input_norm.weight``).
 ModelOpt's exporter asserts that every key is in its allow-list (``_check_valid_sd``,
-modelopt/torch/export/plugins/hf_spec_export.py at 2a7fb3af and later), so no ModelOpt export is
+modelopt/torch/export/plugins/hf_spec_export.py; still so in later exporters), so no ModelOpt export is
 EAGLE-3.1: fc_norm can never be held here, and ``eagleconv.synthetic`` refuses the recipe.
 """
 
