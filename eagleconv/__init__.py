@@ -15,6 +15,9 @@ _EXPORTS = {
     "convert": "eagleconv.conversion",
     "plan_conversion": "eagleconv.conversion",
     "inspect": "eagleconv.inspection",
+    "upgrade": "eagleconv.eagle31",
+    "downgrade": "eagleconv.eagle31",
+    "TransformReport": "eagleconv.report",
     "validate": "eagleconv.validation",
     "lint": "eagleconv.validation",
     "load_drafter": "eagleconv.loading",
@@ -64,11 +67,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from .drafter import AuxLayers, DrafterSpec, EagleFlags, MlaDims  # noqa: F401
     from .errors import ConversionError, EagleconvError, FindingsError, FormatError, UnsafeInputError, UsageError  # noqa: F401
     from .formats import LAYOUTS  # noqa: F401
+    from .eagle31 import downgrade, upgrade  # noqa: F401
     from .inspection import inspect  # noqa: F401
     from .validation import lint, validate  # noqa: F401
     from .io.reader import open_checkpoint  # noqa: F401
     from .loading import LoadedDrafter, load_drafter  # noqa: F401
     from .forward import Drafter, capture_aux_states, diff, load  # noqa: F401
     from .report import DiffReport, ForwardReport  # noqa: F401
-    from .report import ConvertReport, Finding, InspectReport, ValidationReport  # noqa: F401
+    from .report import ConvertReport, Finding, InspectReport, TransformReport, ValidationReport  # noqa: F401
     from .hub import PullReport, PushReport, pull, push  # noqa: F401

@@ -227,6 +227,18 @@ class DrafterSpec(_Frozen):
     defaulted: tuple[str, ...] = Field((), description="fields the source config did not state, taken from its layout's "
                                        "documented default (reported; conversion does not write them)")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _rope_from_config_keys(cls, data: Any) -> Any:
+        """``rope={"rope_theta": ..., "rope_scaling": ...}`` (config spelling) is parsed into the typed Rope."""
+        rope = data.get("rope") if isinstance(data, dict) else None
+        if isinstance(rope, dict) and rope and set(rope) <= set(ROPE_CONFIG_KEYS):
+            from . import architectures
+
+            arch = architectures.ARCHITECTURES.get(data.get("architecture", ""))
+            data = {**data, "rope": Rope.from_config(rope, interleaved=arch.rope_interleaved if arch else False)}
+        return data
+
     @model_validator(mode="after")
     def _consistent(self) -> DrafterSpec:
         from . import architectures

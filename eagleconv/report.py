@@ -81,12 +81,13 @@ class InspectReport(_Report):
 
 
 class StepDivergence(_Report):
-    """How far two drafters' outputs are apart at one draft step (``diff``, lossy upgrade/downgrade)."""
+    """One draft step compared between two drafters on identical inputs (``diff``, lossy upgrade/downgrade)."""
 
-    step: int = Field(..., ge=1, description="draft step, 1-based")
-    top1_agreement: float = Field(..., ge=0, le=1, description="fraction of positions with the same argmax token")
-    max_abs_err: float = Field(..., ge=0, description="largest |a - b| over the step's logits")
-    max_rel_err: float = Field(..., ge=0, description="largest |a - b| / max(|a|, tiny) over the step's logits")
+    step: int = Field(..., ge=1, description="1 = the first pass (every scheduled row), k >= 2 = the k-th recursion step")
+    top1_agreement: float = Field(..., ge=0, le=1, description="fraction of rows whose argmax (draft token) agrees")
+    max_abs_err: float = Field(..., ge=0, description="max |logit a - logit b| over target-vocabulary entries finite "
+                                                      "in both")
+    max_rel_err: float = Field(..., ge=0, description="max_abs_err / max |logit a|")
 
 
 class PlanRow(_Report):
@@ -119,6 +120,35 @@ class ConvertReport(_Report):
     @property
     def dropped(self) -> list[PlanRow]:
         return [row for row in self.plan if row.action == "drop"]
+
+
+class TransformChange(_Report):
+    change: str
+    exact: bool = Field(..., description="true when this step leaves what the drafter computes unchanged (up to one "
+                                         "rounding of the folded weights)")
+
+
+class TransformReport(ConvertReport):
+    """What ``eagleconv upgrade`` / ``downgrade`` (and ``eagleconv.upgrade()`` / ``downgrade()``) return.
+
+    ``exact`` / ``divergence`` (inherited) describe the written drafter against
+    the source; for an upgrade ``divergence_unit_weights`` is the same measure
+    with the new norms at weight 1.0, so the report shows what calibration bought.
+    """
+
+    operation: Literal["upgrade", "downgrade"]
+    style: Literal["fc_norm", "norm_before_fc"] | None = None
+    flags_before: FlagsView
+    flags_after: FlagsView
+    eagle_version_before: Literal["3", "3.1"]
+    eagle_version_after: Literal["3", "3.1"]
+    changes: list[TransformChange] = Field(default_factory=list)
+    initialisation: Literal["calibrated", "unit"] | None = Field(
+        None, description="how new norm weights were set: scale-preserving from captured aux states, or 1.0")
+    calibration: str | None = Field(None, description="where the captured aux states came from")
+    divergence_unit_weights: list[StepDivergence] = Field(default_factory=list)
+    compute_dtype: str | None = Field(None, description="dtype the divergence was measured in (None: not measured)")
+    output_dtype: str | None = Field(None, description="dtype of the written weights")
 
 
 DiffStep = StepDivergence  # one draft step compared between two runs on identical inputs

@@ -97,6 +97,7 @@ PUBLISHED: dict[str, str] = {
     "report-inspect": "eagleconv.report:InspectReport",
     "report-convert": "eagleconv.report:ConvertReport",
     "report-validate": "eagleconv.report:ValidationReport",
+    "report-transform": "eagleconv.report:TransformReport",
     "report-push": "eagleconv.hub:PushReport",
     "report-pull": "eagleconv.hub:PullReport",
     "report-diff": "eagleconv.report:DiffReport",

@@ -235,3 +235,18 @@ def test_a_transform_writes_computed_tensors_beside_copied_bytes(drafter, tmp_pa
     # a plain convert is exact and reports no divergence
     plain = convert(src, tmp_path / "plain", "specforge")
     assert plain.exact is True and plain.divergence == [] and {r.action for r in plain.plan} <= {"copy", "drop", "derive"}
+
+
+@pytest.mark.parametrize("producer", ["eagle", "specforge", "torchspec", "vllm", "speculators", "automodel", "modelopt"])
+def test_every_layout_reads_transformers5_rope_parameters(drafter, producer):
+    path = drafter(producer=producer)
+    config = json.loads((path / "config.json").read_text())
+    decoder = config["transformer_layer_config"] if producer == "speculators" else config
+    decoder.pop("rope_theta", None)
+    decoder["rope_parameters"] = {"rope_theta": 250000.0, **LLAMA3}
+    (path / "config.json").write_text(json.dumps(config))
+    loaded = load_drafter(path, allow_pickle=True)
+    spec = loaded.require_spec()
+    loaded.close()
+    assert (spec.rope.theta, spec.rope.scaling, spec.rope.high_freq_factor) == (250000.0, "llama3", 4.0)
+    assert "rope_theta" not in spec.defaulted

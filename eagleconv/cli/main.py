@@ -255,6 +255,7 @@ def formats(as_json: bool) -> None:
 
 
 from . import validate_cmds  # noqa: E402,F401
+from . import transform_cmds  # noqa: E402,F401
 from . import hub_cmds  # noqa: E402,F401
 
 def main() -> None:

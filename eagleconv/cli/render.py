@@ -92,6 +92,8 @@ def render_convert(report: ConvertReport) -> None:
             click.echo(f"{click.style('dropped', fg='yellow')} {row.source}: {row.reason}")
         elif row.action == "derive":
             click.echo(f"{click.style('derived', fg='cyan')} {row.destination}: {row.reason}")
+        elif row.action == "computed":
+            click.echo(f"{click.style('computed', fg='cyan')} {row.destination}: {row.reason}")
     for change in report.config_changes:
         click.echo(f"{click.style('config', fg='yellow')} {change}")
     for finding in report.findings:

@@ -331,8 +331,8 @@ def _numeric_defaults(layout: type[Layout], arch: type[Architecture], values: di
 
 
 # JSON types engines need; a "64" or 64.0 works in one engine and fails (or is coerced) in another.
-INT_FIELDS = SHAPE_FIELDS + ("num_hidden_layers", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
-                             "qk_rope_head_dim", "v_head_dim", "max_position_embeddings")
+INT_FIELDS = SHAPE_FIELDS + ("num_hidden_layers", "max_position_embeddings") + tuple(
+    f for arch in architectures.ARCHITECTURES.values() for f in arch.config_fields if f not in SHAPE_FIELDS)
 BOOL_FIELDS = ("fc_norm", "norm_before_fc", "norm_output", "norm_before_residual", "use_aux_hidden_state",
                "attention_bias", "mlp_bias")
 INT_LIST_FIELDS = ("aux_layer_ids",)

@@ -16,14 +16,17 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from .. import architectures
 from ..drafter import DrafterSpec
+from ..formats.vllm import VllmLayout
 from .attention import Cache, attention_of
 from .ops import NormOps, get_ops
 from .rope import resolve_rope
 from .weights import TensorSource, Weights
 
 COMPUTE_DTYPES = ("float32", "float64", "checkpoint")
-DEFAULT_EPS = 1e-6  # LlamaConfig / Qwen3Config / DeepseekV3Config default, what vLLM's EAGLEConfig falls back to
+# LlamaConfig / Qwen3Config / DeepseekV3Config default, what vLLM's EAGLEConfig falls back to: one home, the vllm layout
+DEFAULT_EPS: float = VllmLayout.defaults["rms_norm_eps"]
 _CHECKPOINT_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "F64": torch.float64}
 
 
@@ -113,7 +116,7 @@ class Drafter:
         a = aux.to(device=self.device, dtype=self.dtype)
         if not spec.flags.use_aux_hidden_state:
             return a
-        if spec.flags.norm_before_fc and spec.architecture != "deepseek_mla":
+        if spec.flags.norm_before_fc and architectures.get(spec.architecture).reads_norm_before_fc:
             a = ops.rms_norm(a, w.get("input_norm.weight"), self.eps)
         if spec.flags.fc_norm:
             K = spec.aux.count

@@ -14,7 +14,10 @@ from typing import Any
 
 import torch
 
-DEFAULT_THETA = {"llama": 10000.0, "qwen3": 1000000.0, "deepseek_mla": 10000.0}
+from ..formats.vllm import VllmLayout
+
+# vLLM's RoPE base when a config states none, per architecture: one home, the vllm layout's documented defaults
+DEFAULT_THETA: dict[str, float] = dict(VllmLayout.defaults["rope_theta"])
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from .. import architectures
 from ..drafter import DrafterSpec, EagleFlags
 from ..errors import UsageError
 from ..report import DiffReport, DiffStep, EngineForward, Finding, ForwardReport, ForwardStep
@@ -142,7 +143,7 @@ def _missing_norms(spec: DrafterSpec, names: set[str]) -> dict[str, torch.Tensor
     want: dict[str, int] = {}
     if spec.flags.fc_norm:
         want |= {f"fc_norm.{i}.weight": Ht for i in range(K)}
-    if spec.flags.norm_before_fc and spec.architecture != "deepseek_mla":
+    if spec.flags.norm_before_fc and architectures.get(spec.architecture).reads_norm_before_fc:
         want["input_norm.weight"] = K * Ht
     return {n: torch.ones(w) for n, w in want.items() if n not in names}
 

@@ -1,0 +1,102 @@
+"""``eagleconv upgrade`` and ``downgrade``: thin click commands over eagleconv.eagle31.
+
+Registered on the main group by importing this module (see the bottom of main.py).
+"""
+
+from __future__ import annotations
+
+import click
+
+from ..report import TransformReport
+from .main import FORMATS, _progress, cli, run_command
+
+CALIBRATION_HELP = ("safetensors file with 'aux_hidden_states' [..., K x target_hidden] captured from the target, "
+                    "to set norm weights that preserve each input's scale.")
+
+
+def _emit(report: TransformReport, as_json: bool) -> tuple[TransformReport, int]:
+    if as_json:
+        click.echo(report.model_dump_json(indent=2))
+        return report, 0
+    from .render import render_convert
+
+    render_convert(report)
+    click.echo(f"EAGLE {report.eagle_version_before} -> {report.eagle_version_after} "
+               f"({'exact' if report.exact else 'changes the drafter'})")
+    for change in report.changes:
+        click.echo(f"  {'exact' if change.exact else 'changes the function'}: {change.change}")
+    if report.divergence:
+        click.echo(f"divergence from the source per draft step ({report.compute_dtype}):")
+        unit = {s.step: s for s in report.divergence_unit_weights}
+        for s in report.divergence:
+            line = f"  step {s.step}: top-1 agreement {s.top1_agreement:.3f}, max abs err {s.max_abs_err:.3g}"
+            if s.step in unit and report.initialisation == "calibrated":
+                line += f" (unit weights: {unit[s.step].top1_agreement:.3f}, {unit[s.step].max_abs_err:.3g})"
+            click.echo(line)
+    return report, 0
+
+
+@cli.command()
+@click.argument("src", type=click.Path(path_type=str))
+@click.argument("dst", type=click.Path(path_type=str))
+@click.option("--style", type=click.Choice(["fc_norm", "norm_before_fc"]), default="fc_norm", show_default=True,
+              help="fc_norm: one RMSNorm per aux state (the paper, vLLM #42764); norm_before_fc: one over the "
+                   "concatenation (speculators #692).")
+@click.option("--fc-norm/--no-fc-norm", default=True, show_default=True,
+              help="Add the aux-state normalisation (in --style).")
+@click.option("--norm-output/--no-norm-output", default=True, show_default=True,
+              help="Feed the post-norm hidden state to the next draft step.")
+@click.option("--calibration", type=click.Path(path_type=str), help=CALIBRATION_HELP)
+@click.option("--target", type=click.Path(path_type=str), help="Target model directory to capture aux states from.")
+@click.option("--prompts", type=click.Path(path_type=str), help="JSON list of token-id lists to run the target on.")
+@click.option("--to", "to", type=click.Choice(FORMATS), help="Destination layout (default: the source's).")
+@click.option("--overwrite", is_flag=True, help="Replace DST if it exists (atomically, after the new one is complete).")
+@click.option("--force", is_flag=True, help="Proceed even if the source has error-severity findings.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+def upgrade(ctx: click.Context, src: str, dst: str, style: str, fc_norm: bool, norm_output: bool,
+            calibration: str | None, target: str | None, prompts: str | None, to: str | None, overwrite: bool,
+            force: bool, as_json: bool) -> None:
+    """EAGLE-3 -> EAGLE-3.1: a starting point for 3.1 fine-tuning.
+
+    With --no-fc-norm --no-norm-output the tensors are copied byte for byte ("exact": true).
+    """
+    from ..eagle31 import upgrade as run
+
+    def body():
+        with _progress(enabled=not as_json) as (on_total, on_bytes):
+            report = run(src, dst, style=style, fc_norm=fc_norm, norm_output=norm_output, calibration=calibration,
+                         target=target, prompts=prompts, to=to, overwrite=overwrite, force=force,
+                         on_total=on_total, on_bytes=on_bytes)
+        return _emit(report, as_json)
+
+    run_command(ctx, as_json, body)
+
+
+@cli.command()
+@click.argument("src", type=click.Path(path_type=str))
+@click.argument("dst", type=click.Path(path_type=str))
+@click.option("--allow-lossy", is_flag=True, help="Remove fc_norm / norm_output even though that changes the drafter.")
+@click.option("--calibration", type=click.Path(path_type=str), help=CALIBRATION_HELP)
+@click.option("--target", type=click.Path(path_type=str), help="Target model directory to capture aux states from.")
+@click.option("--prompts", type=click.Path(path_type=str), help="JSON list of token-id lists to run the target on.")
+@click.option("--to", "to", type=click.Choice(FORMATS), help="Destination layout (default: the source's).")
+@click.option("--overwrite", is_flag=True, help="Replace DST if it exists (atomically, after the new one is complete).")
+@click.option("--force", is_flag=True, help="Proceed even if the source has error-severity findings.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+def downgrade(ctx: click.Context, src: str, dst: str, allow_lossy: bool, calibration: str | None, target: str | None,
+              prompts: str | None, to: str | None, overwrite: bool, force: bool, as_json: bool) -> None:
+    """EAGLE-3.1 -> EAGLE-3 for engines without 3.1 support.
+
+    Exact folds always; a change to what the drafter computes exits 1 and writes nothing unless --allow-lossy.
+    """
+    from ..eagle31 import downgrade as run
+
+    def body():
+        with _progress(enabled=not as_json) as (on_total, on_bytes):
+            report = run(src, dst, allow_lossy=allow_lossy, calibration=calibration, target=target, prompts=prompts,
+                         to=to, overwrite=overwrite, force=force, on_total=on_total, on_bytes=on_bytes)
+        return _emit(report, as_json)
+
+    run_command(ctx, as_json, body)

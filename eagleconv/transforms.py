@@ -1,0 +1,285 @@
+"""EAGLE-3 <-> EAGLE-3.1: the math of ``upgrade`` and ``downgrade``, as transforms over canonical tensors.
+
+How the aux hidden states ``a_1..a_K`` (each ``Ht`` wide) reach the decoder
+(vLLM: combine_hidden_states in llama_eagle3.py)::
+
+    EAGLE-3                    g = fc(cat(a_i))
+    norm_before_fc             g = fc(rms(cat(a_i)) * w_in)
+    fc_norm (EAGLE-3.1)        g = fc(cat(rms(a_i) * w_i))
+
+with ``rms(x) = x / sqrt(mean(x^2) + eps)``.  A norm weight is a per-column
+scale of fc's input, so it folds exactly into fc's matching column block
+(``fc[:, block i] * w_i``), leaving a unit-weight norm: the *exact* step.
+Removing the normalisation itself, or norm_output's post-norm feedback,
+changes the function: the *lossy* step, allowed only when asked.
+
+Adding a norm (upgrade) initialises its weight so the norm preserves the
+typical scale of its input, from captured aux states: per channel ``c`` the
+least-squares ``w[c] = sum_t a_t[c]^2 / r_t / sum_t a_t[c]^2 / r_t^2`` (``r_t``
+the token's RMS), so ``rms(a_t) * w ~= a_t`` and fc sees what it was trained
+on.  Removing a norm (downgrade) folds in the matching scalar
+``c = sum_t r_t / sum_t r_t^2`` so ``a_t * c ~= rms(a_t)``.  Without
+captured states the weights are 1 and the report says so.
+
+Folds are computed in float64 and rounded once to the stored dtype.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from . import architectures
+from .conversion import Computed, Transform
+from .drafter import DrafterSpec
+from .errors import ConversionError, FormatError, UsageError
+
+if TYPE_CHECKING:
+    import torch
+
+    from .loading import LoadedDrafter
+
+Style = Literal["fc_norm", "norm_before_fc"]
+FOLD_ROWS = 1024  # fc rows folded at a time: float64 temporaries stay ~ rows x K*Ht x 8 bytes
+
+
+# -- the math (plain functions of tensors) ------------------------------------------
+
+def rms_of_rows(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """Each row's RMS (as RMSNorm divides by it), float64."""
+    x = x.double()
+    return (x.pow(2).mean(-1) + eps).sqrt()
+
+
+def scale_preserving_weight(states: torch.Tensor, eps: float) -> torch.Tensor:
+    """Per-channel RMSNorm weight w minimising sum_t ||rms(a_t) * w - a_t||^2 over ``states`` [N, D]; float64."""
+    import torch
+
+    a = states.double().reshape(-1, states.shape[-1])
+    r = rms_of_rows(a, eps).unsqueeze(-1)
+    energy = a.pow(2)
+    num = (energy / r).sum(0)
+    den = (energy / r.pow(2)).sum(0)
+    fallback = r.mean()  # a channel that is always zero: any weight fits; keep the typical scale
+    return torch.where(den > 0, num / den.clamp_min(torch.finfo(torch.float64).tiny), fallback)
+
+
+def unnormalising_scale(states: torch.Tensor, eps: float) -> float:
+    """Scalar c minimising sum_t ||a_t * c - rms(a_t)||^2: what removing an RMSNorm from ``states`` [N, D] needs."""
+    a = states.double().reshape(-1, states.shape[-1])
+    r = rms_of_rows(a, eps)
+    squares = a.pow(2).sum(-1)  # ||a_t||^2
+    return float((squares / r).sum() / squares.sum())
+
+
+def fold_columns(fc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """``fc * scale`` column-wise (scale is fc's input width), in float64 row blocks, rounded once to fc's dtype."""
+    import torch
+
+    out = torch.empty_like(fc)
+    s = scale.double()
+    for start in range(0, fc.shape[0], FOLD_ROWS):
+        block = fc[start:start + FOLD_ROWS].double() * s
+        out[start:start + FOLD_ROWS] = block.to(fc.dtype)
+    return out
+
+
+# -- calibration ------------------------------------------------------------------------
+
+CALIBRATION_KEY = "aux_hidden_states"
+
+
+def load_calibration(path: str | Path, spec: DrafterSpec) -> torch.Tensor:
+    """Captured aux states from a safetensors file: ``aux_hidden_states`` [..., K*Ht] or [..., K, Ht] -> [N, K, Ht] float64.
+
+    The K states are in the drafter's aux order (ascending target layer), as
+    the engine concatenates them.
+    """
+    import torch
+
+    from .io.safetensors_header import read_header
+    from .io.torch_tensors import torch_dtype
+
+    K, Ht = spec.aux.count, spec.target_hidden_size
+    path = Path(path)
+    if not path.is_file():
+        raise FormatError("no such calibration file", path)
+    header = read_header(path)  # the strict parser every checkpoint goes through
+    entry = header.entries.get(CALIBRATION_KEY)
+    if entry is None:
+        raise FormatError(f"no {CALIBRATION_KEY!r} tensor (found: {', '.join(sorted(header.entries)[:5]) or 'none'})",
+                          path)
+    if entry.dtype not in ("F16", "BF16", "F32", "F64"):
+        raise FormatError(f"{CALIBRATION_KEY} is {entry.dtype}; captured states are floating point", path)
+    with open(path, "rb") as f:
+        f.seek(entry.start)
+        data = bytearray(f.read(entry.end - entry.start))
+    states = (torch.frombuffer(data, dtype=torch_dtype(entry.dtype)) if data
+              else torch.empty(0, dtype=torch_dtype(entry.dtype))).reshape(entry.shape)
+    if states.shape[-1] == K * Ht:
+        states = states.reshape(-1, K, Ht)
+    elif states.dim() >= 2 and tuple(states.shape[-2:]) == (K, Ht):
+        states = states.reshape(-1, K, Ht)
+    else:
+        raise FormatError(f"{CALIBRATION_KEY} has shape {list(states.shape)}; this drafter needs [..., {K * Ht}] or "
+                          f"[..., {K}, {Ht}] (K = {K} aux states of width {Ht})", path)
+    if not bool(states.isfinite().all()):
+        raise FormatError(f"{CALIBRATION_KEY} has NaN or Inf values", path)
+    if states.shape[0] == 0:
+        raise FormatError(f"{CALIBRATION_KEY} holds no tokens", path)
+    return states.double()
+
+
+# -- building transforms ------------------------------------------------------------------
+
+@dataclass
+class Plan:
+    """A transform plus what the report needs: each change with whether it is exact, and the unit-weight variant."""
+
+    transform: Transform
+    changes: list[tuple[str, bool]] = field(default_factory=list)  # (what, exact)
+    initialisation: Literal["calibrated", "unit"] | None = None
+    unit_variant: dict[str, torch.Tensor] | None = None  # upgrade: the new norms with unit weights (for divergence)
+    new_tensors: dict[str, torch.Tensor] = field(default_factory=dict)  # everything computed, as tensors
+
+
+def _eps(spec: DrafterSpec) -> float:
+    if spec.rms_norm_eps is None:
+        raise ConversionError("rms_norm_eps is unknown (absent from the config and no layout default): the norm "
+                              "weights cannot be computed; state rms_norm_eps in config.json")
+    return float(spec.rms_norm_eps)
+
+
+def _computed(name: str, tensor: torch.Tensor, reason: str) -> Computed:
+    from .io.torch_tensors import tensor_bytes
+
+    dtype, shape, data = tensor_bytes(tensor)
+    return Computed(name, dtype, shape, data, reason)
+
+
+def _weight_dtype(tensors: Mapping[str, torch.Tensor]) -> torch.dtype:
+    return tensors["fc.weight"].dtype
+
+
+def plan_upgrade(loaded: LoadedDrafter, *, style: Style = "fc_norm", fc_norm: bool = True, norm_output: bool = True,
+                 calibration: torch.Tensor | None = None) -> Plan:
+    """EAGLE-3 -> 3.1: add the aux-state normalisation (in ``style``) and/or norm_output."""
+    import torch
+
+    spec = loaded.require_spec()
+    flags = spec.flags
+    if not flags.use_aux_hidden_state and fc_norm:
+        raise ConversionError("this drafter has no fc (use_aux_hidden_state = false): there is nothing to normalise; "
+                              "pass --no-fc-norm")
+    if fc_norm and style == "norm_before_fc" and not architectures.get(spec.architecture).reads_norm_before_fc:
+        raise ConversionError(f"{spec.architecture} drafters have no input_norm (vLLM's loader rejects one): use "
+                              "--style fc_norm")
+    already = flags.fc_norm or flags.norm_before_fc
+    add_norm = fc_norm and not already
+    changes: list[tuple[str, bool]] = []
+    notes: list[str] = []
+    if fc_norm and already:
+        have = "fc_norm" if flags.fc_norm else "norm_before_fc"
+        if have != style:
+            raise ConversionError(f"the drafter already normalises its aux states with {have}; adding {style} on top "
+                                  "is not a style any trainer uses (pass --no-fc-norm, or --style " + have + ")")
+        notes.append(f"{style} is already on; unchanged")
+    if norm_output and flags.norm_output:
+        notes.append("norm_output is already on; unchanged")
+    new_flags = flags.model_copy(update={
+        "fc_norm": flags.fc_norm or (add_norm and style == "fc_norm"),
+        "norm_before_fc": flags.norm_before_fc or (add_norm and style == "norm_before_fc"),
+        "norm_output": flags.norm_output or norm_output,
+    })
+    new_spec = spec.model_copy(update={"flags": new_flags})
+    transform = Transform("upgrade", new_spec, notes=notes)
+    plan = Plan(transform, changes)
+    if add_norm:
+        with loaded.torch_tensors() as tensors:
+            dtype = _weight_dtype(tensors)
+        K, Ht = spec.aux.count, spec.target_hidden_size
+        if calibration is not None:
+            eps = _eps(spec)
+            if style == "fc_norm":
+                weights = {f"fc_norm.{i}.weight": scale_preserving_weight(calibration[:, i, :], eps) for i in range(K)}
+            else:
+                weights = {"input_norm.weight": scale_preserving_weight(calibration.reshape(-1, K * Ht), eps)}
+            plan.initialisation = "calibrated"
+            how = f"scale-preserving from {calibration.shape[0]} captured tokens"
+        else:
+            shapes = {f"fc_norm.{i}.weight": Ht for i in range(K)} if style == "fc_norm" else {"input_norm.weight": K * Ht}
+            weights = {n: torch.ones(w, dtype=torch.float64) for n, w in shapes.items()}
+            plan.initialisation = "unit"
+            how = "unit weights (no calibration states: pass --calibration, or --target with --prompts)"
+            notes.append("new norm weights are 1.0: without captured aux states eagleconv cannot preserve each input's "
+                         "scale, so fc sees normalised inputs it was not trained on")
+        for name, w in weights.items():
+            stored = w.to(dtype)
+            plan.new_tensors[name] = stored
+            transform.computed[name] = _computed(name, stored, f"new {style} weight: {how}")
+        plan.unit_variant = {n: torch.ones_like(t) for n, t in plan.new_tensors.items()}
+        changes.append((f"add {style} ({'one RMSNorm per aux state' if style == 'fc_norm' else 'one RMSNorm over the concatenation'}), "
+                        f"weights {plan.initialisation}", False))
+    if norm_output and not flags.norm_output:
+        changes.append(("add norm_output: feed the post-norm hidden state to the next draft step", False))
+    transform.exact = all(exact for _, exact in changes)
+    return plan
+
+
+def plan_downgrade(loaded: LoadedDrafter, *, allow_lossy: bool = False, calibration: torch.Tensor | None = None) -> Plan:
+    """EAGLE-3.1 -> 3: fold fc_norm weights into fc (exact), then remove fc_norm and norm_output (lossy)."""
+    spec = loaded.require_spec()
+    flags = spec.flags
+    changes: list[tuple[str, bool]] = []
+    notes: list[str] = []
+    new_spec = spec.model_copy(update={"flags": flags.model_copy(update={"fc_norm": False, "norm_output": False})})
+    transform = Transform("downgrade", new_spec, notes=notes)
+    plan = Plan(transform, changes)
+    if flags.fc_norm and not flags.use_aux_hidden_state:
+        changes.append(("drop fc_norm: a no-op without aux hidden states (use_aux_hidden_state = false)", True))
+        for name in loaded.read.canonical:
+            if name.startswith("fc_norm."):
+                transform.removed[name] = "fc_norm is a no-op without aux hidden states"
+    elif flags.fc_norm:
+        K, Ht = spec.aux.count, spec.target_hidden_size
+        import torch
+
+        with loaded.torch_tensors() as tensors:
+            fc = tensors["fc.weight"]
+            scale = torch.cat([tensors[f"fc_norm.{i}.weight"].double() if f"fc_norm.{i}.weight" in tensors
+                               else torch.ones(Ht, dtype=torch.float64) for i in range(K)])
+            compensation = torch.ones(K, dtype=torch.float64)
+            if calibration is not None:
+                eps = _eps(spec)
+                compensation = torch.tensor([unnormalising_scale(calibration[:, i, :], eps) for i in range(K)],
+                                            dtype=torch.float64)
+            folded = fold_columns(fc, scale * compensation.repeat_interleave(Ht))
+        plan.new_tensors["fc.weight"] = folded
+        transform.computed["fc.weight"] = _computed(
+            "fc.weight", folded, "fc_norm weights folded into fc's column blocks"
+            + (" with each aux state's typical 1/RMS (calibrated)" if calibration is not None else ""))
+        for i in range(K):
+            if f"fc_norm.{i}.weight" in loaded.read.canonical:
+                transform.removed[f"fc_norm.{i}.weight"] = "folded into fc.weight; the norm is removed (EAGLE-3)"
+        changes.append(("fold each fc_norm weight into fc's matching column block (unit-weight norms remain)", True))
+        changes.append(("remove the unit-weight fc_norm normalisation"
+                        + (" (compensated by each aux state's typical 1/RMS from calibration)" if calibration is not None
+                           else " (uncompensated: pass --calibration to fold in each aux state's typical 1/RMS)"), False))
+    if flags.norm_output:
+        changes.append(("remove norm_output: feed the pre-norm hidden state to the next draft step", False))
+    transform.exact = all(exact for _, exact in changes)
+    if not transform.exact and not allow_lossy:
+        lossy = "; ".join(what for what, exact in changes if not exact)
+        raise ConversionError(f"downgrading changes what the drafter computes ({lossy}); nothing was written. Pass "
+                              "--allow-lossy to accept it (the report then measures the divergence)", loaded.store.path)
+    if not changes:
+        notes.append("already an EAGLE-3 drafter: nothing to change")
+    return plan
+
+
+def check_style(style: str) -> Style:
+    if style not in ("fc_norm", "norm_before_fc"):
+        raise UsageError(f"unknown --style {style!r}; choose fc_norm or norm_before_fc")
+    return style  # type: ignore[return-value]
