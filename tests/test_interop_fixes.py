@@ -227,3 +227,15 @@ def test_a_theta_only_a_layout_default_gives_is_reported_when_transformers_reads
         (src / "config.json").write_text(json.dumps(cfg))
         found = [f for f in eagleconv.validate(src, engines=(), numeric=False).findings if f.code == "EC024"]
         assert [f.severity for f in found] == (["warning"] if reported else []), arch
+
+
+@pytest.mark.parametrize("command, recipe, extra", [
+    ("upgrade", DrafterRecipe(producer="speculators"), []),
+    ("downgrade", DrafterRecipe(producer="speculators", eagle31=True), ["--allow-lossy"]),
+])
+def test_upgrade_and_downgrade_take_verifier_too(tmp_path, command, recipe, extra):
+    src = make_drafter(tmp_path / "src", recipe)
+    result = _run(command, str(src), str(tmp_path / "out"), "--verifier", "org/target-model", "--json", *extra)
+    assert result.exit_code == 0, result.output
+    verifier = read_json(tmp_path / "out" / "config.json")["speculators_config"]["verifier"]
+    assert verifier["name_or_path"] == "org/target-model"
