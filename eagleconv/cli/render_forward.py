@@ -34,16 +34,22 @@ def render_forward(report: ForwardReport, console: Console) -> None:
     if report.against_torch:
         console.print(_steps_table(f"backend {report.backend} ({report.kernels}, {report.device}) against the torch "
                                    "backend", report.against_torch))
-    for e in report.engines:
-        head = f"as {e.engine} reads it" + ("" if e.runs else " [bold red](does not load)[/]")
-        if e.reason:
-            console.print(f"[dim]{escape(e.engine)}: {escape(e.reason)}[/]")
-        for d in e.differs:
-            console.print(f"[yellow]{escape(e.engine)}: {escape(d)}[/]")
-        if e.steps:
-            console.print(_steps_table(head, e.steps))
-        elif not e.runs:
-            console.print(head)
+    if report.engines:
+        table = Table(title="as each engine reads it: top-1 agreement with the intended math, per draft step",
+                      title_justify="left")
+        table.add_column("engine")
+        table.add_column("loads")
+        for s in report.steps:
+            table.add_column(str(s.step), justify="right")
+        table.add_column("max abs err", justify="right")
+        for e in report.engines:
+            cells = [f"{s.top1_agreement:.0%}" for s in e.steps] or ["-"] * len(report.steps)
+            worst = f"{max(s.max_abs_err for s in e.steps):.3g}" if e.steps else "-"
+            table.add_row(escape(e.engine), "yes" if e.runs else "[bold red]no[/]", *cells, worst)
+        console.print(table)
+        for e in report.engines:
+            for line in ([e.reason] if e.reason else []) + e.differs:
+                console.print(f"[yellow]{escape(e.engine)}[/]: {escape(line)}")
 
 
 def render_diff(report: DiffReport, console: Console) -> None:

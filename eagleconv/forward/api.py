@@ -8,16 +8,20 @@ from typing import Any
 from ..drafter import DrafterSpec
 from .inputs import Target, synthetic_inputs
 from .model import DraftInputs, Drafter
-from .weights import CheckpointSource
+from .weights import BlockCache, CheckpointSource
+
+CACHE_FRACTION = 0.75  # of the checkpoint's bytes: keeps peak RSS well under 1.5x (benchmarks/forward.py)
 
 
 def load(path: str | Path, *, dtype: str = "float32", recipe: str = "native", backend: str = "torch", seed: int = 0,
          target: str | Path | Target | None = None, allow_pickle: bool = False, layout: str | None = None,
-         spec: DrafterSpec | None = None, device: str = "cpu") -> Drafter:
+         spec: DrafterSpec | None = None, device: str = "cpu", cache_fraction: float = CACHE_FRACTION) -> Drafter:
     """Open a drafter checkpoint for forward passes (weights memory-mapped, read lazily).
 
     ``spec`` overrides the checkpoint's own description (an engine's view of it); ``target`` (a
     directory or a loaded :class:`Target`) supplies the embedding / LM head rows the drafter borrows.
+    Upcast weight blocks are kept between draft steps up to ``cache_fraction`` x the checkpoint's bytes
+    (0: upcast every block on every pass; the resident set then stays near one block).
     """
     from ..loading import load_drafter
 
@@ -27,8 +31,10 @@ def load(path: str | Path, *, dtype: str = "float32", recipe: str = "native", ba
     tgt = Target(target) if isinstance(target, (str, Path)) else target
     embed = tgt.embed if tgt is not None and not loaded.read.tensors.get("embed_tokens.weight") else None
     lm_head = tgt.lm_head if tgt is not None and "lm_head.weight" not in loaded.read.tensors else None
+    size = sum(info.nbytes for info in loaded.read.tensors.values())
     return Drafter(spec or own, CheckpointSource(loaded), dtype=dtype, recipe=recipe, backend=backend, seed=seed,
-                   target_embed=embed, target_lm_head=lm_head, device=device, path=str(path))
+                   target_embed=embed, target_lm_head=lm_head, device=device, path=str(path),
+                   cache=BlockCache(int(size * cache_fraction)))
 
 
 def default_aux_ids(spec: DrafterSpec, target_layers: int | None = None) -> tuple[int, ...]:

@@ -22,7 +22,7 @@ from ..formats.vllm import VllmLayout
 from .attention import Cache, attention_of
 from .ops import NormOps, get_ops
 from .rope import resolve_rope
-from .weights import TensorSource, Weights
+from .weights import BlockCache, TensorSource, Weights
 
 COMPUTE_DTYPES = ("float32", "float64", "checkpoint")
 # LlamaConfig / Qwen3Config / DeepseekV3Config default, what vLLM's EAGLEConfig falls back to: one home, the vllm layout
@@ -71,7 +71,7 @@ class Drafter:
     def __init__(self, spec: DrafterSpec, source: TensorSource, *, dtype: str = "float32", recipe: str = "native",
                  backend: str = "torch", seed: int = 0, target_embed: torch.Tensor | None = None,
                  target_lm_head: torch.Tensor | None = None, device: str = "cpu", path: str | None = None,
-                 notes: list[str] | None = None):
+                 notes: list[str] | None = None, cache: BlockCache | None = None):
         if dtype not in COMPUTE_DTYPES:
             raise ValueError(f"unknown compute dtype {dtype!r}; choose one of {', '.join(COMPUTE_DTYPES)}")
         self.spec, self.path, self.device = spec, path, device
@@ -92,7 +92,7 @@ class Drafter:
         else:
             self.eps = float(spec.rms_norm_eps)
         self.w = Weights(source, self.dtype, seed=seed, target_embed=target_embed, target_lm_head=target_lm_head,
-                         device=device)
+                         device=device, cache=cache)
         self.w.width = spec.hidden_size
         self.attention = attention_of(spec.architecture)
         self.target_ids = self._draft_to_target()

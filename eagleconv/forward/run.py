@@ -22,7 +22,7 @@ class InputFactory:
     """The same draft-round inputs for any set of aux layer ids: synthetic (seeded) or captured from a target."""
 
     def __init__(self, vocab_size: int, target_hidden: int, *, target: Target | None = None,
-                 prompts: Sequence[Sequence[int]] | None = None, seed: int = 0, batch: int = 4, length: int = 16):
+                 prompts: Sequence[Sequence[int]] | None = None, seed: int = 0, batch: int = 4, length: int = 8):
         self.vocab_size, self.target_hidden, self.target, self.seed = vocab_size, target_hidden, target, seed
         self.prompts = [list(p) for p in prompts] if prompts else None
         self.batch, self.length = batch, length
@@ -70,6 +70,12 @@ class InputFactory:
             cached = self.target.run(prompt, want)
             self._captured[n] = cached
         return cached
+
+
+def _rows(r: DraftResult, a: int, b: int) -> DraftResult:
+    """Sequences a..b of a batched draft."""
+    return DraftResult([t[a:b] for t in r.tokens], [x[a:b] for x in r.logits], [f[a:b] for f in r.feedback],
+                       r.first_pass_logits[a:b])
 
 
 def run_all(drafter: Drafter, inputs: list[DraftInputs], steps: int) -> list[DraftResult]:
@@ -256,7 +262,7 @@ def _check_backend(backend: str, device: str, dtype: str) -> str | None:
 def validate_forward(path: str | Path, *, engines: Any = (), steps: int = 4, target: str | Path | None = None,
                      prompts: str | Path | None = None, seed: int = 0, dtype: str = "float32", recipe: str = "native",
                      backend: str = "torch", allow_pickle: bool = False, layout: str | None = None,
-                     batch: int = 4, length: int = 16, device: str = "cpu") -> ForwardReport:
+                     batch: int = 4, length: int = 8, device: str = "cpu") -> ForwardReport:
     """Run K draft steps of the reference forward and, per engine profile, the drafter as that engine reads it.
 
     With a ``backend`` other than torch, the torch backend also runs on the same inputs and device, and
@@ -275,12 +281,34 @@ def validate_forward(path: str | Path, *, engines: Any = (), steps: int = 4, tar
     factory = InputFactory(spec.vocab_size, spec.target_hidden_size, target=tgt, prompts=prompt_list, seed=seed,
                            batch=batch, length=length)
     factory._given = prompt_list is not None
-    ids = default_aux_ids(spec, L)
+    ids = tuple(sorted(default_aux_ids(spec, L)))
     notes = list(drafter.notes)
     if spec.aux.ids is None:
         notes.append(f"the checkpoint states no aux layer ids: using vLLM's default {list(ids)}"
                      + ("" if L is not None else " for an assumed 32-layer target (pass --target)"))
-    results = run_all(drafter, factory.make(ids), steps)
+    # Engine views first: a view that differs only in the target layers it captures runs in the same
+    # batch as the intended drafter (same weights, one pass over them per step).
+    planned: list[tuple[EngineForward, DrafterSpec | None, tuple[int, ...], dict[str, torch.Tensor]]] = []
+    loaded = None
+    if engines:
+        loaded = load_drafter(path, layout=layout, allow_pickle=allow_pickle)
+        loaded.store.close()
+        names = CheckpointSource(loaded).names()
+        for profile in resolve_engines(engines):
+            view, espec, eids = engine_forward_view(profile, loaded, spec, ids, L)
+            extra = _missing_norms(espec, names) if espec is not None else {}
+            if extra:
+                view.differs.append(f"initialises {', '.join(sorted(extra))} to ones (absent from the checkpoint)")
+            planned.append((view, espec, eids, extra))
+    batched = sorted({eids for _, espec, eids, extra in planned if espec == spec and not extra and eids != ids})
+    groups = [ids, *batched]
+    per_group = [factory.make(g) for g in groups]
+    combined = [DraftInputs(torch.cat([g[i].tokens for g in per_group]), torch.cat([g[i].aux for g in per_group]),
+                            per_group[0][i].source, ids) for i in range(len(per_group[0]))]
+    runs = run_all(drafter, combined, steps)
+    sizes = [x.tokens.shape[0] for x in per_group[0]]
+    by_group = {g: [_rows(r, n * sizes[i], (n + 1) * sizes[i]) for i, r in enumerate(runs)] for n, g in enumerate(groups)}
+    results = by_group[ids]
     out_steps = [ForwardStep(step=k + 1, tokens=[int(t) for r in results for t in r.tokens[k].tolist()],
                              feedback_rms=float(torch.cat([r.feedback[k].double().flatten() for r in results])
                                                 .pow(2).mean().sqrt()),
@@ -295,31 +323,25 @@ def validate_forward(path: str | Path, *, engines: Any = (), steps: int = 4, tar
         reference = load(path, dtype=dtype, recipe=recipe, backend="torch", seed=seed, target=tgt,
                          allow_pickle=allow_pickle, layout=layout, device=device)
         report.against_torch, _ = compare(run_all(reference, factory.make(ids), steps), results)
-    if engines:
-        loaded = load_drafter(path, layout=layout, allow_pickle=allow_pickle)
-        loaded.store.close()
-        for profile in resolve_engines(engines):
-            view, espec, eids = engine_forward_view(profile, loaded, spec, ids, L)
-            if espec is not None:  # run it (also when the loader rejects tensors: what it would compute)
+    for view, espec, eids, extra in planned:
+        if espec is not None:  # run it (also when the loader rejects tensors: what it would compute)
+            if espec == spec and not extra:  # the intended math on the layers this engine captures
+                view.steps, _ = compare(results, by_group[eids])
+            else:
+                assert loaded is not None
                 base = CheckpointSource(loaded)
-                extra = _missing_norms(espec, base.names())
-                if extra:
-                    view.differs.append(f"initialises {', '.join(sorted(extra))} to ones (absent from the checkpoint)")
-                if espec == spec and eids == ids and not extra:  # the engine computes exactly the intended math
-                    view.steps, _ = compare(results, results)
-                    report.engines.append(view)
-                    continue
                 engine_drafter = Drafter(espec, OverlaySource(base, extra) if extra else base, dtype=dtype,
                                          recipe=recipe, backend=backend, seed=seed, target_embed=drafter.w.target_embed,
-                                         target_lm_head=drafter.w.target_lm_head, device=device)
+                                         target_lm_head=drafter.w.target_lm_head, device=device,
+                                         cache=drafter.w.cache)
                 view.steps, _ = compare(results, run_all(engine_drafter, factory.make(eids), steps))
-            report.engines.append(view)
+        report.engines.append(view)
     return report
 
 
 def diff(a: str | Path, b: str | Path, *, steps: int = 4, target: str | Path | None = None,
          prompts: str | Path | None = None, seed: int = 0, dtype: str = "float32", recipe: str = "native",
-         backend: str = "torch", allow_pickle: bool = False, batch: int = 4, length: int = 16) -> DiffReport:
+         backend: str = "torch", allow_pickle: bool = False, batch: int = 4, length: int = 8) -> DiffReport:
     """Run drafters A and B on identical inputs (each capturing the target layers it means) and compare per step."""
     if steps < 1:
         raise UsageError("--steps must be at least 1")

@@ -81,13 +81,33 @@ def synthetic_rows(seed: int, kind: str, ids: Iterable[int], width: int, std: fl
     return torch.stack(rows) if rows else torch.empty(0, width, dtype=torch.float64)
 
 
+class BlockCache:
+    """Upcast weight blocks kept between passes, up to a byte budget (first come, first kept: every pass reads
+    the weights in the same order, so a static set never thrashes).  Shared by drafters over the same checkpoint."""
+
+    def __init__(self, budget_bytes: int):
+        self.budget, self.used = int(budget_bytes), 0
+        self._blocks: dict[tuple[str, int, str], torch.Tensor] = {}
+
+    def fetch(self, key: tuple[str, int, str], make: Any) -> torch.Tensor:
+        block = self._blocks.get(key)
+        if block is None:
+            block = make()
+            size = block.numel() * block.element_size()
+            if self.used + size <= self.budget:
+                self._blocks[key] = block
+                self.used += size
+        return block
+
+
 class Weights:
     """The drafter's weights in the compute dtype, with borrowed rows resolved."""
 
     def __init__(self, source: TensorSource, dtype: torch.dtype, *, seed: int = 0,
                  target_embed: torch.Tensor | None = None, target_lm_head: torch.Tensor | None = None,
-                 device: str = "cpu"):
+                 device: str = "cpu", cache: BlockCache | None = None):
         self.source, self.dtype, self.seed, self.device = source, dtype, seed, device
+        self.cache = cache
         self.target_embed, self.target_lm_head = target_embed, target_lm_head
         self._names = source.names()
         self._small: dict[str, torch.Tensor] = {}
@@ -111,11 +131,16 @@ class Weights:
         w = self.source.raw(name)
         rows = w.shape[0]
         step = max(1, BLOCK_BYTES // max(1, w.shape[1] * self.dtype.itemsize))
-        if step >= rows:
-            out = x @ w.to(device=self.device, dtype=self.dtype).T
-        else:
-            out = torch.cat([x @ w[r:r + step].to(device=self.device, dtype=self.dtype).T for r in range(0, rows, step)],
-                            dim=-1)
+        copies = w.dtype != self.dtype or str(w.device) != self.device
+
+        def block(r: int) -> torch.Tensor:
+            def make() -> torch.Tensor:
+                return w[r:r + step].to(device=self.device, dtype=self.dtype)
+            if self.cache is None or not copies:  # no copy, nothing to keep (an mmap view would pin its pages)
+                return make()
+            return self.cache.fetch((name, r, str(self.dtype)), make)
+
+        out = x @ block(0).T if step >= rows else torch.cat([x @ block(r).T for r in range(0, rows, step)], dim=-1)
         if bias is not None and self.has(bias):
             out = out + self.get(bias)
         self.source.release()  # the weight's pages leave this process: RSS stays near one upcast block
