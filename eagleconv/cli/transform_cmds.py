@@ -12,6 +12,7 @@ import click
 
 from ..report import TransformReport
 from .app import FORMATS, _progress, cli, run_command
+from .options import verifier_option
 
 CALIBRATION_HELP = ("safetensors file with 'aux_hidden_states' [..., K x target_hidden] captured from the target, "
                     "to set norm weights that preserve each input's scale.")
@@ -28,6 +29,7 @@ _SHARED_OPTIONS = (
     click.option("--force", is_flag=True, help="Proceed even if the source has error-severity findings."),
     click.option("--no-numeric", is_flag=True, help="Skip the NaN/Inf check of the written weights."),
     click.option("--json", "as_json", is_flag=True, help="Print the report as JSON."),
+    verifier_option,
 )
 
 
@@ -74,7 +76,7 @@ def _emit(report: TransformReport, as_json: bool) -> tuple[TransformReport, int]
 @click.pass_context
 def upgrade(ctx: click.Context, src: str, dst: str, style: str, fc_norm: bool, norm_output: bool,
             calibration: str | None, target: str | None, prompts: str | None, to: str | None, overwrite: bool,
-            force: bool, no_numeric: bool, as_json: bool) -> None:
+            force: bool, no_numeric: bool, as_json: bool, verifier: str | None = None) -> None:
     """EAGLE-3 -> EAGLE-3.1: a starting point for 3.1 fine-tuning.
 
     With --no-fc-norm --no-norm-output the tensors are copied byte for byte ("exact": true).
@@ -84,7 +86,7 @@ def upgrade(ctx: click.Context, src: str, dst: str, style: str, fc_norm: bool, n
     def body():
         with _progress(enabled=not as_json) as (on_total, on_bytes):
             report = run(src, dst, style=style, fc_norm=fc_norm, norm_output=norm_output, calibration=calibration,
-                         target=target, prompts=prompts, to=to, overwrite=overwrite, force=force,
+                         target=target, prompts=prompts, to=to, overwrite=overwrite, force=force, verifier=verifier,
                          numeric=not no_numeric, on_total=on_total, on_bytes=on_bytes)
         return _emit(report, as_json)
 
@@ -99,7 +101,7 @@ def upgrade(ctx: click.Context, src: str, dst: str, style: str, fc_norm: bool, n
 @click.pass_context
 def downgrade(ctx: click.Context, src: str, dst: str, allow_lossy: bool, calibration: str | None, target: str | None,
               prompts: str | None, to: str | None, overwrite: bool, force: bool, no_numeric: bool,
-              as_json: bool) -> None:
+              as_json: bool, verifier: str | None = None) -> None:
     """EAGLE-3.1 -> EAGLE-3 for engines without 3.1 support.
 
     Exact folds always; a change to what the drafter computes exits 1 and writes nothing unless --allow-lossy.
@@ -109,7 +111,7 @@ def downgrade(ctx: click.Context, src: str, dst: str, allow_lossy: bool, calibra
     def body():
         with _progress(enabled=not as_json) as (on_total, on_bytes):
             report = run(src, dst, allow_lossy=allow_lossy, calibration=calibration, target=target, prompts=prompts,
-                         to=to, overwrite=overwrite, force=force, numeric=not no_numeric, on_total=on_total,
+                         to=to, overwrite=overwrite, force=force, verifier=verifier, numeric=not no_numeric, on_total=on_total,
                          on_bytes=on_bytes)
         return _emit(report, as_json)
 
