@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 from .app import _console, _progress, cli, run_command
-from .validate_cmds import ENGINE_HELP, IGNORE_HELP, STRICT_HELP
+from .options import STRICT_HELP, engines_option, ignore_option
 
 
 def _render_push(report) -> None:
@@ -58,9 +58,9 @@ def _render_push(report) -> None:
 @click.option("--create-pr", is_flag=True, help="Open a pull request instead of committing to the branch.")
 @click.option("--private", is_flag=True, help="Create the repository private (if it does not exist).")
 @click.option("--endpoint", metavar="URL", help="Hub endpoint (default: HF_ENDPOINT or huggingface.co).")
-@click.option("--engine", "engines", multiple=True, default=("vllm",), show_default=True, metavar="ENGINE", help=ENGINE_HELP)
+@engines_option
 @click.option("--strict", is_flag=True, help="Refuse on warnings too. " + STRICT_HELP)
-@click.option("--ignore", "ignore", multiple=True, metavar="CODE", help=IGNORE_HELP)
+@ignore_option
 @click.option("--no-numeric", is_flag=True, help="Skip the NaN/Inf/zero scan.")
 @click.option("--base-model", metavar="ORG/NAME", help="The target model's Hub id for the card (when the config "
               "does not record it, or records a local path).")
@@ -102,8 +102,8 @@ def push(ctx: click.Context, path: str, repo_id: str, revision: str | None, crea
 @click.argument("dest", type=click.Path(path_type=str))
 @click.option("--revision", metavar="REV", help="Branch, tag or commit (default: main).")
 @click.option("--endpoint", metavar="URL", help="Hub endpoint (default: HF_ENDPOINT or huggingface.co).")
-@click.option("--engine", "engines", multiple=True, default=("vllm",), show_default=True, metavar="ENGINE", help=ENGINE_HELP)
-@click.option("--ignore", "ignore", multiple=True, metavar="CODE", help=IGNORE_HELP)
+@engines_option
+@ignore_option
 @click.option("--force", is_flag=True, help="Write DEST even if the drafter has error findings.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context

@@ -1,4 +1,4 @@
-"""click options shared by the commands that write a drafter (convert, and any command built on it)."""
+"""click options shared by several commands (their help is written once, here)."""
 
 from __future__ import annotations
 
@@ -17,3 +17,21 @@ def verifier_option(func: F) -> F:
         help="The target model the output names (speculators_config.verifier): a Hub id, or a local model "
              "directory whose config.json gives its architectures. speculators' loader needs one.",
     )(func)
+
+
+ENGINE_HELP = ("Engine profile to check against (repeatable): vllm, sglang, trtllm, tokenspeed, a release such as "
+               "vllm:0.32 or vllm:52a31cc, or all. Default: vllm.")
+STRICT_HELP = "Exit 1 on warnings too (for pre-upload gates)."
+IGNORE_HELP = ("Finding code judged acceptable (repeatable, e.g. --ignore EC023): its warnings and infos are listed "
+               "as ignored and do not fail --strict. Errors cannot be ignored.")
+
+
+def engines_option(func: F) -> F:
+    """``--engine ENGINE`` (repeatable, default vllm): validate, lint, push, pull."""
+    return click.option("--engine", "engines", multiple=True, default=("vllm",), show_default=True, metavar="ENGINE",
+                        help=ENGINE_HELP)(func)
+
+
+def ignore_option(func: F) -> F:
+    """``--ignore CODE`` (repeatable): validate, lint, push, pull."""
+    return click.option("--ignore", "ignore", multiple=True, metavar="CODE", help=IGNORE_HELP)(func)

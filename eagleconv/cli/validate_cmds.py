@@ -10,9 +10,7 @@ from typing import Any
 import click
 
 from .app import FORMATS, _console, _progress, cli, run_command
-
-ENGINE_HELP = ("Engine profile to check against (repeatable): vllm, sglang, trtllm, tokenspeed, a release such as "
-               "vllm:0.32 or vllm:52a31cc, or all. Default: vllm.")
+from .options import STRICT_HELP, engines_option, ignore_option
 
 
 class _status:
@@ -49,18 +47,9 @@ def _emit(report, as_json: bool, strict: bool = False) -> tuple[object, int]:
     return report, 1 if failed else 0
 
 
-STRICT_HELP = "Exit 1 on warnings too (for pre-upload gates)."
-IGNORE_HELP = ("Finding code judged acceptable (repeatable, e.g. --ignore EC023): its warnings and infos are listed "
-               "as ignored and do not fail --strict. Errors cannot be ignored.")
-
-
-def ignore_option(f):
-    return click.option("--ignore", "ignore", multiple=True, metavar="CODE", help=IGNORE_HELP)(f)
-
-
 @cli.command()
 @click.argument("path", type=click.Path(path_type=str))
-@click.option("--engine", "engines", multiple=True, default=("vllm",), show_default=True, metavar="ENGINE", help=ENGINE_HELP)
+@engines_option
 @click.option("--target", metavar="DIR_OR_CONFIG_JSON", help="Target model directory or config.json (no weights needed).")
 @click.option("--tp", type=click.IntRange(min=1), help="Check tensor-parallel sharding for this many ranks.")
 @click.option("--no-numeric", is_flag=True, help="Skip the NaN/Inf/zero scan: read headers and d2t/t2d only.")
@@ -120,7 +109,7 @@ def validate(ctx: click.Context, path: str, engines: tuple[str, ...], target: st
 
 @cli.command()
 @click.argument("config", type=click.Path(path_type=str))
-@click.option("--engine", "engines", multiple=True, default=("vllm",), show_default=True, metavar="ENGINE", help=ENGINE_HELP)
+@engines_option
 @click.option("--target", metavar="DIR_OR_CONFIG_JSON", help="Target model directory or config.json.")
 @click.option("--tp", type=click.IntRange(min=1), help="Check tensor-parallel sharding for this many ranks.")
 @click.option("--from", "from_format", type=click.Choice(FORMATS), help="Read CONFIG as this layout's config.")
