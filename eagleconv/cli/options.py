@@ -19,8 +19,9 @@ def verifier_option(func: F) -> F:
     )(func)
 
 
-ENGINE_HELP = ("Engine profile to check against (repeatable): vllm, sglang, trtllm, tokenspeed, a release such as "
-               "vllm:0.32 or vllm:52a31cc, or all. Default: vllm.")
+ENGINE_HELP = ("Engine profile to check against (repeatable): vllm, sglang, trtllm, tokenspeed, speculators (the "
+               "training library's loader; named only, not in all), a release such as vllm:0.32 or vllm:52a31cc, or "
+               "all. Default: vllm.")
 STRICT_HELP = "Exit 1 on warnings too (for pre-upload gates)."
 IGNORE_HELP = ("Finding code judged acceptable (repeatable, e.g. --ignore EC023): its warnings and infos are listed "
                "as ignored and do not fail --strict. Errors cannot be ignored.")
