@@ -329,14 +329,14 @@ class DraftRunner:
 
 
 def _target(target: str | Path) -> tuple[Any, dict[str, Any]]:
-    import torch
-    from transformers import AutoModelForCausalLM
+    """The target as the reference forward loads it (forward.inputs.Target: float32, safetensors only, local
+    files only, one-line errors naming the directory), and its config."""
+    from .forward.inputs import Target
 
     path = Path(target)
     if not (path / "config.json").is_file():
         raise SimulateError(f"{path}: no config.json (--target takes a Hugging Face model directory)", code=None)
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
-    return model, json.loads((path / "config.json").read_text())
+    return Target(path).model, json.loads((path / "config.json").read_text())
 
 
 def load_prompts(path: str | Path | None) -> list[list[int]]:

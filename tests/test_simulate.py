@@ -106,3 +106,16 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path):
     assert "prompts must be a JSON list" in res.output and "Traceback" not in res.output
     with pytest.raises(SimulateError):
         load_prompts(tmp_path / "missing.json")
+
+
+def test_target_is_loaded_from_safetensors_only(tmp_path):
+    """A target holding only a pickle (pytorch_model.bin) is refused, one line naming it, as validate --forward does."""
+    from safetensors.torch import load_file
+
+    target = tmp_path / "pickled-target"
+    target.mkdir()
+    (target / "config.json").write_bytes((PAIR / "target" / "config.json").read_bytes())
+    torch.save(load_file(str(PAIR / "target" / "model.safetensors")), target / "pytorch_model.bin")
+    res = CliRunner().invoke(cli, ["simulate", str(PAIR / "eagle3"), "--target", str(target), "--max-tokens", "2"])
+    assert res.exit_code == 2, res.output
+    assert str(target) in res.output and "Traceback" not in res.output
