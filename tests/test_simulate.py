@@ -132,3 +132,18 @@ def test_a_missing_norm_runs_with_the_engines_unit_weights(tmp_path):
     assert broken.tokens == intended.tokens and broken.drafts != intended.drafts
     assert [n for n in broken.notes if "missing" in n] == [
         f"fc_norm.{i}.weight missing: vLLM keeps its initial weight 1.0, and so does simulate" for i in range(3)]
+
+
+def test_runs_rope_scaling_through_the_reference_forward(eagle3, tmp_path):
+    """simulate used to refuse anything but default RoPE; the reference forward's llama3 scaling now runs it."""
+    import shutil
+
+    d = tmp_path / "eagle3-llama3-rope"
+    shutil.copytree(PAIR / "eagle3", d)
+    config = json.loads((d / "config.json").read_text())
+    config["rope_scaling"] = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                              "original_max_position_embeddings": 16}
+    (d / "config.json").write_text(json.dumps(config))
+    scaled = simulate(d, PAIR / "target", PROMPTS)
+    assert scaled.tokens == eagle3.tokens  # the target's greedy output whatever the drafter
+    assert scaled.drafts != eagle3.drafts  # positions past 16 rotate differently: the drafter sees it
