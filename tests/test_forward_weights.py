@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
 from eagleconv.forward import weights as weights_mod
 from eagleconv.forward.weights import BlockCache, DictSource, Weights
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
 
 def _blockwise(x: torch.Tensor, w: torch.Tensor, step: int, dtype: torch.dtype) -> torch.Tensor:
@@ -43,3 +47,24 @@ def test_linear_without_conversion_reads_the_weight_itself() -> None:
     w = Weights(DictSource({"w": wt}), torch.float32, cache=cache)
     assert torch.equal(w.linear(x, "w"), x @ wt.T)
     assert cache.used == 0 and w._scratch is None  # nothing copied, nothing kept
+
+
+def test_prefetch_asks_for_every_tensor_but_the_skipped_ones_in_file_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+    import threading
+
+    from eagleconv.forward.weights import CheckpointSource
+    from eagleconv.loading import load_drafter
+
+    loaded = load_drafter(FIXTURES / "speculators-llama-eagle31")  # stores embed_tokens, which only rows are read of
+    loaded.store.close()
+    asked: list[tuple[int, int]] = []
+    monkeypatch.setattr(os, "posix_fadvise", lambda fd, start, length, advice: asked.append((start, length)))
+    before = set(threading.enumerate())
+    CheckpointSource(loaded).prefetch(skip={"embed_tokens.weight"})
+    for t in set(threading.enumerate()) - before:
+        t.join(timeout=10)
+    locations = loaded.store._locations  # type: ignore[attr-defined]
+    want = sorted((locations[stored].start, locations[stored].end - locations[stored].start)
+                  for name, stored in loaded.read.canonical.items() if name != "embed_tokens.weight")
+    assert asked == want and len(want) == len(loaded.read.canonical) - 1
