@@ -5,6 +5,8 @@ Registered on the main group by importing this module (see the bottom of main.py
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 import click
@@ -13,6 +15,17 @@ from .main import FORMATS, _console, _progress, cli, run_command
 
 ENGINE_HELP = ("Engine profile to check against (repeatable): vllm, sglang, trtllm, tokenspeed, a release such as "
                "vllm:0.32 or vllm:52a31cc, or all. Default: vllm.")
+
+
+def _passive_omp() -> None:
+    """Before torch loads: idle OpenMP threads sleep instead of spinning (unless OMP_WAIT_POLICY is set).
+
+    The forward's products read each weight once per step (a few rows of activations), so a spinning
+    thread only burns CPU; on a shared 2-core machine it took CPU from the working one (benchmarks/RESULTS.md).
+    Same threads, same partitioning of the work: the numbers do not change.
+    """
+    if "torch" not in sys.modules:
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 class _status:
@@ -104,6 +117,7 @@ def validate(ctx: click.Context, path: str, engines: tuple[str, ...], target: st
                                          from_format=from_format, allow_pickle=allow_pickle, progress=progress,
                                          ignore=ignore)
         if forward and report.format is not None:
+            _passive_omp()
             from ..forward import validate_forward
 
             with _status(not as_json, f"running {steps} draft steps"):
@@ -174,6 +188,7 @@ def diff(ctx: click.Context, a: str, b: str, steps: int, target: str | None, pro
 
     Exit 0 when identical (same tokens, bit-identical logits at every step), 1 when they differ, 2 for bad input.
     """
+    _passive_omp()
     from ..forward import diff as diff_drafters
 
     def body():
