@@ -413,6 +413,8 @@ def convert(source: str | Path, destination: str | Path, to: str | None, *, from
         report.destination = str(destination)
         report.dry_run = dry_run
         if dry_run:
+            if numeric:
+                report.notes.append("NaN/Inf check not run: --dry-run reads no tensor data (`eagleconv validate` does)")
             return report
         writer = CheckpointWriter(destination, sources=[source], overwrite=overwrite, durable=durable)
         report.notes += writer.notes

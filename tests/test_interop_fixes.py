@@ -216,3 +216,26 @@ def test_rope_only_some_readers_see_is_reported(tmp_path):
     (src / "config.json").write_text(json.dumps(cfg))
     errors = [f for f in eagleconv.lint(cfg, engines=()).findings if f.code == "EC024"]
     assert [f.severity for f in errors] == ["error"]
+
+
+def test_a_theta_only_a_layout_default_gives_is_reported_when_transformers_reads_another(tmp_path):
+    """vLLM runs a Qwen3 drafter without rope_theta at 1e6; transformers' Qwen3Config says 10000."""
+    for arch, reported in (("qwen3", True), ("llama", False)):
+        src = make_drafter(tmp_path / arch, DrafterRecipe(producer="vllm", architecture=arch))
+        cfg = read_json(src / "config.json")
+        del cfg["rope_theta"]
+        (src / "config.json").write_text(json.dumps(cfg))
+        found = [f for f in eagleconv.validate(src, engines=(), numeric=False).findings if f.code == "EC024"]
+        assert [f.severity for f in found] == (["warning"] if reported else []), arch
+
+
+@pytest.mark.parametrize("command, recipe, extra", [
+    ("upgrade", DrafterRecipe(producer="speculators"), []),
+    ("downgrade", DrafterRecipe(producer="speculators", eagle31=True), ["--allow-lossy"]),
+])
+def test_upgrade_and_downgrade_take_verifier_too(tmp_path, command, recipe, extra):
+    src = make_drafter(tmp_path / "src", recipe)
+    result = _run(command, str(src), str(tmp_path / "out"), "--verifier", "org/target-model", "--json", *extra)
+    assert result.exit_code == 0, result.output
+    verifier = read_json(tmp_path / "out" / "config.json")["speculators_config"]["verifier"]
+    assert verifier["name_or_path"] == "org/target-model"

@@ -52,13 +52,25 @@ def test_aux_ids_must_be_integers(drafter):
     assert len(messages) == 1 and "eagle_aux_hidden_state_layer_ids" in messages[0]
 
 
+@pytest.mark.parametrize("architecture", ["llama", "deepseek_mla"])
 @pytest.mark.parametrize("key,value", [("architectures", [None]), ("architectures", [[]]), ("architectures", True),
                                        ("model_type", []), ("eagle_aux_hidden_state_layer_ids", [None])])
-def test_malformed_values_are_findings_not_crashes(drafter, key, value):
+def test_malformed_values_are_findings_not_crashes(drafter, key, value, architecture):
     """Found by the property tests: these crashed lint and validate with a TypeError."""
-    src = drafter(producer="vllm")
+    src = drafter(producer="vllm", architecture=architecture)
     edit_config(src, **{key: value})
     for result in (run("lint", str(src / "config.json"), "--engine", "all", "--json"),
                    run("validate", str(src), "--engine", "all", "--no-numeric", "--json")):
         assert result.exit_code == 1, result.output
         assert any(key in m for m in ec005(result)), result.output
+
+
+def test_speculators_layer_model_type_not_a_string_is_a_finding(drafter):
+    """Found by the soak run: vLLM's speculators translation was modelled with a set lookup that crashed."""
+    src = drafter(producer="speculators")
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["transformer_layer_config"]["model_type"] = []
+    (src / "config.json").write_text(json.dumps(cfg))
+    result = run("validate", str(src), "--engine", "all", "--no-numeric", "--json")
+    assert result.exit_code == 1, result.output
+    assert "internal error" not in result.output and ec005(result), result.output

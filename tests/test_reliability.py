@@ -94,9 +94,15 @@ def test_all_zero_lm_head_is_a_warning_not_a_refusal(drafter, tmp_path):
 
 @pytest.mark.parametrize("dtype,bits", [("BF16", "<u2"), ("F16", "<u2"), ("F32", "<u4"), ("F64", "<u8"),
                                         ("F8_E5M2", "|u1"), ("F8_E4M3", "|u1")])
-def test_bit_scan_agrees_with_decoded_values(tmp_path, dtype, bits):
-    """Random bit patterns (many NaN/Inf among them) at an unaligned file offset, against a float decode."""
+@pytest.mark.parametrize("window", [None, 64 * 1024])
+def test_bit_scan_agrees_with_decoded_values(tmp_path, monkeypatch, dtype, bits, window):
+    """Random bit patterns (many NaN/Inf among them) at an unaligned file offset, against a float decode;
+    also with small chunks, so counts and the first index add up across chunks."""
+    from eagleconv.io import finite
     from eagleconv.io.finite import scan_file_range
+
+    if window:
+        monkeypatch.setattr(finite, "SCAN_CHUNK_BYTES", window)
 
     rng = np.random.default_rng(7)
     raw = rng.integers(0, np.iinfo(np.dtype(bits)).max, size=300_001, dtype=np.dtype(bits), endpoint=True)
@@ -301,4 +307,25 @@ def test_interrupted_non_atomic_overwrite_is_restored_by_the_next_run(drafter, t
     monkeypatch.setattr(os, "rename", real_rename)
     convert(src, dst, "vllm", overwrite=True)  # the fallback path publishes
     assert read_json(dst / "config.json")["eagleconv"]["converted_from"] == "specforge"
+    assert debris(tmp_path) == []
+
+
+def test_dry_run_says_the_nan_check_did_not_run(drafter, tmp_path):
+    src = drafter(producer="specforge")
+    poke(src, "fc.weight", (0, 0), float("nan"))
+    report = convert(src, tmp_path / "out", "vllm", dry_run=True)
+    assert any("NaN/Inf check not run" in n for n in report.notes)
+    assert not (tmp_path / "out").exists()
+
+
+def test_upgrade_and_downgrade_refuse_nan_weights_too(drafter, tmp_path):
+    """upgrade/downgrade write through convert's writer, so they inherit the check and --no-numeric."""
+    src = drafter(producer="vllm")
+    poke(src, "fc.weight", (0, 1), float("nan"))
+    up = CliRunner().invoke(cli, ["upgrade", str(src), str(tmp_path / "up")])
+    assert up.exit_code == 1 and "[EC060]" in up.stderr and not (tmp_path / "up").exists()
+    ok = CliRunner().invoke(cli, ["upgrade", str(src), str(tmp_path / "up"), "--no-numeric"])
+    assert ok.exit_code == 0, ok.output
+    down = CliRunner().invoke(cli, ["downgrade", str(tmp_path / "up"), str(tmp_path / "down"), "--allow-lossy"])
+    assert down.exit_code == 1 and "[EC060]" in down.stderr and not (tmp_path / "down").exists()
     assert debris(tmp_path) == []

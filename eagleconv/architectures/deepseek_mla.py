@@ -127,7 +127,7 @@ class DeepseekMla(Architecture):
     @classmethod
     def attention(cls, u: torch.Tensor, pos: torch.Tensor, cache: Any, w: Any, p: str, spec: DrafterSpec, rope: Any,
                   ops: Any, eps: float) -> tuple[torch.Tensor, Any]:
-        """Multi-head latent attention, expanded form (vLLM's absorbed form differs by rounding only; §4.4)."""
+        """Multi-head latent attention, expanded form (vLLM's absorbed form differs by rounding only)."""
         import torch
 
         from ..forward.attention import attend, extend

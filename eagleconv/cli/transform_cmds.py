@@ -9,6 +9,7 @@ import click
 
 from ..report import TransformReport
 from .main import FORMATS, _progress, cli, run_command
+from .options import verifier_option
 
 CALIBRATION_HELP = ("safetensors file with 'aux_hidden_states' [..., K x target_hidden] captured from the target, "
                     "to set norm weights that preserve each input's scale.")
@@ -52,11 +53,13 @@ def _emit(report: TransformReport, as_json: bool) -> tuple[TransformReport, int]
 @click.option("--to", "to", type=click.Choice(FORMATS), help="Destination layout (default: the source's).")
 @click.option("--overwrite", is_flag=True, help="Replace DST if it exists (atomically, after the new one is complete).")
 @click.option("--force", is_flag=True, help="Proceed even if the source has error-severity findings.")
+@click.option("--no-numeric", is_flag=True, help="Skip the NaN/Inf check of the written weights.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@verifier_option
 @click.pass_context
 def upgrade(ctx: click.Context, src: str, dst: str, style: str, fc_norm: bool, norm_output: bool,
             calibration: str | None, target: str | None, prompts: str | None, to: str | None, overwrite: bool,
-            force: bool, as_json: bool) -> None:
+            force: bool, no_numeric: bool, as_json: bool, verifier: str | None = None) -> None:
     """EAGLE-3 -> EAGLE-3.1: a starting point for 3.1 fine-tuning.
 
     With --no-fc-norm --no-norm-output the tensors are copied byte for byte ("exact": true).
@@ -66,8 +69,8 @@ def upgrade(ctx: click.Context, src: str, dst: str, style: str, fc_norm: bool, n
     def body():
         with _progress(enabled=not as_json) as (on_total, on_bytes):
             report = run(src, dst, style=style, fc_norm=fc_norm, norm_output=norm_output, calibration=calibration,
-                         target=target, prompts=prompts, to=to, overwrite=overwrite, force=force,
-                         on_total=on_total, on_bytes=on_bytes)
+                         target=target, prompts=prompts, to=to, overwrite=overwrite, force=force, verifier=verifier,
+                         numeric=not no_numeric, on_total=on_total, on_bytes=on_bytes)
         return _emit(report, as_json)
 
     run_command(ctx, as_json, body)
@@ -83,10 +86,13 @@ def upgrade(ctx: click.Context, src: str, dst: str, style: str, fc_norm: bool, n
 @click.option("--to", "to", type=click.Choice(FORMATS), help="Destination layout (default: the source's).")
 @click.option("--overwrite", is_flag=True, help="Replace DST if it exists (atomically, after the new one is complete).")
 @click.option("--force", is_flag=True, help="Proceed even if the source has error-severity findings.")
+@click.option("--no-numeric", is_flag=True, help="Skip the NaN/Inf check of the written weights.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@verifier_option
 @click.pass_context
 def downgrade(ctx: click.Context, src: str, dst: str, allow_lossy: bool, calibration: str | None, target: str | None,
-              prompts: str | None, to: str | None, overwrite: bool, force: bool, as_json: bool) -> None:
+              prompts: str | None, to: str | None, overwrite: bool, force: bool, no_numeric: bool,
+              as_json: bool, verifier: str | None = None) -> None:
     """EAGLE-3.1 -> EAGLE-3 for engines without 3.1 support.
 
     Exact folds always; a change to what the drafter computes exits 1 and writes nothing unless --allow-lossy.
@@ -96,7 +102,8 @@ def downgrade(ctx: click.Context, src: str, dst: str, allow_lossy: bool, calibra
     def body():
         with _progress(enabled=not as_json) as (on_total, on_bytes):
             report = run(src, dst, allow_lossy=allow_lossy, calibration=calibration, target=target, prompts=prompts,
-                         to=to, overwrite=overwrite, force=force, on_total=on_total, on_bytes=on_bytes)
+                         to=to, overwrite=overwrite, force=force, verifier=verifier, numeric=not no_numeric, on_total=on_total,
+                         on_bytes=on_bytes)
         return _emit(report, as_json)
 
     run_command(ctx, as_json, body)

@@ -103,7 +103,8 @@ def check_architecture(subject: Subject, view: EngineView) -> list[Finding]:
                            f"{'MLA ' if architectures.get(family).mla else ''}tensors do not fit"))
     if view.cls.family is not None and architectures.get(view.cls.family).mla and not view.speculators and p.wrapped_mla_model_types is not None:
         model_type = view.config.get("model_type")
-        if model_type not in p.wrapped_mla_model_types or view.config.get("kv_lora_rank") is None:
+        if not isinstance(model_type, str) or model_type not in p.wrapped_mla_model_types \
+                or view.config.get("kv_lora_rank") is None:
             out.append(finding(view, "EC040", "error", f"model_type {model_type!r}: {p.label} treats a wrapped EAGLE "
                                f"drafter as MLA only for model_type in {sorted(p.wrapped_mla_model_types)} with "
                                "kv_lora_rank set, so this MLA drafter is not run as MLA (vllm#45760). Set model_type "
@@ -132,7 +133,7 @@ def check_aux_count(subject: Subject, view: EngineView) -> list[Finding]:
                     "fc.weight" if subject.has_tensors else None)]
 
 
-@emits("EC010", "EC012", "EC013")
+@emits("EC010", "EC011", "EC012", "EC013")
 def check_capture(subject: Subject, view: EngineView) -> list[Finding]:
     """Which target layers the engine captures: guessed, renumbered, or out of range."""
     rules, label = view.profile.capture, view.profile.label
@@ -160,6 +161,13 @@ def check_capture(subject: Subject, view: EngineView) -> list[Finding]:
     guess = rules.default
     if target is not None and rules.default_ids is not None:
         guess += f" = {list(rules.default_ids(target.num_hidden_layers))} for this {target.num_hidden_layers}-layer target"
+    if ids is None and target is not None and rules.default_ids is not None and view.aux_count is not None:
+        captured = sorted(set(rules.default_ids(target.num_hidden_layers)))
+        if len(captured) != view.aux_count:
+            return [finding(view, "EC011", "error", f"no aux layer ids in the config: {label} guesses {guess}, captures "
+                            f"each layer once ({captured}), so {len(captured)} hidden states reach fc built for "
+                            f"{view.aux_count}: the first request fails with a shape error (vLLM 0.32.0: RuntimeError: "
+                            "shape '[-1, K*H]' is invalid). Stamp the trained ids (eagleconv convert --aux-layer-ids)")]
     if ids is None:
         producer = ""
         if subject.layout is not None and subject.layout.name == "eagle":
@@ -328,8 +336,14 @@ def check_keys(subject: Subject, view: EngineView) -> list[Finding]:
                            "tensors: it silently keeps weight 1.0 (unscaled norms the drafter was not trained with)"))
     reads_input_norm = cls.family is None or architectures.get(cls.family).reads_norm_before_fc
     if norm_before_fc and reads_input_norm and "input_norm.weight" not in names:
-        out.append(finding(view, "EC021", "error", f"{label} reads norm_before_fc = true but input_norm.weight is "
-                           "missing: it silently keeps weight 1.0"))
+        if fc_norm:  # measured by the parity tier: the drafts equal the fc_norm drafter's
+            out.append(finding(view, "EC021", "info", f"{label} reads norm_before_fc = true but input_norm.weight is "
+                               "missing: it keeps weight 1.0, and the per-aux fc_norm that follows undoes a unit-weight "
+                               "norm over the concatenation (up to eps), so the drafter runs as the fc_norm drafter",
+                               "input_norm.weight"))
+        else:
+            out.append(finding(view, "EC021", "error", f"{label} reads norm_before_fc = true but input_norm.weight is "
+                               "missing: it silently keeps weight 1.0"))
     return out
 
 

@@ -142,7 +142,7 @@ def speculators_translation(*, propagates_eagle31: bool, qwen3: bool):
         if config.get("eagle_aux_hidden_state_layer_ids"):
             view["eagle_aux_hidden_state_layer_ids"] = config["eagle_aux_hidden_state_layer_ids"]
         model_type = layer.get("model_type", "llama")
-        if model_type not in arch_for:
+        if not isinstance(model_type, str) or model_type not in arch_for:
             return Translation(None, problems=[f"transformer_layer_config.model_type {model_type!r}: vLLM raises "
                                       f"ValueError('Unsupported model_type {model_type} for Eagle3 speculator')"])
         view["architectures"] = [arch_for[model_type]]

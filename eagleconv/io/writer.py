@@ -80,20 +80,22 @@ def _fsync_dir(path: Path) -> None:
 
 
 WRITEBACK_MIN_BYTES = 32 * 1024 * 1024
-# How writeback of a just-copied tensor is started (see benchmarks/RESULTS.md, "Writeback"):
-# "fadvise" posix_fadvise(DONTNEED) in line, "sfr" sync_file_range(WRITE) in line,
-# "thread" sync_file_range(WRITE) on a helper thread, "none" nothing until the closing fsync.
-WRITEBACK = os.environ.get("EAGLECONV_WRITEBACK", "fadvise")
+# How writeback of each just-copied large tensor is started.  Measured (benchmarks/RESULTS.md,
+# "Writeback"): posix_fadvise(DONTNEED) or sync_file_range(WRITE) called in line block 0.1-0.3 s per
+# tensor while the block queue fills, so the disk never writes while the next tensor is copied, and
+# DONTNEED also evicts pages the NaN/Inf check is about to read; leaving it all to the closing fsync
+# writes nothing until the copy ends.  The default hands sync_file_range(WRITE) to a helper thread:
+# the copy and the check go on while the kernel queues the writes, and the final fsync waits only
+# for the tail.  EAGLECONV_WRITEBACK=fadvise|sfr|none selects the others (for the benchmark only).
+WRITEBACK = os.environ.get("EAGLECONV_WRITEBACK", "thread")
 
 
 def _sync_file_range() -> Callable[[int, int, int], None] | None:
     """libc's sync_file_range(fd, offset, n, SYNC_FILE_RANGE_WRITE), or None where there is none."""
     import ctypes
-    import ctypes.util
 
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        fn = libc.sync_file_range
+        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
     except (OSError, AttributeError):
         return None
     fn.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
@@ -109,11 +111,11 @@ class _Writeback:
 
     def __init__(self, how: str):
         self.how = how
+        self.sfr = _sync_file_range() if how in ("sfr", "thread") else None
         self.queue: Any = None
         self.thread: Any = None
-        self.sfr = _sync_file_range() if how in ("sfr", "thread") else None
         if self.sfr is None and how in ("sfr", "thread"):
-            self.how = "fadvise"
+            self.how = "fadvise"  # no sync_file_range (not Linux): the portable hint, in line
         if self.how == "thread":
             import queue
             import threading
@@ -154,6 +156,20 @@ class _Writeback:
         if self.how == "thread":
             self.queue.put(None)
             self.thread.join()
+
+
+def _prefetch_numpy() -> None:
+    """Import numpy (for the value check) on a thread while the first tensor is copied.
+
+    Cold, its shared libraries take ~0.8 s to read from disk on the benchmark VM
+    (0.09 s warm); the import releases the GIL while it reads, and so does the
+    copy, so the two overlap.  The check's own import then finds it done or waits.
+    """
+    import sys
+    import threading
+
+    if "numpy" not in sys.modules:
+        threading.Thread(target=__import__, args=("numpy",), name="eagleconv-import", daemon=True).start()
 
 
 def _start_writeback(fd: int, offset: int, length: int) -> None:
@@ -256,6 +272,8 @@ class CheckpointWriter:
                 else [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
             )
             weight_map: dict[str, str] = {}
+            if check_values is not None:
+                _prefetch_numpy()
             writeback = _Writeback(WRITEBACK if self.durable else "off")
             try:
                 for shard_name, shard in zip(names, shards, strict=True):
@@ -295,25 +313,33 @@ class CheckpointWriter:
                      on_bytes: Callable[[int], None] | None, writeback: _Writeback,
                      check_values: Callable[[OutputTensor, ValueScan], None] | None) -> None:
         prefix, _ = build_header([(t.name, t.dtype, t.shape, t.nbytes) for t in shard], metadata)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)  # read too: the value check maps it
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)  # read too: the value check reads it back
+        # The value check of tensor i runs on a helper thread while tensor i+1 is copied: the copy
+        # waits on the disk (cold) and the check on the CPU, so they overlap (pread and numpy release
+        # the GIL).  Results are handed to check_values in tensor order, in this thread.
+        scanner = _Scanner(fd, check_values) if check_values is not None else None
         try:
             os.write(fd, prefix)
             expected = len(prefix)
             for tensor in shard:
                 tensor.write(fd)
+                if scanner is not None and tensor.dtype in SCANNED_DTYPES and tensor.nbytes:
+                    scanner.submit(tensor, expected)
                 if tensor.nbytes >= WRITEBACK_MIN_BYTES:
                     writeback.start(fd, expected, tensor.nbytes)
-                if check_values is not None and tensor.dtype in SCANNED_DTYPES and tensor.nbytes:
-                    found = scan_file_range(fd, expected, tensor.nbytes, tensor.dtype)
-                    if found is not None:
-                        check_values(tensor, found)
+                if scanner is not None:
+                    scanner.report(wait=False)
                 expected += tensor.nbytes
                 if on_bytes:
                     on_bytes(tensor.nbytes)
+            if scanner is not None:
+                scanner.report(wait=True)
             actual = os.lseek(fd, 0, os.SEEK_CUR)
             if actual != expected:
                 raise RuntimeError(f"internal error: wrote {actual} bytes to {path.name}, expected {expected}")
         finally:
+            if scanner is not None:
+                scanner.close()  # no scan may outlive the fd
             writeback.drain()
             os.close(fd)
 
@@ -354,6 +380,31 @@ class CheckpointWriter:
         if self._set_aside is not None:
             remove_tree(self._set_aside)
             self._set_aside = None
+
+
+class _Scanner:
+    """Runs scan_file_range for one shard's tensors on a helper thread, reporting results in order."""
+
+    def __init__(self, fd: int, check_values: Callable[[OutputTensor, ValueScan], None]):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.fd = fd
+        self.check_values = check_values
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="eagleconv-check")
+        self.pending: list[tuple[OutputTensor, Any]] = []
+
+    def submit(self, tensor: OutputTensor, offset: int) -> None:
+        self.pending.append((tensor, self.pool.submit(scan_file_range, self.fd, offset, tensor.nbytes, tensor.dtype)))
+
+    def report(self, wait: bool) -> None:
+        while self.pending and (wait or self.pending[0][1].done()):
+            tensor, future = self.pending.pop(0)
+            found = future.result()
+            if found is not None:
+                self.check_values(tensor, found)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 class _signals_held:

@@ -29,7 +29,9 @@ nothing else in eagleconv imports this module.
 
 from __future__ import annotations
 
+import functools
 import os
+import sys
 from collections.abc import Callable, Sequence
 from importlib.util import find_spec
 from typing import Literal
@@ -55,8 +57,9 @@ class KernelUnavailable(RuntimeError):
     """``impl="triton"`` was asked for where the Triton kernels cannot run."""
 
 
+@functools.cache
 def triton_available() -> bool:
-    """Whether Triton is installed (it is only imported when a kernel first runs)."""
+    """Whether Triton is installed (it is only imported when a kernel first runs; checked once per process)."""
     try:
         return find_spec("triton") is not None
     except (ImportError, ValueError):
@@ -75,20 +78,14 @@ def _triton_module():
 
 def path_for(device: torch.device | str) -> Path:
     """The implementation ``impl="auto"`` uses for tensors on ``device``."""
-    kind = torch.device(device).type
+    kind = device.type if isinstance(device, torch.device) else torch.device(device).type
     if not triton_available():
         return "torch"
     if kind == "cpu":
-        if not _interpret_requested() and "eagleconv.kernels._triton" not in _loaded_modules():
+        if not _interpret_requested() and "eagleconv.kernels._triton" not in sys.modules:
             return "torch"
         return "interpreter" if _triton_module().interpreted() else "torch"
     return "interpreter" if _triton_module().interpreted() else "triton"
-
-
-def _loaded_modules() -> set[str]:
-    import sys
-
-    return set(sys.modules)
 
 
 def _runs_triton(device: torch.device, impl: Impl) -> bool:
@@ -160,8 +157,9 @@ def fc_norm_concat(xs: Sequence[Tensor], weights: Sequence[Tensor], eps: float, 
     ``xs`` may be separate tensors or chunk views of one ``[T, N*H]`` buffer
     (read in place); ``weights`` N vectors of length H (or one ``[N, H]``
     tensor), all of one dtype, which may differ from the inputs'.  ``out`` may
-    be a view into a larger buffer (e.g. the fc GEMM's input).  One launch for
-    N <= 8; larger N takes one launch per 8 inputs.
+    be a view into a larger buffer (e.g. the fc GEMM's input) but must not
+    overlap the inputs.  One launch for N <= 8; larger N takes one launch per
+    8 inputs.
     """
     _check_common(recipe, impl, eps)
     xs, weights = list(xs), list(weights)

@@ -13,6 +13,8 @@ views of one ``[T, N*H]`` buffer, are read in place with no cat.
 
 from __future__ import annotations
 
+import functools
+
 import triton
 import triton.language as tl
 from torch import Tensor
@@ -145,6 +147,7 @@ def _fused_add_rms_norm_kernel(
     _store_rounded(Y + r64 * stride_y + cols[None, :], y, mask, Y.dtype.element_ty)
 
 
+@functools.cache
 def interpreted() -> bool:
     """True when the kernels were decorated under TRITON_INTERPRET=1 (they then run on the CPU)."""
     from triton.runtime.interpreter import InterpretedFunction

@@ -16,4 +16,10 @@ def semantics_findings(layout_name: str | None, flags: dict[str, bool]) -> list[
         out.append(Finding(code="EC023", severity="info", message=(
             "norm_before_fc + norm_output is what speculators 0.9 trains for eagle3 by default: one RMSNorm over "
             "the concatenated aux states, not the EAGLE-3.1 paper's per-aux fc_norm")))
+    if flags.get("norm_output") and not flags.get("fc_norm") and not flags.get("norm_before_fc"):
+        out.append(Finding(code="EC023", severity="warning", message=(
+            "norm_output without fc_norm or norm_before_fc: no trainer writes this combination for EAGLE-3.1 (the "
+            "paper pairs it with fc_norm, speculators with norm_before_fc), and SpecForge before PR #879 wrote it "
+            "for plain EAGLE-3 feedback. Every engine feeds back the post-norm state: if this drafter was trained "
+            "as EAGLE-3, it runs different math (set norm_output to false)")))
     return out

@@ -30,6 +30,9 @@ def read_findings(read: ReadResult) -> list[Finding]:
     return out + rope_findings(read)
 
 
+TRANSFORMERS_ROPE_THETA = 10000.0  # LlamaConfig, Qwen3Config, DeepseekV3Config, in transformers 4.57 and 5.x
+
+
 def rope_findings(read: ReadResult) -> list[Finding]:
     """RoPE that transformers 4.x and 5.x (and the engines on each) would read differently."""
     stated = {}
@@ -39,7 +42,14 @@ def rope_findings(read: ReadResult) -> list[Finding]:
         if value is not MISSING:
             stated[key] = value
     problem = reader_disagreement(stated)
-    return [_f("EC024", problem[0], problem[1])] if problem else []
+    if problem:
+        return [_f("EC024", problem[0], problem[1])]
+    spec = read.spec
+    if spec is not None and "rope_theta" in spec.defaulted and spec.rope.theta not in (None, TRANSFORMERS_ROPE_THETA):
+        return [_f("EC024", "warning", f"rope_theta is not stated: the {read.layout.name} layout's reader runs this "
+                   f"{spec.architecture} drafter at {spec.rope.theta:g}, but transformers' configs (speculators, "
+                   f"SGLang) default to {TRANSFORMERS_ROPE_THETA:g}; state rope_theta")]
+    return []
 
 
 def shape_findings(read: ReadResult) -> list[Finding]:

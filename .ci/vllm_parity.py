@@ -1,0 +1,215 @@
+"""The vLLM parity tier, eagleconv's side (main environment).  Run it through ``.ci/vllm-parity``.
+
+    python .ci/vllm_parity.py --vllm-python VENV/bin/python [--work DIR] [--only NAME ...] [--case-timeout S]
+
+1. builds the cases: both tiny-pair drafters in the vllm layout (as committed) and in the speculators layout
+   (converted by eagleconv), and every broken variant of eagleconv.parity.VARIANTS;
+2. predicts, for each variant, what vLLM 0.32 does (``validate --engine vllm:0.32 --target``);
+3. runs real vLLM on every case (.ci/vllm_parity_runner.py in the vLLM virtualenv, one engine per drafter,
+   all prompts in one generate call, a timer per case: a hung engine is killed and the runner restarted);
+4. checks: vLLM's tokens, counters and every drafted token equal ``simulate``'s for every case that loads;
+   each variant's observed outcome (fails / behaves as intended / differently from its base drafter) equals the
+   prediction.  Writes WORK/parity.json and WORK/verdicts.md; exit 1 on any mismatch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from eagleconv.parity import OUTCOME_TEXT, TINY_PAIR, VARIANTS, build_variant, predict  # noqa: E402
+
+K, MAX_TOKENS = 3, 32
+RECORD = TINY_PAIR / "vllm-0.32.0-outcomes.json"
+
+
+def run_vllm(python: str, request: dict, work: Path, case_timeout: float) -> dict:
+    """Run the runner until every case has a result; kill it when one case runs past ``case_timeout``."""
+    req_path, res_path = work / "vllm-request.json", work / "vllm-result.json"
+    req_path.write_text(json.dumps(request))
+    if res_path.exists():
+        res_path.unlink()
+    runner = REPO / ".ci" / "vllm_parity_runner.py"
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1",
+           "VLLM_USE_V2_MODEL_RUNNER": "0", "PYTHONPATH": ""}
+    names = [c["name"] for c in request["cases"]]
+    while True:
+        proc = subprocess.Popen([python, str(runner), str(req_path), str(res_path)], env=env)
+        current, since = None, time.monotonic()
+        while proc.poll() is None:
+            time.sleep(1)
+            state = json.loads(res_path.read_text())["cases"] if res_path.exists() else {}
+            running = next((n for n, r in state.items() if r.get("status") == "running"), None)
+            if running != current:
+                current, since = running, time.monotonic()
+            if time.monotonic() - since > case_timeout + (120 if current == names[0] else 0):
+                proc.kill()
+                proc.wait()
+                break
+        results = json.loads(res_path.read_text()) if res_path.exists() else {"cases": {}}
+        for name, r in results["cases"].items():
+            if r.get("status") == "running":
+                results["cases"][name] = {"status": "error", "error": f"no result within {case_timeout:.0f} s: the "
+                                          "engine hung (killed by the tier's timer)", "seconds": case_timeout}
+        res_path.write_text(json.dumps(results))
+        if all(n in results["cases"] for n in names):
+            return results
+        if proc.returncode not in (0, None, -9):
+            missing = [n for n in names if n not in results["cases"]]
+            for n in missing[:1]:  # the runner itself died on this case: record it and go on
+                results["cases"][n] = {"status": "error", "error": f"the vLLM process died (exit {proc.returncode})"}
+            res_path.write_text(json.dumps(results))
+
+
+def simulate_case(drafter: Path, prompts: list[list[int]]) -> dict:
+    from eagleconv.simulate import SimulateError, simulate
+
+    try:
+        report = simulate(drafter, TINY_PAIR / "target", prompts, num_speculative_tokens=K, max_tokens=MAX_TOKENS)
+    except SimulateError as exc:
+        return {"status": "error", "error": exc.message}
+    return {"status": "ok", **report.model_dump()}
+
+
+COMPARED = ("tokens", "num_drafts", "num_draft_tokens", "num_accepted_tokens", "accepted_per_position", "drafts")
+
+
+def compare(vllm: dict, sim: dict) -> list[str]:
+    if sim["status"] != "ok":
+        return [f"simulate refused: {sim['error']}"]
+    return [f"{key}: vLLM {vllm.get(key)} != simulate {sim.get(key)}" for key in COMPARED if vllm.get(key) != sim.get(key)]
+
+
+def observed(result: dict, base: dict) -> str:
+    if result["status"] != "ok":
+        return "fails"
+    same = all(result.get(k) == base.get(k) for k in COMPARED)
+    return "intended" if same else "differs"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--vllm-python", required=True, help="python of the vLLM virtualenv (.ci/vllm-env)")
+    ap.add_argument("--work", type=Path, help="working directory (default: a temporary one)")
+    ap.add_argument("--only", action="append", default=[], help="run only cases whose name contains this")
+    ap.add_argument("--case-timeout", type=float, default=300.0)
+    ap.add_argument("--record", action="store_true",
+                    help=f"write what vLLM did with each variant to {RECORD.relative_to(REPO)} (read by the tests)")
+    args = ap.parse_args(argv)
+    work = args.work or Path(tempfile.mkdtemp(prefix="eagleconv-vllm-parity-"))
+    work.mkdir(parents=True, exist_ok=True)
+    prompts = json.loads((TINY_PAIR / "prompts.json").read_text())
+    target = TINY_PAIR / "target"
+
+    from eagleconv.conversion import convert
+
+    cases: list[dict] = []
+    for base in ("eagle3", "eagle31"):
+        cases.append({"name": f"{base} (vllm layout)", "drafter": str(TINY_PAIR / base), "kind": "layout", "base": base})
+        spec_dir = work / f"{base}-speculators"
+        report = convert(TINY_PAIR / base, spec_dir, "speculators", overwrite=True)
+        if not report.ok:
+            print(f"eagleconv could not convert {base} to speculators: {report.findings}", file=sys.stderr)
+            return 1
+        cases.append({"name": f"{base} (speculators layout)", "drafter": str(spec_dir), "kind": "layout", "base": base})
+    for v in VARIANTS:
+        path = build_variant(v, work)
+        outcome, why = predict(path, target)
+        cases.append({"name": v.name, "drafter": str(path), "kind": "variant", "base": v.base, "what": v.what,
+                      "predicted": outcome, "findings": why, "known_gap": v.known_gap})
+    if args.only:
+        cases = [c for c in cases if c["kind"] == "layout" and any(o in c["name"] for o in args.only + ["vllm layout"])
+                 or any(o in c["name"] for o in args.only)]
+
+    start = time.monotonic()
+    results = run_vllm(args.vllm_python, {"target": str(target), "prompts": prompts, "num_speculative_tokens": K,
+                                          "max_tokens": MAX_TOKENS,
+                                          "cases": [{"name": c["name"], "drafter": c["drafter"]} for c in cases]},
+                       work, args.case_timeout)
+    vllm_seconds = time.monotonic() - start
+    failures: list[str] = []
+    known: list[str] = []
+    bases = {c["base"]: results["cases"][c["name"]] for c in cases if c["kind"] == "layout" and "vllm" in c["name"]}
+    rows = []
+    for c in cases:
+        r = results["cases"][c["name"]]
+        c["vllm"] = {k: v for k, v in r.items() if k != "traceback"}
+        sim = simulate_case(Path(c["drafter"]), prompts) if r["status"] == "ok" else None
+        c["simulate"] = sim
+        problems = compare(r, sim) if sim is not None else []
+        if c["kind"] == "layout":
+            if r["status"] != "ok":
+                problems.append(f"vLLM failed: {r.get('error')}")
+            elif not any(p.startswith("drafts") or p.startswith("num_") for p in problems) and \
+                    r.get("drafts") != bases[c["base"]].get("drafts"):
+                problems.append("the speculators layout drafts differently from the vllm layout")
+        else:
+            c["observed"] = observed(r, bases[c["base"]]) if bases[c["base"]]["status"] == "ok" else "unknown"
+            if c["observed"] != c["predicted"]:
+                problems.append(f"eagleconv predicted '{OUTCOME_TEXT[c['predicted']]}', vLLM: "
+                                f"{OUTCOME_TEXT.get(c['observed'], c['observed'])}")
+            if r["status"] == "ok" and sim is not None and sim["status"] != "ok" and "uninitialised" in sim["error"]:
+                problems = [p for p in problems if not p.startswith("simulate refused")]  # unpredictable by design
+            if problems and c["known_gap"]:
+                c["known"] = problems
+                known += [f"{c['name']}: {p}" for p in problems]
+                problems = []
+        c["problems"] = problems
+        failures += [f"{c['name']}: {p}" for p in problems]
+        rows.append(c)
+        status = "FAIL" if problems else "KNOWN" if c.get("known") else "OK  "
+        vr = r if r["status"] == "ok" else None
+        counters = (f"drafts {vr['num_drafts']}, accepted {vr['num_accepted_tokens']}/{vr['num_draft_tokens']}, "
+                    f"per position {vr['accepted_per_position']}") if vr else f"vLLM: {r.get('error', '')[:160]}"
+        print(f"[{status}] {c['name']}: {counters}" + (f" | predicted {c['predicted']}, observed {c['observed']}"
+                                                        if c["kind"] == "variant" else ""))
+        for p in problems + c.get("known", []):
+            print(f"         {p[:400]}")
+        if c.get("known"):
+            print(f"         known gap: {c['known_gap']}")
+    (work / "parity.json").write_text(json.dumps({"vllm": results.get("vllm"), "vllm_seconds": vllm_seconds,
+                                                  "cases": rows}, indent=1))
+    (work / "verdicts.md").write_text(verdict_table(rows))
+    if args.record:
+        RECORD.write_text(json.dumps({
+            "vllm": results.get("vllm"), "runner": "V1 (VLLM_USE_V2_MODEL_RUNNER=0, CPU)", "num_speculative_tokens": K,
+            "max_tokens": MAX_TOKENS,
+            "outcomes": {c["name"]: {
+                "observed": c["observed"], "what": c["what"], "known_gap": c["known_gap"],
+                "vllm": ({k: c["vllm"][k] for k in ("num_drafts", "num_draft_tokens", "num_accepted_tokens",
+                                                   "accepted_per_position")} if c["vllm"]["status"] == "ok"
+                         else {"error": c["vllm"].get("error", "")[:600]}),
+                "eagleconv": {"predicted": c["predicted"], "findings": c["findings"]},
+            } for c in rows if c["kind"] == "variant"},
+        }, indent=1) + "\n")
+    print(f"\n{len(rows)} cases, {len(failures)} problems, {len(known)} known gaps (listed above); vLLM took {vllm_seconds:.0f} s; details in {work}")
+    return 1 if failures else 0
+
+
+def verdict_table(rows: list[dict]) -> str:
+    lines = ["| variant | eagleconv's finding | what vLLM 0.32.0 did |", "|---|---|---|"]
+    for c in rows:
+        if c["kind"] != "variant":
+            continue
+        r = c["vllm"]
+        if r["status"] != "ok":
+            did = f"fails: `{r.get('error', '').splitlines()[0][:140]}`"
+        else:
+            did = (f"{OUTCOME_TEXT[c['observed']]}: {r['num_accepted_tokens']}/{r['num_draft_tokens']} drafts "
+                   f"accepted, per position {r['accepted_per_position']}")
+        first = c["findings"][0][:140].replace("|", "\\|") if c["findings"] else "no finding"
+        lines.append(f"| {c['name']} | **{OUTCOME_TEXT[c['predicted']]}** ({first}) | {did} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

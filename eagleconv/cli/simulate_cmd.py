@@ -1,0 +1,57 @@
+"""``eagleconv simulate``: a thin click command over eagleconv.simulate."""
+
+from __future__ import annotations
+
+import click
+
+from .main import _console, cli, run_command
+
+
+def render_simulate(report, console) -> None:
+    """A small table: the counters, then one acceptance bar per draft position."""
+    from rich.table import Table
+
+    drafts = report.num_drafts
+    console.print(f"[bold]{report.engine}[/bold]: {len(report.tokens)} prompts, K={report.num_speculative_tokens}, "
+                  f"max_tokens {report.max_tokens}: {drafts} drafts, {report.num_accepted_tokens}/"
+                  f"{report.num_draft_tokens} draft tokens accepted, acceptance length "
+                  f"{report.acceptance_length:.3f}")
+    table = Table(box=None, pad_edge=False)
+    for col in ("position", "accepted", "rate", ""):
+        table.add_column(col, justify="right" if col in ("position", "accepted", "rate") else "left")
+    for i, n in enumerate(report.accepted_per_position):
+        rate = n / drafts if drafts else 0.0
+        table.add_row(str(i), f"{n}/{drafts}", f"{rate:.1%}", "[green]" + "█" * round(rate * 30) + "[/green]"
+                      + "[dim]" + "·" * (30 - round(rate * 30)) + "[/dim]")
+    console.print(table)
+    for note in report.notes:
+        console.print(f"[dim]note: {note}[/dim]")
+
+
+@cli.command()
+@click.argument("drafter", type=click.Path(path_type=str))
+@click.option("--target", required=True, metavar="DIR", help="Target model directory (Hugging Face layout, with weights).")
+@click.option("--prompts", metavar="FILE", help="JSON list of token-id lists (default: four short built-in prompts).")
+@click.option("--num-speculative-tokens", "k", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--max-tokens", type=click.IntRange(min=1), default=32, show_default=True)
+@click.option("--engine", default="vllm:0.32", show_default=True, metavar="ENGINE",
+              help="Engine profile whose reading of the drafter is simulated (vLLM releases only).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+def simulate(ctx: click.Context, drafter: str, target: str, prompts: str | None, k: int, max_tokens: int, engine: str,
+             as_json: bool) -> None:
+    """Greedy speculative decoding offline: the counters and drafts vLLM would produce, before deploying."""
+
+    def body():
+        from ..simulate import load_prompts
+        from ..simulate import simulate as run
+
+        report = run(drafter, target, load_prompts(prompts), num_speculative_tokens=k, max_tokens=max_tokens,
+                     engine=engine)
+        if as_json:
+            click.echo(report.model_dump_json(indent=2))
+        else:
+            render_simulate(report, _console())
+        return report, 0
+
+    run_command(ctx, as_json, body)

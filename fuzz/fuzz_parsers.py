@@ -1,0 +1,129 @@
+"""Fuzz harness for eagleconv's input parsers: safetensors headers, sharded-checkpoint indexes, configs.
+
+Contract under test: given any bytes, a parser returns or raises an ``EagleconvError`` (one line, exit 1
+or 2).  Any other exception is a bug and stops the fuzzer with the input that caused it.
+
+    python fuzz/fuzz_parsers.py -max_total_time=60 CORPUS_DIR     # atheris (libFuzzer), coverage-guided
+    python fuzz/fuzz_parsers.py --hypothesis --seconds 60          # no atheris: hypothesis, random bytes
+    python fuzz/fuzz_parsers.py --make-corpus CORPUS_DIR           # seed inputs (valid files of each kind)
+    python fuzz/fuzz_parsers.py CRASH_FILE                         # replay one input (atheris)
+
+The first input byte picks the parser (0: header, 1: index, 2: config); the rest is the file.
+``.ci/fuzz SECONDS`` runs it in CI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+try:
+    import atheris
+except ImportError:  # the hypothesis fallback needs no atheris
+    atheris = None
+
+if atheris is not None:
+    with atheris.instrument_imports(include=["eagleconv"]):
+        from eagleconv.errors import EagleconvError
+        from eagleconv.io.reader import _read_index
+        from eagleconv.io.safetensors_header import read_header
+        from eagleconv.jsonio import loads_strict
+        from eagleconv.validation import lint
+else:
+    from eagleconv.errors import EagleconvError
+    from eagleconv.io.reader import _read_index
+    from eagleconv.io.safetensors_header import read_header
+    from eagleconv.jsonio import loads_strict
+    from eagleconv.validation import lint
+
+WORK = Path(tempfile.mkdtemp(prefix="eagleconv-fuzz-"))
+TARGETS = ("header", "index", "config")
+
+
+def one_input(data: bytes) -> None:
+    """Run one parser on ``data``; only EagleconvError may escape (it is the documented refusal)."""
+    if not data:
+        return
+    target, body = TARGETS[data[0] % len(TARGETS)], data[1:]
+    try:
+        if target == "header":
+            path = WORK / "model.safetensors"
+            path.write_bytes(body)
+            read_header(path)
+        elif target == "index":
+            (WORK / "model.safetensors.index.json").write_bytes(body)
+            _read_index(WORK, "model.safetensors.index.json", ".safetensors")
+        else:
+            config = loads_strict(body, "config.json")
+            if isinstance(config, dict):
+                lint(config, engines="all")
+    except EagleconvError:
+        pass
+
+
+def make_corpus(directory: Path) -> None:
+    """Valid inputs of each kind, from a seeded tiny drafter (nothing binary is committed)."""
+    from eagleconv.conversion import convert
+    from eagleconv.synthetic import DrafterRecipe, make_drafter
+
+    directory.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for producer in ("vllm", "speculators", "specforge"):
+            src = make_drafter(Path(tmp) / producer, DrafterRecipe(producer=producer, eagle31=producer != "vllm"))
+            (directory / f"config-{producer}").write_bytes(b"\x02" + (src / "config.json").read_bytes())
+        sharded = Path(tmp) / "sharded"
+        convert(Path(tmp) / "vllm", sharded, "vllm", max_shard_size=4096, durable=False)
+        (directory / "index").write_bytes(b"\x01" + (sharded / "model.safetensors.index.json").read_bytes())
+        shard = sorted(sharded.glob("*.safetensors"))[0].read_bytes()
+        header_end = 8 + int.from_bytes(shard[:8], "little")
+        (directory / "header").write_bytes(b"\x00" + shard[:header_end + 64])
+
+
+def hypothesis_fuzz(seconds: float) -> None:
+    import time
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    deadline = time.monotonic() + seconds
+    runs = 0
+
+    @settings(max_examples=10**9, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(st.binary(max_size=4096))
+    def run(data: bytes) -> None:
+        nonlocal runs
+        if time.monotonic() > deadline:
+            raise _Done
+        runs += 1
+        one_input(data)
+
+    try:
+        run()
+    except _Done:
+        pass
+    print(f"hypothesis fuzz: {runs} inputs in {seconds:.0f} s, no escape from the EagleconvError contract")
+
+
+class _Done(Exception):
+    pass
+
+
+def main(argv: list[str]) -> int:
+    if argv[1:2] == ["--make-corpus"]:
+        make_corpus(Path(argv[2]))
+        return 0
+    if argv[1:2] == ["--hypothesis"] or atheris is None:
+        seconds = float(argv[argv.index("--seconds") + 1]) if "--seconds" in argv else 60.0
+        hypothesis_fuzz(seconds)
+        return 0
+    atheris.Setup(argv, one_input)
+    atheris.Fuzz()
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    sys.exit(main(sys.argv))

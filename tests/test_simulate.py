@@ -1,0 +1,108 @@
+"""simulate on the committed tiny pair: real target, real trained drafters, vLLM's proposer semantics.
+
+What vLLM itself does with the same inputs is checked by the parity tier (.ci/vllm-parity, tests/test_vllm_parity.py).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from click.testing import CliRunner  # noqa: E402
+
+from eagleconv.cli.main import cli  # noqa: E402
+from eagleconv.simulate import SimulateError, load_prompts, simulate  # noqa: E402
+
+PAIR = Path(__file__).resolve().parent.parent / "fixtures" / "tiny-pair"
+PROMPTS = json.loads((PAIR / "prompts.json").read_text())
+
+
+def plain_greedy(prompt: list[int], n: int) -> list[int]:
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(PAIR / "target"), dtype=torch.float32).eval()
+    seq = list(prompt)
+    with torch.no_grad():
+        for _ in range(n):
+            seq.append(int(model(torch.tensor([seq])).logits[0, -1].argmax()))
+    return seq[len(prompt):]
+
+
+@pytest.fixture(scope="module")
+def eagle3():
+    return simulate(PAIR / "eagle3", PAIR / "target", PROMPTS, num_speculative_tokens=3, max_tokens=32)
+
+
+def test_tokens_are_the_targets_plain_greedy_output(eagle3):
+    assert eagle3.tokens[0] == plain_greedy(PROMPTS[0], 32)
+    assert all(len(t) == 32 for t in eagle3.tokens)
+
+
+def test_counters_mean_what_vllms_mean(eagle3):
+    K = 3
+    assert eagle3.num_draft_tokens == K * eagle3.num_drafts
+    assert eagle3.num_accepted_tokens == sum(eagle3.accepted_per_position)
+    assert all(a >= b for a, b in zip(eagle3.accepted_per_position, eagle3.accepted_per_position[1:]))
+    assert eagle3.acceptance_length == pytest.approx(1 + eagle3.num_accepted_tokens / eagle3.num_drafts)
+    # every round emits accepted + 1 tokens; the last round may overshoot max_tokens and is cut
+    assert eagle3.num_accepted_tokens + eagle3.num_drafts + len(PROMPTS) >= 32 * len(PROMPTS)
+    # one proposal after the prefill and after every verification round, K tokens each
+    assert sum(len(d) for d in eagle3.drafts) == eagle3.num_drafts + len(PROMPTS)
+    assert all(len(r) == K for d in eagle3.drafts for r in d)
+
+
+def test_trained_drafter_is_accepted_at_position_0(eagle3):
+    assert eagle3.accepted_per_position[0] / eagle3.num_drafts >= 0.3
+
+
+def test_a_broken_drafter_changes_only_the_counters(eagle3, tmp_path):
+    from eagleconv.parity import VARIANTS, build_variant
+
+    variant = next(v for v in VARIANTS if v.name == "d2t missing")
+    broken = simulate(build_variant(variant, tmp_path), PAIR / "target", PROMPTS)
+    assert broken.tokens == eagle3.tokens
+    assert broken.num_accepted_tokens < eagle3.num_accepted_tokens
+    assert any("d2t missing" in n for n in broken.notes)
+
+
+def test_layouts_draft_identically(eagle3, tmp_path):
+    from eagleconv.conversion import convert
+
+    convert(PAIR / "eagle3", tmp_path / "spec", "speculators")
+    other = simulate(tmp_path / "spec", PAIR / "target", PROMPTS)
+    assert other.drafts == eagle3.drafts and other.num_accepted_tokens == eagle3.num_accepted_tokens
+
+
+def test_vllm_load_failure_is_reported_not_simulated(tmp_path):
+    from eagleconv.parity import VARIANTS, build_variant
+
+    variant = next(v for v in VARIANTS if v.name == "model.-prefixed keys")
+    with pytest.raises(SimulateError, match="fails at load"):
+        simulate(build_variant(variant, tmp_path), PAIR / "target", PROMPTS)
+
+
+def test_cli_json_and_table(tmp_path):
+    runner = CliRunner()
+    res = runner.invoke(cli, ["simulate", str(PAIR / "eagle31"), "--target", str(PAIR / "target"), "--prompts",
+                              str(PAIR / "prompts.json"), "--max-tokens", "8", "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output[res.output.index("{"):])
+    assert set(data) >= {"tokens", "num_drafts", "num_draft_tokens", "num_accepted_tokens", "accepted_per_position",
+                         "acceptance_length", "drafts"}
+    assert all(len(t) == 8 for t in data["tokens"])
+    res = runner.invoke(cli, ["simulate", str(PAIR / "eagle31"), "--target", str(PAIR / "target"), "--max-tokens", "4"])
+    assert res.exit_code == 0 and "position" in res.output and "█" in res.output
+
+
+def test_cli_bad_input_is_one_line_exit_2(tmp_path):
+    bad = tmp_path / "prompts.json"
+    bad.write_text('{"not": "a list"}')
+    res = CliRunner().invoke(cli, ["simulate", str(PAIR / "eagle3"), "--target", str(PAIR / "target"), "--prompts",
+                                   str(bad)])
+    assert res.exit_code == 2
+    assert "prompts must be a JSON list" in res.output and "Traceback" not in res.output
+    with pytest.raises(SimulateError):
+        load_prompts(tmp_path / "missing.json")

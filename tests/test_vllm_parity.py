@@ -1,0 +1,52 @@
+"""The vLLM parity tier, as seen from pytest.
+
+* Always: eagleconv's prediction for every broken variant equals what real vLLM 0.32.0 did, as the tier last
+  recorded it (fixtures/tiny-pair/vllm-0.32.0-outcomes.json, written by ``.ci/vllm-parity --record``).
+* With the vLLM virtualenv (``.ci/vllm-env``) and EAGLECONV_VLLM_PARITY=1: one case through real vLLM, compared
+  token for token with simulate.  CI runs the whole tier with ``.ci/vllm-parity`` (a line in .ci/run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("safetensors")
+
+from eagleconv.parity import TINY_PAIR, VARIANTS, build_variant, predict  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+RECORD = TINY_PAIR / "vllm-0.32.0-outcomes.json"
+VENV = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "eagleconv-ci" / "vllm-0.32.0"
+
+
+def test_matrix_has_every_variant_the_issue_lists():
+    assert len(VARIANTS) >= 12
+    assert len({v.name for v in VARIANTS}) == len(VARIANTS)
+
+
+@pytest.mark.parametrize("variant", [v if not v.known_gap else
+                                     pytest.param(v, marks=pytest.mark.xfail(reason=v.known_gap, strict=not v.undefined))
+                                     for v in VARIANTS], ids=lambda v: v.name)
+def test_prediction_matches_what_vllm_did(variant, tmp_path):
+    recorded = json.loads(RECORD.read_text())["outcomes"]
+    assert variant.name in recorded, f"{variant.name}: not recorded; run .ci/vllm-parity --record"
+    outcome, findings = predict(build_variant(variant, tmp_path), TINY_PAIR / "target")
+    assert outcome == recorded[variant.name]["observed"], findings
+
+
+@pytest.mark.skipif(not (VENV / ".ready").exists(), reason=f"no vLLM virtualenv at {VENV} (create it with .ci/vllm-env)")
+@pytest.mark.skipif(os.environ.get("EAGLECONV_VLLM_PARITY") != "1",
+                    reason="set EAGLECONV_VLLM_PARITY=1 to start real vLLM from pytest (CI runs .ci/vllm-parity)")
+def test_real_vllm_equals_simulate(tmp_path):
+    proc = subprocess.run([sys.executable, str(REPO / ".ci" / "vllm_parity.py"), "--vllm-python",
+                           str(VENV / "bin" / "python"), "--work", str(tmp_path), "--only", "eagle3 (vllm layout)"],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "[OK  ] eagle3 (vllm layout)" in proc.stdout
