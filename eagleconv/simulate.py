@@ -2,8 +2,9 @@
 
 The target runs in transformers; the drafter runs as the engine profile reads it (flags as the profile resolves
 them, aux layers as vLLM's V1 runner captures them, tensors as its loader renames, drops, defaults or shares
-them), with vLLM's drafter math (vLLM 0.32.0: vllm/model_executor/models/llama_eagle3.py) and its proposer
-semantics (vllm/v1/spec_decode/llm_base_proposer.py):
+them), through eagleconv's reference forward (``eagleconv.forward``: vLLM's drafter math, every architecture
+it registers) over the engine view ``forward.run.engine_forward_view`` resolves, with vLLM's proposer semantics
+(vllm/v1/spec_decode/llm_base_proposer.py):
 
 * prefill: the target samples x_P; the drafter's first pass sees row p = (token x_{p+1}, position p, hidden
   combine(aux_p)) for every prompt position, the last row carrying the sampled token;
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,282 +62,105 @@ class SimulateError(EagleconvError):
 
 @dataclass(kw_only=True)
 class EngineDrafter:
-    """The drafter's weights and settings exactly as vLLM will hold them (float32)."""
+    """The drafter as vLLM holds it: the reference forward over the engine's view, and the layers it captures."""
 
-    weights: dict[str, Any]
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    eps: float
-    theta: float
-    aux_count: int
+    model: Any  # eagleconv.forward.Drafter with the engine's flags, over the tensors its loader leaves
     capture: tuple[int, ...]  # target layers captured, ascending and deduplicated (set membership in the runner)
-    flags: dict[str, bool]
-    draft_vocab: int
-    vocab: int
-    logit_scale: float
     notes: list[str]
 
 
-def _load_tensors(path: Path) -> dict[str, Any]:
-    from safetensors.torch import load_file
+def engine_drafter(drafter: str | Path, engine: str, target: Any) -> EngineDrafter:
+    """Read ``drafter`` the way ``engine``'s loader does (vLLM 0.32 rules, V1 runner); raise where it raises.
 
-    files = sorted(path.glob("*.safetensors"))
-    if not files:
-        raise SimulateError(f"{path}: no *.safetensors file (simulate reads safetensors only)", code=None)
-    out: dict[str, Any] = {}
-    for f in files:
-        out.update(load_file(str(f)))
-    return out
-
-
-def engine_drafter(drafter: str | Path, engine: str, target_config: Mapping[str, Any],
-                   target_weights: Mapping[str, Any]) -> EngineDrafter:
-    """Read ``drafter`` the way ``engine``'s loader does (vLLM 0.32 rules, V1 runner); raise where it raises."""
+    Flags and captured layers come from the engine view (``forward.run.engine_forward_view``); tensors the
+    loader expects but the checkpoint lacks get the values vLLM leaves in them, or the drafter is refused.
+    """
     import torch
 
-    from .engines import engine_view, resolve_engines
-    from .engines.base import Subject
-    from .formats import detect_layout
-    from .formats.base import read_drafter
-    from .io.reader import open_checkpoint
+    from .canonical import expected_tensors
+    from .engines import resolve_engines
+    from .forward.api import default_aux_ids
+    from .forward.model import Drafter
+    from .forward.run import OverlaySource, engine_forward_view
+    from .forward.weights import CheckpointSource
+    from .loading import load_drafter
 
-    profiles = resolve_engines([engine])
-    profile = profiles[0]
+    profile = resolve_engines([engine])[0]
     if profile.engine != "vllm":
         raise SimulateError(f"simulate models vLLM's proposer only, not {profile.label}", code=None)
     path = Path(drafter)
-    with open_checkpoint(path) as store:
-        config = dict(store.config or {})
-        layout, _ = detect_layout(config, set(store.tensors), {}, "safetensors", str(path))
-        read = read_drafter(layout, config, store.tensors)
-        view = engine_view(profile, Subject(config, layout=layout, read=read, names=set(store.tensors),
-                                                     has_tensors=True, path=str(path)))
-    if view.problems:
-        raise SimulateError(f"{path}: {profile.label} fails reading the config: {view.problems[0]}", code=None)
-    if view.cls is None:
-        raise SimulateError(f"{path}: {profile.label} has no drafter class for architectures "
-                            f"{config.get('architectures')}", code=None)
-    if view.cls.family != "llama":
-        raise SimulateError(f"{path}: simulate runs the Llama drafter class only, not {view.cls.name}", code=None)
-    cfg, flags = view.config, {k: v for k, (v, _) in view.flags.items()}
+    if not sorted(path.glob("*.safetensors")):
+        raise SimulateError(f"{path}: no *.safetensors file (simulate reads safetensors only)", code=None)
+    loaded = load_drafter(path)
+    loaded.store.close()  # the source maps the files itself
+    intended = loaded.require_spec()
+    L = target.num_layers
+    view, spec, ids = engine_forward_view(profile, loaded, intended, default_aux_ids(intended, L), L)
+    if spec is None or not view.runs:
+        raise SimulateError(f"{path}: vLLM fails at load: {view.reason}", code=None)
     notes: list[str] = []
-
-    def need(key: str) -> Any:
-        if key not in cfg or cfg[key] is None:
-            raise SimulateError(f"{path}: {profile.label} reads {key!r} from the config, which has none", code=None)
-        return cfg[key]
-
-    H, heads, layers = int(need("hidden_size")), int(need("num_attention_heads")), int(need("num_hidden_layers"))
-    kv_heads = int(cfg.get("num_key_value_heads") or heads)
-    head_dim = int(cfg.get("head_dim") or H // heads)
-    vocab = int(need("vocab_size"))
-    draft_vocab = int(cfg.get("draft_vocab_size") or vocab)
-    Ht = int(cfg.get("target_hidden_size") or H)
-    eps = float(cfg["rms_norm_eps"]) if cfg.get("rms_norm_eps") is not None else 1e-6
-    rope = cfg.get("rope_parameters") or {}
-    theta = float(cfg.get("rope_theta") or rope.get("rope_theta") or 10000.0)
-    if (cfg.get("rope_scaling") or {}).get("rope_type", "default") not in ("default", None):
-        raise SimulateError(f"{path}: simulate supports default RoPE only", code=None)
-    K = view.aux_count or 3
-    target_layers = int(target_config["num_hidden_layers"])
-
-    # Target layers captured by vLLM 0.32's V1 runner (gpu_model_runner.py): top-level ids, then
-    # eagle_config.eagle_aux_hidden_state_layer_ids, then (2, L//2, L-3); capture is set membership, in layer order.
-    ids = cfg.get("eagle_aux_hidden_state_layer_ids")
-    source = "eagle_aux_hidden_state_layer_ids"
-    if not ids:
-        ids = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
-        source = "eagle_config.eagle_aux_hidden_state_layer_ids (read by the V1 runner only)"
-    if not ids:
-        ids = list(profile.capture.default_ids(target_layers)) if profile.capture.default_ids else [2]
-        source = f"the default {profile.capture.default} with L={target_layers}"
-        notes.append(f"aux layers: no ids in the config, vLLM captures {ids}")
-    capture = tuple(sorted({int(i) for i in ids if 0 <= int(i) <= target_layers}))
+    if any(d.startswith("no aux ids in the config") for d in view.differs):
+        notes.append(f"aux layers: no ids in the config, vLLM captures {list(ids)}")
+    capture = tuple(sorted({int(i) for i in ids if 0 <= int(i) <= L}))
+    K = spec.aux.count
     if len(capture) != K:
-        raise SimulateError(f"{path}: vLLM captures {len(capture)} target hidden states (layers {list(capture)} from "
-                            f"{source}) but builds fc for {K} ({view.aux_count_source}): the first request fails in "
-                            f"combine_hidden_states", code=None)
+        raise SimulateError(f"{path}: vLLM captures {len(capture)} target hidden states (layers {list(capture)}) but "
+                            f"builds fc for {K}: the first request fails in combine_hidden_states", code=None)
 
-    # The loader (llama_eagle3.py load_weights + AutoWeightsLoader): t2d dropped, d2t renamed, model. added.
-    raw = _load_tensors(path)
-    expected: dict[str, tuple[int, ...]] = {"fc.weight": (H, K * Ht), "norm.weight": (H,), "embed_tokens.weight": (vocab, H),
-                                            "lm_head.weight": (draft_vocab, H)}
-    if flags.get("norm_before_fc"):
-        expected["input_norm.weight"] = (K * Ht,)
-    if flags.get("fc_norm"):
-        expected.update({f"fc_norm.{i}.weight": (Ht,) for i in range(K)})
-    inter = int(need("intermediate_size"))
-    for j in range(layers):
-        width = 2 * H if j == 0 else H
-        p = f"layers.{j}."
-        expected.update({
-            p + "self_attn.q_proj.weight": (heads * head_dim, width), p + "self_attn.k_proj.weight": (kv_heads * head_dim, width),
-            p + "self_attn.v_proj.weight": (kv_heads * head_dim, width), p + "self_attn.o_proj.weight": (H, heads * head_dim),
-            p + "mlp.gate_proj.weight": (inter, H), p + "mlp.up_proj.weight": (inter, H), p + "mlp.down_proj.weight": (H, inter),
-            p + "input_layernorm.weight": (H,), p + "hidden_norm.weight": (H,), p + "post_attention_layernorm.weight": (H,),
-        })
-    if draft_vocab != vocab:
-        expected["d2t"] = (draft_vocab,)
-    weights: dict[str, Any] = {}
-    for name, tensor in raw.items():
-        if "t2d" in name:
+    # What the loader leaves in parameters the checkpoint does not fill (vLLM 0.32: llama_eagle3.py load_weights).
+    base = CheckpointSource(loaded)
+    names = base.names()
+    Vd, V = spec.draft_vocab_size, spec.vocab_size
+    extra: dict[str, torch.Tensor] = {}
+    for name, exp in expected_tensors(spec).items():
+        if name in names and name not in ("d2t", "t2d"):
+            shape = tuple(base.raw(name).shape)
+            if shape != exp.shape:
+                raise SimulateError(f"{path}: vLLM fails at load: AssertionError: {name} is {list(shape)}, the "
+                                    f"parameter is {list(exp.shape)}", code=None)
+        if name in names or name in ("t2d", "embed_tokens.weight"):  # t2d dropped; embed shared from the target
             continue
-        if "mask_hidden" in name:
-            continue
-        canon = name.replace("midlayer.", "layers.0.", 1)
-        if not flags.get("norm_before_fc") and canon.startswith("input_norm."):
-            continue
-        if any(s in canon for s in ("rotary_emb.inv_freq", "rotary_emb.cos_cached", "rotary_emb.sin_cached",
-                                    "rotary_pos_emb.inv_freq")):
-            continue
-        if canon not in expected:
-            if canon.endswith(".bias") and canon[: -len(".bias")] + ".weight" in expected:
-                continue
-            first = canon.split(".")[0] if not canon.startswith("layers.") else ".".join(canon.split(".")[:3])
-            raise SimulateError(f"{path}: vLLM fails at load: ValueError: There is no module or parameter named "
-                                f"{first!r} (tensor {name})", code=None)
-        if tuple(tensor.shape) != expected[canon]:
-            raise SimulateError(f"{path}: vLLM fails at load: AssertionError: {name} is {list(tensor.shape)}, the "
-                                f"parameter is {list(expected[canon])}", code=None)
-        weights[canon] = tensor.to(torch.int64 if canon == "d2t" else torch.float32)
-    for name in expected:
-        if name in weights:
-            continue
-        if "norm" in name:
-            weights[name] = torch.ones(expected[name])
+        if name == "d2t":
+            if Vd != V:
+                extra[name] = torch.zeros(Vd, dtype=torch.int64)
+                notes.append("d2t missing: vLLM keeps an all-zero offset vector (draft id i = target id i)")
+        elif "norm" in name:
+            extra[name] = torch.ones(exp.shape)
             notes.append(f"{name} missing: vLLM keeps its initial weight 1.0, and so does simulate")
-        elif name == "d2t":
-            weights[name] = torch.zeros(draft_vocab, dtype=torch.int64)
-            notes.append("d2t missing: vLLM keeps an all-zero offset vector (draft id i = target id i)")
-        elif name == "embed_tokens.weight":
-            weights[name] = target_weights["embed"]
         elif name == "lm_head.weight":
-            weights[name] = target_weights["lm_head"][:draft_vocab]
-            if draft_vocab != vocab:
-                notes.append(f"lm_head missing with draft vocab {draft_vocab} < vocab {vocab}: vLLM shares the "
-                             f"target's lm_head and keeps its first {draft_vocab} logits")
+            extra[name] = target.lm_head[:Vd].float()
+            if Vd != V:
+                notes.append(f"lm_head missing with draft vocab {Vd} < vocab {V}: vLLM shares the target's lm_head "
+                             f"and keeps its first {Vd} logits")
         else:
             raise SimulateError(f"{path}: {name} is missing; vLLM leaves it uninitialised (torch.empty) and reports "
                                 f"nothing, so what it drafts cannot be predicted", code=None)
-    if "embed_tokens.weight" in raw and torch.equal(raw["embed_tokens.weight"].float(), target_weights["embed"]):
-        weights["embed_tokens.weight"] = target_weights["embed"]
-    return EngineDrafter(weights=weights, layers=layers, heads=heads, kv_heads=kv_heads, head_dim=head_dim, eps=eps,
-                         theta=theta, aux_count=K, capture=capture, flags=flags, draft_vocab=draft_vocab, vocab=vocab,
-                         logit_scale=float(cfg.get("logit_scale") or 1.0), notes=notes)
+    model = Drafter(spec, OverlaySource(base, extra) if extra else base, dtype="float32",
+                    target_embed=target.embed.float(), path=str(path))
+    return EngineDrafter(model=model, capture=capture, notes=notes)
 
 
-def _rms(x: Any, w: Any, eps: float) -> Any:
+def propose(d: EngineDrafter, tokens: Sequence[int], aux: Any, k: int) -> list[int]:
+    """One round of vLLM's proposer: a first pass over every verified row, then k-1 recursive steps.
+
+    ``tokens``: every verified token (prompt + output); ``aux``: the target's captured states for all but the last.
+    """
     import torch
 
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+    from .forward.model import DraftInputs
+
+    T = len(tokens) - 1
+    result = d.model.draft(DraftInputs(torch.tensor([list(tokens)]), aux[:T].unsqueeze(0)), k)
+    return [int(t[0]) for t in result.tokens]
 
 
-def _rope(x: Any, pos: Any, theta: float, head_dim: int) -> Any:
-    import torch
-
-    inv = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
-    ang = pos.float()[:, None] * inv
-    cos, sin = ang.cos()[:, None], ang.sin()[:, None]
-    x1, x2 = x.chunk(2, -1)
-    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
-
-
-class DraftRunner:
-    """One request's drafter: a first pass over all verified rows, then K-1 recursive steps (vLLM's proposer)."""
-
-    def __init__(self, d: EngineDrafter):
-        self.d = d
-
-    def combine(self, aux: Any) -> Any:
-        import torch
-
-        d, w = self.d, self.d.weights
-        if not d.flags.get("use_aux_hidden_state", True):
-            return aux
-        if d.flags.get("norm_before_fc"):
-            aux = _rms(aux, w["input_norm.weight"], d.eps)
-        if d.flags.get("fc_norm"):
-            aux = torch.cat([_rms(c, w[f"fc_norm.{i}.weight"], d.eps)
-                             for i, c in enumerate(aux.chunk(d.aux_count, -1))], -1)
-        return aux @ w["fc.weight"].T
-
-    def _layers(self, ids: Any, pos: Any, hidden: Any, cache: list[tuple[Any, Any]]) -> tuple[Any, Any]:
-        import torch
-        import torch.nn.functional as F
-
-        d, w = self.d, self.d.weights
-        rep = d.heads // d.kv_heads
-        x: Any = None
-        residual: Any = None
-        for j in range(d.layers):
-            p = f"layers.{j}."
-            if j == 0:
-                en = _rms(w["embed_tokens.weight"][ids], w[p + "input_layernorm.weight"], d.eps)
-                gn = _rms(hidden, w[p + "hidden_norm.weight"], d.eps)
-                residual = gn if d.flags.get("norm_before_residual") else hidden
-                u = torch.cat([en, gn], -1)
-            else:
-                residual = x + residual
-                u = _rms(residual, w[p + "input_layernorm.weight"], d.eps)
-            n = u.shape[0]
-            q = _rope((u @ w[p + "self_attn.q_proj.weight"].T).view(n, d.heads, d.head_dim), pos, d.theta, d.head_dim)
-            k = _rope((u @ w[p + "self_attn.k_proj.weight"].T).view(n, d.kv_heads, d.head_dim), pos, d.theta, d.head_dim)
-            v = (u @ w[p + "self_attn.v_proj.weight"].T).view(n, d.kv_heads, d.head_dim)
-            if len(cache) <= j:
-                cache.append((k, v))
-            else:
-                cache[j] = (torch.cat([cache[j][0], k]), torch.cat([cache[j][1], v]))
-            K_, V_ = cache[j][0].repeat_interleave(rep, 1), cache[j][1].repeat_interleave(rep, 1)
-            s = torch.einsum("qhd,khd->hqk", q, K_) * d.head_dim ** -0.5
-            total = K_.shape[0]
-            mask = torch.arange(total)[None, :] <= (torch.arange(n) + total - n)[:, None]
-            a = torch.einsum("hqk,khd->qhd", s.masked_fill(~mask, float("-inf")).softmax(-1), V_)
-            o = a.reshape(n, d.heads * d.head_dim) @ w[p + "self_attn.o_proj.weight"].T
-            residual = o + residual
-            h2 = _rms(residual, w[p + "post_attention_layernorm.weight"], d.eps)
-            x = (F.silu(h2 @ w[p + "mlp.gate_proj.weight"].T) * (h2 @ w[p + "mlp.up_proj.weight"].T)) \
-                @ w[p + "mlp.down_proj.weight"].T
-        pre = x + residual
-        out = _rms(pre, w["norm.weight"], d.eps)
-        return out, (out if d.flags.get("norm_output") else pre)
-
-    def _token(self, out: Any) -> int:
-        import torch
-
-        d, w = self.d, self.d.weights
-        z = out @ w["lm_head.weight"].T * d.logit_scale
-        full = torch.full((d.vocab,), float("-inf"))
-        full[torch.arange(d.draft_vocab) + w["d2t"]] = z
-        return int(full.argmax())
-
-    def propose(self, tokens: Sequence[int], aux: Any, k: int) -> list[int]:
-        """``tokens``: every verified token (prompt + output); ``aux``: the target's captured states for all but the last."""
-        import torch
-
-        T = len(tokens) - 1
-        ids = torch.tensor(tokens[1:])
-        cache: list[tuple[Any, Any]] = []
-        out, fb = self._layers(ids, torch.arange(T), self.combine(aux[:T]), cache)
-        drafts = [self._token(out[-1])]
-        hidden = fb[-1:]
-        for step in range(2, k + 1):
-            out, fb = self._layers(torch.tensor(drafts[-1:]), torch.tensor([T - 2 + step]), hidden, cache)
-            drafts.append(self._token(out[-1]))
-            hidden = fb[-1:]
-        return drafts
-
-
-def _target(target: str | Path) -> tuple[Any, dict[str, Any]]:
-    import torch
-    from transformers import AutoModelForCausalLM
+def _target(target: str | Path) -> Any:
+    from .forward.inputs import Target
 
     path = Path(target)
     if not (path / "config.json").is_file():
         raise SimulateError(f"{path}: no config.json (--target takes a Hugging Face model directory)", code=None)
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
-    return model, json.loads((path / "config.json").read_text())
+    return Target(path)
 
 
 def load_prompts(path: str | Path | None) -> list[list[int]]:
@@ -372,16 +196,13 @@ def _simulate(drafter: str | Path, target: str | Path, prompts: Sequence[Sequenc
               num_speculative_tokens: int, max_tokens: int, engine: str) -> SimulateReport:
     import torch
 
-    model, tcfg = _target(target)
-    vocab = int(tcfg["vocab_size"])
+    tgt = _target(target)
+    model, vocab = tgt.model, tgt.vocab_size
     prompts = [list(p) for p in (prompts if prompts is not None else DEFAULT_PROMPTS)]
     for p in prompts:
         if any(not 0 <= t < vocab for t in p):
             raise SimulateError(f"a prompt token is outside the target's vocabulary of {vocab}", code=None)
-    emb = model.get_input_embeddings().weight.detach().float()
-    head = model.get_output_embeddings().weight.detach().float()
-    d = engine_drafter(drafter, engine, tcfg, {"embed": emb, "lm_head": head})
-    runner = DraftRunner(d)
+    d = engine_drafter(drafter, engine, tgt)
     K = num_speculative_tokens
     per_pos = [0] * K
     num_drafts = accepted_total = 0
@@ -400,7 +221,7 @@ def _simulate(drafter: str | Path, target: str | Path, prompts: Sequence[Sequenc
             out_len = 1
             drafts_here = []
             while True:
-                drafts = runner.propose(seq, aux, K)
+                drafts = propose(d, seq, aux, K)
                 drafts_here.append(drafts)
                 if out_len >= max_tokens:
                     break

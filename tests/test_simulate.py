@@ -106,3 +106,44 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path):
     assert "prompts must be a JSON list" in res.output and "Traceback" not in res.output
     with pytest.raises(SimulateError):
         load_prompts(tmp_path / "missing.json")
+
+
+def test_a_missing_norm_runs_with_the_engines_unit_weights(tmp_path):
+    """vLLM loads an fc_norm drafter without its fc_norm tensors (weights stay 1.0): the engine view runs it."""
+    from eagleconv.engines import resolve_engines
+    from eagleconv.forward.run import engine_forward_view
+    from eagleconv.loading import load_drafter
+    from eagleconv.parity import VARIANTS, build_variant
+
+    variant = next(v for v in VARIANTS if v.name == "fc_norm flag without the tensors")
+    path = build_variant(variant, tmp_path)
+    loaded = load_drafter(path)
+    loaded.store.close()
+    spec = loaded.require_spec()
+    view, espec, ids = engine_forward_view(resolve_engines(["vllm:0.32"])[0], loaded, spec, (1, 2, 3), 4)
+    assert view.runs and view.reason is None and espec is not None and espec.flags.fc_norm and ids == (1, 2, 3)
+    rejected = next(v for v in VARIANTS if v.name == "fc_norm tensors without the flag")  # this one the loader raises on
+    loaded = load_drafter(build_variant(rejected, tmp_path))
+    loaded.store.close()
+    view, _, _ = engine_forward_view(resolve_engines(["vllm:0.32"])[0], loaded, loaded.require_spec(), (1, 2, 3), 4)
+    assert not view.runs and "raises" in (view.reason or "")
+    broken = simulate(path, PAIR / "target", PROMPTS)  # vLLM drafts differently here too (the recorded outcome)
+    intended = simulate(PAIR / "eagle31", PAIR / "target", PROMPTS)
+    assert broken.tokens == intended.tokens and broken.drafts != intended.drafts
+    assert [n for n in broken.notes if "missing" in n] == [
+        f"fc_norm.{i}.weight missing: vLLM keeps its initial weight 1.0, and so does simulate" for i in range(3)]
+
+
+def test_runs_rope_scaling_through_the_reference_forward(eagle3, tmp_path):
+    """simulate used to refuse anything but default RoPE; the reference forward's llama3 scaling now runs it."""
+    import shutil
+
+    d = tmp_path / "eagle3-llama3-rope"
+    shutil.copytree(PAIR / "eagle3", d)
+    config = json.loads((d / "config.json").read_text())
+    config["rope_scaling"] = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                              "original_max_position_embeddings": 16}
+    (d / "config.json").write_text(json.dumps(config))
+    scaled = simulate(d, PAIR / "target", PROMPTS)
+    assert scaled.tokens == eagle3.tokens  # the target's greedy output whatever the drafter
+    assert scaled.drafts != eagle3.drafts  # positions past 16 rotate differently: the drafter sees it

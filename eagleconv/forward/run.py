@@ -179,7 +179,8 @@ def engine_forward_view(profile: Any, loaded: Any, intended: DrafterSpec, intend
     if fatal:
         report.reason = fatal[0]
         return report, None, intended_ids
-    rejected = [f for f in check_keys(subject, view) if f.severity == "error"]
+    # only names the loader raises on stop it; a missing or skipped tensor leaves a value in place (reported below)
+    rejected = [f for f in check_keys(subject, view) if f.severity == "error" and "raise" in f.message.lower()]
     flags = intended.flags.model_dump()
     for flag in flags:
         if flag in view.flags:

@@ -3,10 +3,10 @@
 Contract under test: given any bytes, a parser returns or raises an ``EagleconvError`` (one line, exit 1
 or 2).  Any other exception is a bug and stops the fuzzer with the input that caused it.
 
-    python fuzz/fuzz_parsers.py -max_total_time=60 CORPUS_DIR     # atheris (libFuzzer), coverage-guided
-    python fuzz/fuzz_parsers.py --hypothesis --seconds 60          # no atheris: hypothesis, random bytes
-    python fuzz/fuzz_parsers.py --make-corpus CORPUS_DIR           # seed inputs (valid files of each kind)
-    python fuzz/fuzz_parsers.py CRASH_FILE                         # replay one input (atheris)
+    python tests/fuzz/fuzz_parsers.py -max_total_time=60 CORPUS_DIR     # atheris (libFuzzer), coverage-guided
+    python tests/fuzz/fuzz_parsers.py --hypothesis --seconds 60          # no atheris: hypothesis, random bytes
+    python tests/fuzz/fuzz_parsers.py --make-corpus CORPUS_DIR           # seed inputs (valid files of each kind)
+    python tests/fuzz/fuzz_parsers.py CRASH_FILE                         # replay one input (atheris)
 
 The first input byte picks the parser (0: header, 1: index, 2: config); the rest is the file.
 ``.ci/fuzz SECONDS`` runs it in CI.
