@@ -5,12 +5,25 @@ Registered on the main group by importing this module (see the bottom of main.py
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 import click
 
 from .app import FORMATS, _console, _progress, cli, run_command
 from .options import STRICT_HELP, engines_option, ignore_option
+
+
+def _passive_omp() -> None:
+    """Before torch loads: idle OpenMP threads sleep instead of spinning (unless OMP_WAIT_POLICY is set).
+
+    The forward's products read each weight once per step (a few rows of activations), so a spinning
+    thread only burns CPU; on a shared 2-core machine it took CPU from the working one (benchmarks/RESULTS.md).
+    Same threads, same partitioning of the work: the numbers do not change.
+    """
+    if "torch" not in sys.modules:
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 class _status:
@@ -93,6 +106,7 @@ def validate(ctx: click.Context, path: str, engines: tuple[str, ...], target: st
                                          from_format=from_format, allow_pickle=allow_pickle, progress=progress,
                                          ignore=ignore)
         if forward and report.format is not None:
+            _passive_omp()
             from ..forward import validate_forward
 
             with _status(not as_json, f"running {steps} draft steps"):
@@ -163,6 +177,7 @@ def diff(ctx: click.Context, a: str, b: str, steps: int, target: str | None, pro
 
     Exit 0 when identical (same tokens, bit-identical logits at every step), 1 when they differ, 2 for bad input.
     """
+    _passive_omp()
     from ..forward import diff as diff_drafters
 
     def body():

@@ -32,7 +32,9 @@ def load(path: str | Path, *, dtype: str = "float32", recipe: str = "native", ba
     embed = tgt.embed if tgt is not None and not loaded.read.tensors.get("embed_tokens.weight") else None
     lm_head = tgt.lm_head if tgt is not None and "lm_head.weight" not in loaded.read.tensors else None
     size = sum(info.nbytes for info in loaded.read.tensors.values())
-    return Drafter(spec or own, CheckpointSource(loaded), dtype=dtype, recipe=recipe, backend=backend, seed=seed,
+    source = CheckpointSource(loaded)
+    source.prefetch(skip={"embed_tokens.weight"})  # only the rows of the tokens used are read
+    return Drafter(spec or own, source, dtype=dtype, recipe=recipe, backend=backend, seed=seed,
                    target_embed=embed, target_lm_head=lm_head, device=device, path=str(path),
                    cache=BlockCache(int(size * cache_fraction)))
 

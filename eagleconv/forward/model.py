@@ -121,7 +121,7 @@ class Drafter:
         if spec.flags.fc_norm:
             K = spec.aux.count
             a = ops.fc_norm_concat(a.chunk(K, dim=-1), [w.get(f"fc_norm.{i}.weight") for i in range(K)], self.eps)
-        return w.linear(a, "fc.weight", "fc.bias")
+        return w.linear(a, "fc.weight", "fc.bias", keep=False)  # once per draft: caching it would crowd out the layers
 
     def _mlp(self, h: torch.Tensor, p: str) -> torch.Tensor:
         w = self.w

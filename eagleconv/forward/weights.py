@@ -15,6 +15,8 @@ for the token ids actually used: never a full vocabulary table.
 from __future__ import annotations
 
 import mmap
+import os
+import threading
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
@@ -62,6 +64,21 @@ class CheckpointSource:
     def raw(self, name: str) -> torch.Tensor:
         return self._tensors[name]
 
+    def prefetch(self, skip: Iterable[str] = ()) -> None:
+        """Ask the kernel to start reading every tensor but ``skip`` into the page cache, in file order, from a
+        background thread (``posix_fadvise(WILLNEED)``): the disk reads of a cold checkpoint overlap the first
+        pass's arithmetic instead of stalling it one page fault at a time.  Nothing is mapped or copied here."""
+        store = self._tensors._store
+        locations = getattr(store, "_locations", None)
+        if locations is None or not hasattr(os, "posix_fadvise"):  # in memory already, or not Linux/POSIX
+            return
+        skipped = set(skip)
+        ranges = sorted((loc.path, loc.start, loc.end - loc.start)
+                        for name, stored in self._tensors._canonical.items()
+                        if name not in skipped and (loc := locations.get(stored)) is not None and loc.end > loc.start)
+        if ranges:
+            threading.Thread(target=_willneed, args=(ranges,), name="eagleconv-prefetch", daemon=True).start()
+
     def release(self) -> None:
         """Drop the mapped pages from this process (they stay in the page cache): RSS stays near one layer."""
         for mm in self._tensors._maps.values():
@@ -69,6 +86,20 @@ class CheckpointSource:
                 mm.madvise(mmap.MADV_DONTNEED)
             except (AttributeError, OSError):  # pragma: no cover - platform without madvise
                 pass
+
+
+def _willneed(ranges: list[tuple[Any, int, int]]) -> None:
+    fds: dict[Any, int] = {}
+    try:
+        for path, start, length in ranges:
+            if path not in fds:
+                fds[path] = os.open(path, os.O_RDONLY)
+            os.posix_fadvise(fds[path], start, length, os.POSIX_FADV_WILLNEED)
+    except OSError:  # only a hint: the forward reads the pages itself anyway
+        pass
+    finally:
+        for fd in fds.values():
+            os.close(fd)
 
 
 def synthetic_rows(seed: int, kind: str, ids: Iterable[int], width: int, std: float = 0.02) -> torch.Tensor:
@@ -89,14 +120,15 @@ class BlockCache:
         self.budget, self.used = int(budget_bytes), 0
         self._blocks: dict[tuple[str, int, str], torch.Tensor] = {}
 
-    def fetch(self, key: tuple[str, int, str], make: Any) -> torch.Tensor:
-        block = self._blocks.get(key)
-        if block is None:
-            block = make()
-            size = block.numel() * block.element_size()
-            if self.used + size <= self.budget:
-                self._blocks[key] = block
-                self.used += size
+    def get(self, key: tuple[str, int, str]) -> torch.Tensor | None:
+        return self._blocks.get(key)
+
+    def fits(self, nbytes: int) -> bool:
+        return self.used + nbytes <= self.budget
+
+    def put(self, key: tuple[str, int, str], block: torch.Tensor) -> torch.Tensor:
+        self._blocks[key] = block
+        self.used += block.numel() * block.element_size()
         return block
 
 
@@ -113,6 +145,7 @@ class Weights:
         self._small: dict[str, torch.Tensor] = {}
         self.synthetic_embed_ids: set[int] = set()
         self.synthetic_lm_head = False
+        self._scratch: torch.Tensor | None = None
 
     def has(self, name: str) -> bool:
         return name in self._names
@@ -126,25 +159,44 @@ class Weights:
             self._small[name] = t
         return t
 
-    def linear(self, x: torch.Tensor, name: str, bias: str | None = None) -> torch.Tensor:
-        """x @ W.T (+ b), W read in row blocks and upcast block by block."""
+    def linear(self, x: torch.Tensor, name: str, bias: str | None = None, *, keep: bool = True) -> torch.Tensor:
+        """x @ W.T (+ b), W read in row blocks and upcast block by block.
+
+        Blocks of a weight used on every draft step (``keep``) go to the block cache while it has room; the
+        others are upcast into one reused buffer: a fresh 128 MB block per product costs more (page faults
+        and zeroing of new memory) than the conversion itself.  The products are the same either way.
+        """
         w = self.source.raw(name)
         rows = w.shape[0]
         step = max(1, BLOCK_BYTES // max(1, w.shape[1] * self.dtype.itemsize))
         copies = w.dtype != self.dtype or str(w.device) != self.device
 
         def block(r: int) -> torch.Tensor:
-            def make() -> torch.Tensor:
-                return w[r:r + step].to(device=self.device, dtype=self.dtype)
-            if self.cache is None or not copies:  # no copy, nothing to keep (an mmap view would pin its pages)
-                return make()
-            return self.cache.fetch((name, r, str(self.dtype)), make)
+            src = w[r:r + step]
+            if not copies:  # no copy, nothing to keep (an mmap view would pin its pages)
+                return src
+            key = (name, r, str(self.dtype))
+            if keep and self.cache is not None:
+                hit = self.cache.get(key)
+                if hit is not None:
+                    return hit
+                if self.cache.fits(src.numel() * self.dtype.itemsize):
+                    return self.cache.put(key, src.to(device=self.device, dtype=self.dtype))
+            return self._scratch_copy(src)
 
         out = x @ block(0).T if step >= rows else torch.cat([x @ block(r).T for r in range(0, rows, step)], dim=-1)
         if bias is not None and self.has(bias):
             out = out + self.get(bias)
         self.source.release()  # the weight's pages leave this process: RSS stays near one upcast block
         return out
+
+    def _scratch_copy(self, src: torch.Tensor) -> torch.Tensor:
+        """``src`` converted into the reused block buffer (a contiguous view at its start, as a fresh block is)."""
+        n = src.numel()
+        if self._scratch is None or self._scratch.numel() < n:
+            self._scratch = torch.empty(max(n, BLOCK_BYTES // self.dtype.itemsize), dtype=self.dtype,
+                                        device=self.device)
+        return self._scratch[:n].view(src.shape).copy_(src)
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         """Embedding rows for target-vocabulary ``ids`` (any shape)."""
