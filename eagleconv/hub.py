@@ -488,15 +488,6 @@ def served_as(repo_id: str, engines: Any) -> list[Finding]:
     return out
 
 
-def _forward_kwargs() -> dict[str, Any]:
-    """``forward=True`` when this eagleconv's validate() has a forward pass (the hook for ``validate --forward``)."""
-    import inspect as pyinspect
-
-    from .validation import validate
-
-    return {"forward": True} if "forward" in pyinspect.signature(validate).parameters else {}
-
-
 def checkpoint_files(source: Path) -> tuple[list[str], list[str]]:
     """(files that make up the checkpoint, other files in the directory): only the former are published."""
     from .io.reader import open_checkpoint
@@ -514,10 +505,13 @@ def push(path: str | Path, repo_id: str, *, revision: str | None = None, create_
          private: bool = False, endpoint: str | None = None, token: str | bool | None = None,
          engines: Any = ("vllm",), strict: bool = False, ignore: Iterable[str] = (), numeric: bool = True,
          dry_run: bool = False, stage_dir: str | Path | None = None, base_model: str | None = None,
+         forward: bool = True,
          commit_message: str | None = None, progress: Progress | None = None) -> PushReport:
     """Validate the drafter at ``path`` and publish it to ``repo_id`` in one commit: the pre-upload gate.
 
-    Refused (``refused=True``, nothing staged, no network request) on any
+    Validation runs the static and numeric checks and, unless ``forward`` is
+    false, the reference forward pass (non-finite drafts are EC070).  Refused
+    (``refused=True``, nothing staged, no network request) on any
     error finding, or with ``strict`` on any warning not in ``ignore``.
     Otherwise a staging copy gets README.md and MANIFEST.json; with
     ``dry_run`` it is kept and nothing is sent.  Raises HubError (exit 2)
@@ -536,8 +530,11 @@ def push(path: str | Path, repo_id: str, *, revision: str | None = None, create_
         raise UsageError(f"--base-model {base_model!r} is a local path, not a Hub id")
     revision = revision or "main"
     seen = _stat(source)  # what validation reads; the staged copy must be of the same bytes
-    forward = _forward_kwargs()
-    report = validate(source, engines=engines, numeric=numeric, **forward)
+    report = validate(source, engines=engines, numeric=numeric)
+    if forward and report.ok:  # a drafter already refused is not run: its tensors may not even form a model
+        from .validation.api import add_forward
+
+        add_forward(report, source, engines=engines)
     config = _config_of(source)
     inspected = inspect(source) if report.ok else None
     extra = publish_findings(config, inspected)
@@ -547,7 +544,7 @@ def push(path: str | Path, repo_id: str, *, revision: str | None = None, create_
                         private=private, endpoint=_endpoint(endpoint), dry_run=dry_run, validation=report,
                         publish_findings=extra)
     if not forward:
-        result.notes.append("no forward pass: this eagleconv's validate() has none (static and numeric checks only)")
+        result.notes.append("no forward pass (--no-forward): static and numeric checks only")
     warnings = [f for f in report.findings if f.severity == "warning"]
     if not report.ok or (strict and warnings) or inspected is None:
         result.refused = True

@@ -418,3 +418,17 @@ def test_library_push_and_pull_with_an_explicit_token_and_endpoint(hub, drafter,
     pulled = eagleconv.pull("org/lib", tmp_path / "p", revision="refs/pr/1", endpoint=hub.url, token=TOKEN)
     assert isinstance(pulled, eagleconv.PullReport) and pulled.ok and pulled.commit == report.commit_oid
     assert (tmp_path / "p" / "config.json").read_bytes() == (src / "config.json").read_bytes()
+
+
+def test_push_runs_the_forward_pass_unless_told_not_to(hub, drafter, tmp_path):
+    src = good(drafter)
+    code, report = push_json(src, "org/fwd", "--endpoint", hub.url, "--dry-run", "--stage-dir", str(tmp_path / "s1"))
+    assert code == 0 and report.validation.forward is not None
+    steps = report.validation.forward.steps
+    assert steps and all(s.finite for s in steps)
+    assert not any("no forward pass" in n for n in report.notes)
+    code, report = push_json(src, "org/fwd", "--endpoint", hub.url, "--dry-run", "--no-forward",
+                             "--stage-dir", str(tmp_path / "s2"))
+    assert code == 0 and report.validation.forward is None
+    assert any("no forward pass" in n for n in report.notes)
+    assert hub.requests == []

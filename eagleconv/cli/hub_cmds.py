@@ -62,6 +62,7 @@ def _render_push(report) -> None:
 @click.option("--strict", is_flag=True, help="Refuse on warnings too. " + STRICT_HELP)
 @ignore_option
 @click.option("--no-numeric", is_flag=True, help="Skip the NaN/Inf/zero scan.")
+@click.option("--no-forward", is_flag=True, help="Skip the forward pass (draft steps on synthetic inputs).")
 @click.option("--base-model", metavar="ORG/NAME", help="The target model's Hub id for the card (when the config "
               "does not record it, or records a local path).")
 @click.option("--stage-dir", metavar="DIR", type=click.Path(path_type=str),
@@ -73,7 +74,7 @@ def _render_push(report) -> None:
 @click.pass_context
 def push(ctx: click.Context, path: str, repo_id: str, revision: str | None, create_pr: bool, private: bool,
          endpoint: str | None, engines: tuple[str, ...], strict: bool, ignore: tuple[str, ...], no_numeric: bool,
-         base_model: str | None, stage_dir: str | None, commit_message: str | None, dry_run: bool,
+         no_forward: bool, base_model: str | None, stage_dir: str | None, commit_message: str | None, dry_run: bool,
          as_json: bool) -> None:
     """Validate drafter PATH and publish it to Hub repository REPO_ID in one commit, with a model card and manifest.
 
@@ -86,7 +87,7 @@ def push(ctx: click.Context, path: str, repo_id: str, revision: str | None, crea
         with _progress(enabled=not as_json, label="hashing") as progress:
             report = push_drafter(path, repo_id, revision=revision, create_pr=create_pr, private=private,
                                   endpoint=endpoint, engines=engines, strict=strict, ignore=ignore,
-                                  numeric=not no_numeric, dry_run=dry_run, stage_dir=stage_dir,
+                                  numeric=not no_numeric, forward=not no_forward, dry_run=dry_run, stage_dir=stage_dir,
                                   base_model=base_model, commit_message=commit_message, progress=progress)
         if as_json:
             click.echo(report.model_dump_json(indent=2))

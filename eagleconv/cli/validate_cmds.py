@@ -96,6 +96,7 @@ def validate(ctx: click.Context, path: str, engines: tuple[str, ...], target: st
     Exit 0: no error finding; 1: error findings; 2: unreadable or unsafe input.
     """
     from ..validation import validate as validate_checkpoint
+    from ..validation.api import add_forward, apply_ignore
 
     if not forward and prompts is not None:
         raise click.UsageError("--prompts needs --forward")
@@ -105,17 +106,13 @@ def validate(ctx: click.Context, path: str, engines: tuple[str, ...], target: st
             report = validate_checkpoint(path, engines=engines, target=target, tp=tp, numeric=not no_numeric,
                                          from_format=from_format, allow_pickle=allow_pickle, progress=progress,
                                          ignore=ignore)
-        if forward and report.format is not None:
+        if forward:
             _passive_omp()
-            from ..forward import validate_forward
-
             with _status(not as_json, f"running {steps} draft steps"):
-                result = validate_forward(path, engines=engines, steps=steps, target=target, prompts=prompts,
-                                          seed=seed, dtype=compute_dtype, recipe=recipe, backend=backend,
-                                          allow_pickle=allow_pickle, layout=from_format, device=device)
-            report.forward = result
-            report.findings = [*report.findings, *result.findings]
-            report.ok = report.ok and not any(f.severity == "error" for f in result.findings)
+                add_forward(report, path, engines=engines, target=target, allow_pickle=allow_pickle,
+                            from_format=from_format, steps=steps, prompts=prompts, seed=seed, dtype=compute_dtype,
+                            recipe=recipe, backend=backend, device=device)
+            report = apply_ignore(report, ignore)
         return _emit(report, as_json, strict)
 
     run_command(ctx, as_json, body)

@@ -198,17 +198,49 @@ def validate(source: str | Path | Mapping[str, Any], config: Mapping[str, Any] |
              engines: Any = ("vllm",), target: str | Path | None = None, numeric: bool = True, tp: int | None = None,
              from_format: str | None = None, allow_pickle: bool = False,
              chunk_bytes: int = CHUNK_BYTES, progress: Progress | None = None,
-             ignore: Iterable[str] = ()) -> ValidationReport:
+             ignore: Iterable[str] = (), forward: bool = False,
+             forward_options: Mapping[str, Any] | None = None) -> ValidationReport:
     """Validate a drafter checkpoint directory, or an in-memory state dict with its config, for ``engines``.
 
     ``source`` may also be ``hf://ORG/NAME[@REV]`` (downloaded through the
     Hugging Face cache, its MANIFEST.json verified).  ``ignore``: finding codes
     whose warnings/infos are listed in ``report.ignored`` instead (see
-    :func:`apply_ignore`).
+    :func:`apply_ignore`).  ``forward``: also run the drafter (the reference
+    forward, once as intended and once per engine as it reads it) and add its
+    report and findings (EC070); ``forward_options`` go to
+    :func:`eagleconv.forward.validate_forward` (steps, prompts, seed, dtype,
+    recipe, backend, device).  A checkpoint directory only, and only when
+    its layout was read.
     """
-    return apply_ignore(_validate(source, config, engines=engines, target=target, numeric=numeric, tp=tp,
-                                  from_format=from_format, allow_pickle=allow_pickle, chunk_bytes=chunk_bytes,
-                                  progress=progress), ignore)
+    report = _validate(source, config, engines=engines, target=target, numeric=numeric, tp=tp,
+                       from_format=from_format, allow_pickle=allow_pickle, chunk_bytes=chunk_bytes,
+                       progress=progress)
+    if forward and not isinstance(source, Mapping):
+        add_forward(report, source, engines=engines, target=target, allow_pickle=allow_pickle,
+                    from_format=from_format, **dict(forward_options or {}))
+    return apply_ignore(report, ignore)
+
+
+def add_forward(report: ValidationReport, path: str | Path, *, engines: Any = ("vllm",),
+                target: str | Path | None = None, allow_pickle: bool = False, from_format: str | None = None,
+                **options: Any) -> ValidationReport:
+    """Run the reference forward on ``path`` and add its report and findings (EC070) to ``report``.
+
+    Nothing is run when the static checks could not read the layout.  ``options``
+    go to :func:`eagleconv.forward.validate_forward` (steps, prompts, seed, dtype,
+    recipe, backend, device).  Shared by ``validate(forward=True)``, the CLI's
+    ``--forward`` and ``push``.
+    """
+    if report.format is None:
+        return report
+    from ..forward import validate_forward
+
+    result = validate_forward(path, engines=engines, target=target, allow_pickle=allow_pickle, layout=from_format,
+                              **options)
+    report.forward = result
+    report.findings = [*report.findings, *result.findings]
+    report.ok = report.ok and not any(f.severity == "error" for f in result.findings)
+    return report
 
 
 def _validate(source: str | Path | Mapping[str, Any], config: Mapping[str, Any] | str | Path | None = None, *,
