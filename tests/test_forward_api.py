@@ -222,3 +222,16 @@ def test_drift_demonstration_on_the_trained_tiny_pair():
     assert all(b > a for a, b in zip(e3, e3[1:])) and e3[-1] > 3 * e3[0]
     assert max(e31) < 1.1 * min(e31)
     assert runs["eagle31"].eagle_version == "3.1" and runs["eagle3"].eagle_version == "3"
+
+
+def test_library_validate_forward_runs_on_a_directory_and_refuses_a_state_dict(drafter):
+    import pytest as _pytest
+
+    from eagleconv.errors import UsageError
+    from eagleconv.validation import validate
+
+    d = drafter(producer="speculators", eagle31=True)
+    report = validate(d, forward=True, forward_options={"steps": 2})
+    assert report.forward is not None and len(report.forward.steps) == 2
+    with _pytest.raises(UsageError, match="checkpoint directory"):
+        validate({"fc.weight": None}, config={}, forward=True)

@@ -212,10 +212,12 @@ def validate(source: str | Path | Mapping[str, Any], config: Mapping[str, Any] |
     recipe, backend, device).  A checkpoint directory only, and only when
     its layout was read.
     """
+    if forward and isinstance(source, Mapping):
+        raise UsageError("forward=True needs a checkpoint directory: the forward pass reads weights from files")
     report = _validate(source, config, engines=engines, target=target, numeric=numeric, tp=tp,
                        from_format=from_format, allow_pickle=allow_pickle, chunk_bytes=chunk_bytes,
                        progress=progress)
-    if forward and not isinstance(source, Mapping):
+    if forward and not isinstance(source, Mapping):  # (refused above; narrows the type)
         add_forward(report, source, engines=engines, target=target, allow_pickle=allow_pickle,
                     from_format=from_format, **dict(forward_options or {}))
     return apply_ignore(report, ignore)
