@@ -6,7 +6,12 @@ Exit codes (documented in the README): 0 success, 1 error-severity findings,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import threading
 
 # Input problems the findings reference treats as findings, not as unreadable input: exit 1 from every command.
 FINDING_CODES = frozenset({"EC001", "EC002"})
@@ -94,3 +99,44 @@ def raise_on_termination() -> None:
     for name in ("SIGTERM", "SIGHUP"):
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), handler)
+
+
+TERMINATION_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+
+
+class termination_signals_blocked:
+    """Block SIGINT/SIGTERM/SIGHUP in the calling thread; any that arrive meanwhile are delivered on exit.
+
+    Used around the writer's few publishing renames, and around starting helper
+    threads (a new thread inherits the mask): see ``start_helper_thread``.
+    """
+
+    def __enter__(self) -> None:
+        import signal
+
+        mask = {getattr(signal, n) for n in TERMINATION_SIGNALS if hasattr(signal, n)}
+        self.previous = signal.pthread_sigmask(signal.SIG_BLOCK, mask) if hasattr(signal, "pthread_sigmask") else None
+
+    def __exit__(self, *exc: object) -> None:
+        import signal
+
+        if self.previous is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self.previous)
+
+
+def start_helper_thread(target: Callable[..., object], *args: object, name: str) -> threading.Thread:
+    """Start a daemon thread that never receives SIGINT/SIGTERM/SIGHUP.
+
+    Linux hands a process-directed signal to any thread that does not block it.
+    Python runs the handler in the main thread either way, but only a signal the
+    kernel delivered to the main thread interrupts the system call it is blocked
+    in: one that lands on a helper leaves Ctrl-C waiting until that call returns
+    (an fsync of a large shard, a long sleep).  Threads started here block them,
+    so the main thread always gets them.
+    """
+    import threading
+
+    thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+    with termination_signals_blocked():
+        thread.start()
+    return thread

@@ -111,9 +111,12 @@ def first_rounding_on_a_tie(x, w, eps, recipe, rel=4e-6):
 
 
 def assert_same_bits(out, emu, what, ties=None, min_identical=0.999):
-    """>= 99.9% bit-identical to the emulation and at most 1 ulp off (2 ulp only on ``ties``, see above)."""
+    """>= 99.9% of the elements off a rounding tie bit-identical to the emulation, every element at most 1 ulp
+    off (2 ulp only on ``ties``, see above).  Tie elements may flip with the summation order, so they are left
+    out of the fraction: one flip in a 40-element block would otherwise be 2.5%."""
     ulps = (ordered(out) - ordered(emu)).abs()
-    identical = float((ulps == 0).double().mean())
+    judged = ulps if ties is None else ulps[~ties]
+    identical = float((judged == 0).double().mean()) if judged.numel() else 1.0
     limit = torch.ones_like(ulps) if ties is None else 1 + ties.to(ulps.dtype)
     over = ulps > limit
     assert identical >= min_identical and not over.any(), (

@@ -190,16 +190,31 @@ def test_overwrite_replaces_a_checkpoint(drafter, tmp_path, previous):
 
 # Runs the CLI in a child whose writer parks inside the staging directory (after the first shard is
 # copied) and says so, so the test can signal it at a known moment.
+# Parks convert after its first shard.  The flag file lists the threads (other than the main one) that do not
+# block SIGINT/SIGTERM/SIGHUP: Linux may hand the signal to any such thread, and then the main thread's sleep
+# (standing in for a long fsync) is not interrupted.
 _PARKED_CHILD = """
-import sys, time
+import os, signal, sys, threading, time
 from pathlib import Path
 from eagleconv.io import writer
 from eagleconv.cli.main import main
 flag = Path(sys.argv[1])
 real = writer.CheckpointWriter._write_shard
+def unblocked_threads():
+    wanted = (1 << (signal.SIGINT - 1)) | (1 << (signal.SIGTERM - 1)) | (1 << (signal.SIGHUP - 1))
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    found = []
+    for tid in os.listdir("/proc/self/task"):
+        if int(tid) == os.getpid():
+            continue
+        status = Path(f"/proc/self/task/{tid}/status").read_text()
+        blocked = int(next(l for l in status.splitlines() if l.startswith("SigBlk:")).split()[1], 16)
+        if blocked & wanted != wanted:
+            found.append(names.get(int(tid), tid))
+    return found
 def parked(*args, **kwargs):
     real(*args, **kwargs)
-    flag.write_text("parked")
+    flag.write_text(" ".join(map(str, unblocked_threads())) or "-")
     time.sleep(60)
 writer.CheckpointWriter._write_shard = staticmethod(parked)
 sys.argv = ["eagleconv"] + sys.argv[2:]
@@ -226,6 +241,9 @@ def test_signal_during_convert_cleans_up_and_keeps_the_previous_output(drafter, 
         assert child.poll() is None, child.communicate()
         assert time.monotonic() < deadline
         time.sleep(0.01)
+    while not flag.read_text():  # created, not yet written
+        time.sleep(0.01)
+    assert flag.read_text() == "-", f"helper threads that can take the signal: {flag.read_text()}"
     assert any(name.endswith(".partial") for name in debris(tmp_path))
     child.send_signal(sig)
     _, err = child.communicate(timeout=60)

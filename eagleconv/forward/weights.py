@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import mmap
 import os
-import threading
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 import torch
+
+from ..errors import start_helper_thread
 
 BLOCK_BYTES = 128 * 1024 * 1024  # compute-dtype bytes of one upcast weight block
 
@@ -77,7 +78,7 @@ class CheckpointSource:
                         for name, stored in self._tensors._canonical.items()
                         if name not in skipped and (loc := locations.get(stored)) is not None and loc.end > loc.start)
         if ranges:
-            threading.Thread(target=_willneed, args=(ranges,), name="eagleconv-prefetch", daemon=True).start()
+            start_helper_thread(_willneed, ranges, name="eagleconv-prefetch")
 
     def release(self) -> None:
         """Drop the mapped pages from this process (they stay in the page cache): RSS stays near one layer."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import UsageError, start_helper_thread, termination_signals_blocked
 from ..jsonio import dump_json
 from .dtypes import DTYPE_SIZES
 from .finite import SCANNED_DTYPES, ValueScan, scan_file_range
@@ -118,11 +118,9 @@ class _Writeback:
             self.how = "fadvise"  # no sync_file_range (not Linux): the portable hint, in line
         if self.how == "thread":
             import queue
-            import threading
 
             self.queue = queue.SimpleQueue()
-            self.thread = threading.Thread(target=self._run, name="eagleconv-writeback", daemon=True)
-            self.thread.start()
+            self.thread = start_helper_thread(self._run, name="eagleconv-writeback")
 
     def _run(self) -> None:
         while True:
@@ -166,10 +164,9 @@ def _prefetch_numpy() -> None:
     copy, so the two overlap.  The check's own import then finds it done or waits.
     """
     import sys
-    import threading
 
     if "numpy" not in sys.modules:
-        threading.Thread(target=__import__, args=("numpy",), name="eagleconv-import", daemon=True).start()
+        start_helper_thread(__import__, "numpy", name="eagleconv-import")
 
 
 def _start_writeback(fd: int, offset: int, length: int) -> None:
@@ -354,7 +351,7 @@ class CheckpointWriter:
         SIGINT/SIGTERM/SIGHUP are held during the swap.
         """
         parent = staging.parent
-        with _signals_held():
+        with termination_signals_blocked():
             if not os.path.lexists(self.destination):
                 try:
                     rename_noreplace(staging, self.destination)
@@ -394,7 +391,9 @@ class _Scanner:
         self.pending: list[tuple[OutputTensor, Any]] = []
 
     def submit(self, tensor: OutputTensor, offset: int) -> None:
-        self.pending.append((tensor, self.pool.submit(scan_file_range, self.fd, offset, tensor.nbytes, tensor.dtype)))
+        with termination_signals_blocked():  # the pool starts its thread in submit; it inherits the mask
+            future = self.pool.submit(scan_file_range, self.fd, offset, tensor.nbytes, tensor.dtype)
+        self.pending.append((tensor, future))
 
     def report(self, wait: bool) -> None:
         while self.pending and (wait or self.pending[0][1].done()):
@@ -405,21 +404,3 @@ class _Scanner:
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
-
-
-class _signals_held:
-    """Block SIGINT/SIGTERM/SIGHUP in this thread for a few renames; they are delivered on exit."""
-
-    SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
-
-    def __enter__(self) -> None:
-        import signal
-
-        self.mask = {getattr(signal, n) for n in self.SIGNALS if hasattr(signal, n)}
-        self.previous = signal.pthread_sigmask(signal.SIG_BLOCK, self.mask) if hasattr(signal, "pthread_sigmask") else None
-
-    def __exit__(self, *exc: object) -> None:
-        import signal
-
-        if self.previous is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, self.previous)
