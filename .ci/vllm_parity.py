@@ -7,7 +7,8 @@
 2. predicts, for each variant, what vLLM 0.32 does (``validate --engine vllm:0.32 --target``);
 3. runs real vLLM on every case (.ci/vllm_parity_runner.py in the vLLM virtualenv, one engine per drafter,
    all prompts in one generate call, a timer per case: a hung engine is killed and the runner restarted);
-4. checks: vLLM's tokens, counters and every drafted token equal ``simulate``'s for every case that loads;
+4. checks: vLLM's tokens, counters and every drafted token equal ``simulate``'s for every case that loads (for the
+   layout cases with both target runtimes: eagleconv's own forward, the default, and transformers);
    each variant's observed outcome (fails / behaves as intended / differently from its base drafter) equals the
    prediction.  Writes WORK/parity.json and WORK/verdicts.md; exit 1 on any mismatch.
 """
@@ -70,11 +71,12 @@ def run_vllm(python: str, request: dict, work: Path, case_timeout: float) -> dic
             res_path.write_text(json.dumps(results))
 
 
-def simulate_case(drafter: Path, prompts: list[list[int]]) -> dict:
+def simulate_case(drafter: Path, prompts: list[list[int]], target_runtime: str = "auto") -> dict:
     from eagleconv.simulate import SimulateError, simulate
 
     try:
-        report = simulate(drafter, TINY_PAIR / "target", prompts, num_speculative_tokens=K, max_tokens=MAX_TOKENS)
+        report = simulate(drafter, TINY_PAIR / "target", prompts, num_speculative_tokens=K, max_tokens=MAX_TOKENS,
+                          target_runtime=target_runtime)
     except SimulateError as exc:
         return {"status": "error", "error": exc.message}
     return {"status": "ok", **report.model_dump()}
@@ -152,6 +154,11 @@ def main(argv: list[str] | None = None) -> int:
             elif not any(p.startswith("drafts") or p.startswith("num_") for p in problems) and \
                     r.get("drafts") != bases[c["base"]].get("drafts"):
                 problems.append("the speculators layout drafts differently from the vllm layout")
+            if r["status"] == "ok":  # both target runtimes: the default (eagleconv's own forward) and transformers
+                if sim is not None and sim["status"] == "ok" and sim["target_runtime"] != "eagleconv":
+                    problems.append(f"simulate's auto runtime fell back to {sim['target_runtime']}: {sim['notes']}")
+                problems += [f"(transformers target) {p}" for p in compare(r, simulate_case(Path(c["drafter"]), prompts,
+                                                                                            "transformers"))]
         else:
             c["observed"] = observed(r, bases[c["base"]]) if bases[c["base"]]["status"] == "ok" else "unknown"
             if c["observed"] != c["predicted"]:

@@ -1,6 +1,8 @@
 """``eagleconv simulate``: greedy speculative decoding offline, counted the way vLLM counts it.
 
-The target runs in transformers; the drafter runs as the engine profile reads it (flags as the profile resolves
+The target runs in transformers, or (``--target-runtime auto``, the default, for a Llama or Qwen3 target whose every
+config field and tensor eagleconv understands) in eagleconv's own forward of the same math, checked against
+transformers and vLLM; the drafter runs as the engine profile reads it (flags as the profile resolves
 them, aux layers as vLLM's V1 runner captures them, tensors as its loader renames, drops, defaults or shares
 them), through eagleconv's reference forward (``eagleconv.forward``: vLLM's drafter math, every architecture
 it registers) over the engine view ``forward.run.engine_forward_view`` resolves, with vLLM's proposer semantics
@@ -53,6 +55,8 @@ class SimulateReport(BaseModel):
     engine: str
     num_speculative_tokens: int
     max_tokens: int
+    target_runtime: str = Field(description="what computed the target: 'eagleconv' (its own Llama/Qwen3 forward) "
+                                            "or 'transformers'")
     notes: list[str] = Field(default_factory=list)
 
 
@@ -154,13 +158,13 @@ def propose(d: EngineDrafter, tokens: Sequence[int], aux: Any, k: int) -> list[i
     return [int(t[0]) for t in result.tokens]
 
 
-def _target(target: str | Path) -> Any:
-    from .forward.inputs import Target
+def _target(target: str | Path, runtime: str) -> Any:
+    from .forward.inputs import open_target
 
     path = Path(target)
     if not (path / "config.json").is_file():
         raise SimulateError(f"{path}: no config.json (--target takes a Hugging Face model directory)", code=None)
-    return Target(path)
+    return open_target(path, runtime)
 
 
 def load_prompts(path: str | Path | None) -> list[list[int]]:
@@ -178,8 +182,14 @@ def load_prompts(path: str | Path | None) -> list[list[int]]:
 
 
 def simulate(drafter: str | Path, target: str | Path, prompts: Sequence[Sequence[int]] | None = None, *,
-             num_speculative_tokens: int = 3, max_tokens: int = 32, engine: str = "vllm:0.32") -> SimulateReport:
-    """Greedy speculative decoding of ``prompts`` with ``target`` verifying ``drafter``'s proposals, as vLLM runs it."""
+             num_speculative_tokens: int = 3, max_tokens: int = 32, engine: str = "vllm:0.32",
+             target_runtime: str = "auto") -> SimulateReport:
+    """Greedy speculative decoding of ``prompts`` with ``target`` verifying ``drafter``'s proposals, as vLLM runs it.
+
+    ``target_runtime``: ``auto`` runs a Llama/Qwen3 target through eagleconv's own forward when it understands
+    every config field and tensor (no transformers import: most of simulate's time otherwise), else transformers;
+    ``transformers`` or ``eagleconv`` force one (eagleconv.forward.inputs.open_target).
+    """
     import torch
 
     if num_speculative_tokens < 1 or max_tokens < 1:
@@ -187,17 +197,17 @@ def simulate(drafter: str | Path, target: str | Path, prompts: Sequence[Sequence
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one request at a time of small matrices: extra threads only contend
     try:
-        return _simulate(drafter, target, prompts, num_speculative_tokens, max_tokens, engine)
+        return _simulate(drafter, target, prompts, num_speculative_tokens, max_tokens, engine, target_runtime)
     finally:
         torch.set_num_threads(threads)
 
 
 def _simulate(drafter: str | Path, target: str | Path, prompts: Sequence[Sequence[int]] | None,
-              num_speculative_tokens: int, max_tokens: int, engine: str) -> SimulateReport:
+              num_speculative_tokens: int, max_tokens: int, engine: str, target_runtime: str) -> SimulateReport:
     import torch
 
-    tgt = _target(target)
-    model, vocab = tgt.model, tgt.vocab_size
+    tgt = _target(target, target_runtime)
+    vocab = tgt.vocab_size
     prompts = [list(p) for p in (prompts if prompts is not None else DEFAULT_PROMPTS)]
     for p in prompts:
         if any(not 0 <= t < vocab for t in p):
@@ -212,9 +222,8 @@ def _simulate(drafter: str | Path, target: str | Path, prompts: Sequence[Sequenc
             seq = list(prompt)
 
             def target_pass(s: list[int]) -> tuple[Any, Any]:
-                o = model(torch.tensor([s]), output_hidden_states=True)
-                aux = torch.cat([o.hidden_states[i][0] for i in d.capture], -1)
-                return o.logits[0].argmax(-1), aux
+                greedy, states = tgt.forward(s, d.capture)
+                return greedy, torch.cat([states[i] for i in d.capture], -1)
 
             greedy, aux = target_pass(seq)
             seq.append(int(greedy[-1]))
@@ -244,5 +253,7 @@ def _simulate(drafter: str | Path, target: str | Path, prompts: Sequence[Sequenc
         num_accepted_tokens=accepted_total, accepted_per_position=per_pos,
         acceptance_length=1 + accepted_total / num_drafts if num_drafts else math.nan,
         drafts=all_drafts, engine=engine, num_speculative_tokens=K, max_tokens=max_tokens,
-        notes=[*d.notes, "aux layers captured as vLLM's V1 runner does: " + str(list(d.capture))],
+        target_runtime=tgt.runtime,
+        notes=[*d.notes, "aux layers captured as vLLM's V1 runner does: " + str(list(d.capture)),
+               *([f"target run by transformers: {tgt.fallback}"] if getattr(tgt, "fallback", None) else [])],
     )

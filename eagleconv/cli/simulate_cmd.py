@@ -36,10 +36,13 @@ def render_simulate(report, console) -> None:
 @click.option("--max-tokens", type=click.IntRange(min=1), default=32, show_default=True)
 @click.option("--engine", default="vllm:0.32", show_default=True, metavar="ENGINE",
               help="Engine profile whose reading of the drafter is simulated (vLLM releases only).")
+@click.option("--target-runtime", type=click.Choice(("auto", "eagleconv", "transformers")), default="auto",
+              show_default=True, help="What computes the target: eagleconv's own Llama/Qwen3 forward (no transformers "
+              "import), transformers, or auto (eagleconv where it understands the whole config, else transformers).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def simulate(ctx: click.Context, drafter: str, target: str, prompts: str | None, k: int, max_tokens: int, engine: str,
-             as_json: bool) -> None:
+             target_runtime: str, as_json: bool) -> None:
     """Greedy speculative decoding offline: the counters and drafts vLLM would produce, before deploying."""
 
     def body():
@@ -47,7 +50,7 @@ def simulate(ctx: click.Context, drafter: str, target: str, prompts: str | None,
         from ..simulate import simulate as run
 
         report = run(drafter, target, load_prompts(prompts), num_speculative_tokens=k, max_tokens=max_tokens,
-                     engine=engine)
+                     engine=engine, target_runtime=target_runtime)
         if as_json:
             click.echo(report.model_dump_json(indent=2))
         else:

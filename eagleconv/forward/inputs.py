@@ -58,6 +58,9 @@ def read_prompts(path: str | Path) -> list[list[int]]:
 class Target:
     """A Hugging Face target model run by transformers on CPU, float32."""
 
+    runtime = "transformers"
+    fallback: str | None = None  # why open_target(runtime="auto") did not run it natively
+
     def __init__(self, directory: str | Path):
         self.path = Path(directory)
         if not (self.path / "config.json").is_file():
@@ -92,9 +95,14 @@ class Target:
         bad = [i for i in layer_ids if not 0 <= i <= self.num_layers]
         if bad:
             raise UsageError(f"aux layer ids {bad} are outside the target's 0..{self.num_layers}")
-        ids = torch.tensor([list(prompt)])
-        if int(ids.max()) >= self.vocab_size:
-            raise UsageError(f"prompt token {int(ids.max())} is outside the target vocabulary ({self.vocab_size})")
+        if max(prompt) >= self.vocab_size:
+            raise UsageError(f"prompt token {max(prompt)} is outside the target vocabulary ({self.vocab_size})")
+        greedy, states = self.forward(prompt, layer_ids)
+        return states, int(greedy[-1])
+
+    def forward(self, tokens: Sequence[int], layer_ids: Sequence[int]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        """Greedy next token after every position [T], and hidden states [T, Ht] per hidden_state_index id."""
+        ids = torch.tensor([list(tokens)])
         captured: dict[str, torch.Tensor] = {}
         norm = getattr(getattr(self.model, "model", None), "norm", None)
         hook = None
@@ -114,7 +122,31 @@ class Target:
                 states[i] = captured["pre_norm"][0]
             else:
                 states[i] = out.hidden_states[i][0]
-        return states, int(out.logits[0, -1].argmax())
+        return out.logits[0].argmax(-1), states
+
+
+TARGET_RUNTIMES = ("auto", "eagleconv", "transformers")
+
+
+def open_target(directory: str | Path, runtime: str = "auto") -> Any:
+    """A runnable target: ``eagleconv`` (its own Llama/Qwen3 forward, no transformers import), ``transformers``,
+    or ``auto`` (eagleconv where it runs the config exactly, else transformers; ``.fallback`` says why)."""
+    if runtime not in TARGET_RUNTIMES:
+        raise UsageError(f"unknown target runtime {runtime!r}; choose one of {', '.join(TARGET_RUNTIMES)}")
+    fallback = None
+    if runtime != "transformers":
+        from .native_target import NativeTarget, NativeUnsupported
+
+        try:
+            return NativeTarget(directory)
+        except NativeUnsupported as exc:
+            if runtime == "eagleconv":
+                raise UsageError(f"{directory}: eagleconv cannot run this target itself ({exc}); "
+                                 "use --target-runtime transformers") from None
+            fallback = str(exc)
+    target = Target(directory)
+    target.fallback = fallback
+    return target
 
 
 def capture_aux_states(target_dir: str | Path | Target, prompts: Sequence[Sequence[int]],

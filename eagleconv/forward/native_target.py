@@ -1,0 +1,222 @@
+"""A Llama or Qwen3 target model run by eagleconv's own forward, without importing transformers.
+
+``simulate`` spends most of its time importing transformers' modeling chain (about 2.3 s of a 4.2 s run on a
+2-core machine: torch._dynamo, torch.distributed.tensor, scipy through the loss modules), not computing.  For the
+two dense architectures eagleconv already runs as drafters, the target's decoder layers are the same math
+(vLLM's: RMSNorm in float32, neox RoPE from a float32 cos/sin cache, causal softmax attention in float32, SiLU
+MLP), so the target runs through the architecture's own attention and eagleconv's norm ops.
+
+Only configs whose every field is understood run here; anything else (another model type, a field that changes
+the math such as ``mlp_bias``, sliding windows, an unknown rope type, a missing lm_head) raises
+:class:`NativeUnsupported` with the reason, and ``open_target(runtime="auto")`` falls back to transformers.  The
+test suite and the vLLM parity tier check this runtime against transformers and against vLLM itself.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import FormatError, UsageError
+
+ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3"}
+REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+            "rms_norm_eps")
+# Fields that do not change the forward (metadata, generation defaults, training-only settings).
+INERT = frozenset({"architectures", "model_type", "bos_token_id", "eos_token_id", "pad_token_id", "initializer_range",
+                   "torch_dtype", "dtype", "transformers_version", "max_position_embeddings", "use_cache",
+                   "_name_or_path", "attention_dropout", "tie_word_embeddings", "num_key_value_heads", "head_dim",
+                   "hidden_act", "mlp_bias", "attention_bias", "pretraining_tp", "rope_scaling", "rope_parameters",
+                   "use_sliding_window", "sliding_window", "max_window_layers", "layer_types", "output_attentions",
+                   "output_hidden_states", "return_dict", "tokenizer_class", "rope_theta", "chunk_size_feed_forward",
+                   "id2label", "label2id", "is_encoder_decoder", "problem_type", *REQUIRED})
+ROPE_KINDS = ("none", "linear", "llama3", "yarn")
+
+
+class NativeUnsupported(Exception):
+    """This target needs transformers: the message says which field or tensor eagleconv does not run."""
+
+
+def _check_config(cfg: dict[str, Any]) -> str:
+    """The architecture name when eagleconv runs this config exactly; NativeUnsupported otherwise."""
+    arch = cfg.get("architectures") or []
+    if len(arch) != 1 or arch[0] not in ARCHITECTURES or cfg.get("model_type") != ARCHITECTURES[arch[0]]:
+        raise NativeUnsupported(f"architectures {arch} / model_type {cfg.get('model_type')!r}: eagleconv runs "
+                                f"only {', '.join(ARCHITECTURES)} targets itself")
+    unknown = sorted(k for k in cfg if k not in INERT)
+    if unknown:
+        raise NativeUnsupported(f"config fields eagleconv does not model: {', '.join(unknown)}")
+    missing = [k for k in REQUIRED if cfg.get(k) is None]
+    if missing:
+        raise NativeUnsupported(f"config states no {', '.join(missing)} (transformers would default them)")
+    rules = {"hidden_act": ("silu", "silu"), "mlp_bias": (False, False), "pretraining_tp": (1, 1),
+             "use_sliding_window": (False, False), "attention_dropout": (0.0, 0.0)}
+    for key, (default, wanted) in rules.items():
+        if cfg.get(key, default) != wanted:
+            raise NativeUnsupported(f"{key} = {cfg.get(key)!r}")
+    types = cfg.get("layer_types")
+    if types is not None and any(t != "full_attention" for t in types):
+        raise NativeUnsupported("layer_types other than full_attention")
+    return ARCHITECTURES[arch[0]]
+
+
+def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of the target's safetensors files (index or single file), float32, ``model.`` prefix dropped."""
+    from safetensors import safe_open
+
+    index = directory / "model.safetensors.index.json"
+    if index.is_file():
+        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    elif (directory / "model.safetensors").is_file():
+        files = ["model.safetensors"]
+    else:
+        raise NativeUnsupported("no model.safetensors (or index) in the target directory")
+    out: dict[str, torch.Tensor] = {}
+    for name in files:
+        with safe_open(str(directory / name), framework="pt") as f:
+            for key in f.keys():  # noqa: SIM118 - safe_open is not a mapping
+                out[key.removeprefix("model.")] = f.get_tensor(key).float()
+    return out
+
+
+class _Source:
+    """The TensorSource protocol over an in-memory dict (eagleconv.forward.weights.Weights reads through it)."""
+
+    def __init__(self, tensors: dict[str, torch.Tensor]):
+        self._tensors = tensors
+
+    def names(self) -> set[str]:
+        return set(self._tensors)
+
+    def raw(self, name: str) -> torch.Tensor:
+        return self._tensors[name]
+
+    def release(self) -> None:
+        pass
+
+
+class NativeTarget:
+    """The same interface as ``eagleconv.forward.inputs.Target`` (transformers), computed by eagleconv, float32."""
+
+    runtime = "eagleconv"
+
+    def __init__(self, directory: str | Path):
+        from ..architectures import get
+        from ..drafter import Rope
+        from .ops import get_ops
+        from .rope import resolve_rope
+        from .weights import Weights
+
+        self.path = Path(directory)
+        try:
+            cfg = json.loads((self.path / "config.json").read_text())
+        except (OSError, ValueError) as exc:
+            raise FormatError(f"cannot read the target's config.json: {exc}", self.path) from None
+        if not isinstance(cfg, dict):
+            raise FormatError("config.json is not a JSON object", self.path)
+        arch = _check_config(cfg)
+        try:
+            typed_rope = Rope.from_config(cfg)
+        except ValueError as exc:
+            raise NativeUnsupported(f"rope: {exc}") from None
+        if typed_rope.theta is None:
+            raise NativeUnsupported("no rope_theta stated (transformers would default it)")
+        if typed_rope.scaling not in ROPE_KINDS or typed_rope.ignored_keys:
+            raise NativeUnsupported(f"rope scaling {typed_rope.scaling!r} {typed_rope.ignored_keys or ''}".strip())
+        self.num_layers = int(cfg["num_hidden_layers"])
+        self.vocab_size = int(cfg["vocab_size"])
+        self.hidden_size = int(cfg["hidden_size"])
+        self.intermediate_size = int(cfg["intermediate_size"])
+        heads = int(cfg["num_attention_heads"])
+        self.spec: Any = SimpleNamespace(num_attention_heads=heads,
+                                         num_key_value_heads=int(cfg.get("num_key_value_heads") or heads),
+                                         head_dim=int(cfg.get("head_dim") or self.hidden_size // heads))
+        self.eps = float(cfg["rms_norm_eps"])
+        self.rope = resolve_rope(typed_rope, arch)
+        self.ops = get_ops("torch", "native")
+        self.attention = get(arch).attention
+        tensors = _read_weights(self.path)
+        if "lm_head.weight" not in tensors:
+            if not cfg.get("tie_word_embeddings", False):
+                raise NativeUnsupported("no lm_head.weight and tie_word_embeddings is false")
+            tensors["lm_head.weight"] = tensors["embed_tokens.weight"]
+        self._check_tensors(tensors, arch)
+        self.w = Weights(_Source(tensors), torch.float32)
+        self.w.width = self.hidden_size
+
+    def _check_tensors(self, tensors: dict[str, torch.Tensor], arch: str) -> None:
+        """Every tensor present with its shape, and none left over: an unread tensor would mean other math."""
+        s, H, V, I = self.spec, self.hidden_size, self.vocab_size, self.intermediate_size
+        q, kv = s.num_attention_heads * s.head_dim, s.num_key_value_heads * s.head_dim
+        expected: dict[str, tuple[int, ...]] = {"embed_tokens.weight": (V, H), "norm.weight": (H,),
+                                                "lm_head.weight": (V, H)}
+        for j in range(self.num_layers):
+            p = f"layers.{j}."
+            expected.update({p + "input_layernorm.weight": (H,), p + "post_attention_layernorm.weight": (H,),
+                             p + "self_attn.q_proj.weight": (q, H), p + "self_attn.k_proj.weight": (kv, H),
+                             p + "self_attn.v_proj.weight": (kv, H), p + "self_attn.o_proj.weight": (H, q),
+                             p + "mlp.gate_proj.weight": (I, H), p + "mlp.up_proj.weight": (I, H),
+                             p + "mlp.down_proj.weight": (H, I)})
+            for b, rows in (("q", q), ("k", kv), ("v", kv), ("o", H)):
+                if p + f"self_attn.{b}_proj.bias" in tensors:
+                    expected[p + f"self_attn.{b}_proj.bias"] = (rows,)
+            if arch == "qwen3":
+                expected[p + "self_attn.q_norm.weight"] = (s.head_dim,)
+                expected[p + "self_attn.k_norm.weight"] = (s.head_dim,)
+        wrong = [f"{n} {tuple(tensors[n].shape)} (expected {shape})" for n, shape in expected.items()
+                 if n in tensors and tuple(tensors[n].shape) != shape]
+        missing = sorted(set(expected) - set(tensors))
+        extra = sorted(set(tensors) - set(expected))
+        if wrong or missing or extra:
+            raise NativeUnsupported("; ".join(x for x in (
+                "shapes: " + ", ".join(wrong[:3]) if wrong else "",
+                "missing: " + ", ".join(missing[:3]) if missing else "",
+                "unread tensors: " + ", ".join(extra[:3]) if extra else "") if x))
+
+    @property
+    def embed(self) -> torch.Tensor:
+        return self.w.source.raw("embed_tokens.weight")
+
+    @property
+    def lm_head(self) -> torch.Tensor:
+        return self.w.source.raw("lm_head.weight")
+
+    def forward(self, tokens: Sequence[int], layer_ids: Sequence[int]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        """Greedy next token after every position [T], and hidden states [T, Ht] per hidden_state_index id
+        (id i: the residual stream entering layer i; id L: the stream before the final norm)."""
+        w, ops, eps = self.w, self.ops, self.eps
+        ids = torch.tensor([list(tokens)])
+        positions = torch.arange(ids.shape[1])
+        want = set(layer_ids)
+        states: dict[int, torch.Tensor] = {}
+        with torch.no_grad():
+            h = w.embed(ids)
+            for j in range(self.num_layers):
+                if j in want:
+                    states[j] = h[0]
+                p = f"layers.{j}."
+                u = ops.rms_norm(h, w.get(p + "input_layernorm.weight"), eps)
+                o, _ = self.attention(u, positions, None, w, p, self.spec, self.rope, ops, eps)
+                h = h + o
+                u = ops.rms_norm(h, w.get(p + "post_attention_layernorm.weight"), eps)
+                gate = w.linear(u, p + "mlp.gate_proj.weight")
+                up = w.linear(u, p + "mlp.up_proj.weight")
+                h = h + w.linear(F.silu(gate) * up, p + "mlp.down_proj.weight")
+            if self.num_layers in want:
+                states[self.num_layers] = h[0]
+            logits = w.linear(ops.rms_norm(h, w.get("norm.weight"), eps), "lm_head.weight")
+        return logits[0].argmax(-1), states
+
+    def run(self, prompt: Sequence[int], layer_ids: Sequence[int]) -> tuple[dict[int, torch.Tensor], int]:
+        """Hidden states [T, Ht] for each hidden_state_index id, and the greedy next token (as Target.run)."""
+        bad = [i for i in layer_ids if not 0 <= i <= self.num_layers]
+        if bad:
+            raise UsageError(f"aux layer ids {bad} are outside the target's 0..{self.num_layers}")
+        greedy, states = self.forward(prompt, layer_ids)
+        return states, int(greedy[-1])
