@@ -15,7 +15,7 @@ from ..report import DiffReport, DiffStep, EngineForward, Finding, ForwardReport
 from .api import default_aux_ids, load
 from .inputs import Target, read_prompts, synthetic_aux
 from .model import DraftInputs, DraftResult, Drafter
-from .weights import CheckpointSource, DictSource, TensorSource
+from .weights import CheckpointSource, DictSource, TensorSource, stored_name
 
 
 class InputFactory:
@@ -152,6 +152,9 @@ class OverlaySource:
 
     def raw(self, name: str) -> torch.Tensor:
         return self.extra[name] if name in self.extra else self.base.raw(name)
+
+    def label(self, name: str) -> str:
+        return name if name in self.extra else stored_name(self.base, name)
 
     def release(self) -> None:
         self.base.release()
