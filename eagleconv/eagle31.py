@@ -72,7 +72,7 @@ def _capture(spec: DrafterSpec, target: _OneTarget, prompts: str | Path) -> tupl
     from .forward import capture_aux_states, default_aux_ids, read_prompts
 
     tgt = target.load()
-    prompt_list = read_prompts(prompts)
+    prompt_list = read_prompts(prompts, tgt.vocab_size)
     ids = sorted(default_aux_ids(spec, tgt.num_layers))
     captured = capture_aux_states(tgt, prompt_list, ids)
     states = torch.cat([torch.cat([c[i] for i in ids], -1) for c in captured], 0)
