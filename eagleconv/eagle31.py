@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .conversion import Transform, convert
-from .errors import ConversionError, UsageError
+from .errors import ConversionError, UsageError, start_worker_pools
 from .formats import get_layout
 from .report import FlagsView, StepDivergence, TransformChange, TransformReport
 from .transforms import Plan, Style, check_style, load_calibration, plan_downgrade, plan_upgrade
@@ -72,7 +72,7 @@ def _capture(spec: DrafterSpec, target: _OneTarget, prompts: str | Path) -> tupl
     from .forward import capture_aux_states, default_aux_ids, read_prompts
 
     tgt = target.load()
-    prompt_list = read_prompts(prompts)
+    prompt_list = read_prompts(prompts, tgt.vocab_size)
     ids = sorted(default_aux_ids(spec, tgt.num_layers))
     captured = capture_aux_states(tgt, prompt_list, ids)
     states = torch.cat([torch.cat([c[i] for i in ids], -1) for c in captured], 0)
@@ -123,6 +123,7 @@ def _run(source: str | Path, destination: str | Path, *, operation: str, to: str
          build: Callable[[LoadedDrafter], Plan], target: _OneTarget, prompts: str | Path | None,
          seed: int, measure_unit: bool, **convert_kwargs: Any) -> TransformReport:
     state: dict[str, Any] = {}
+    start_worker_pools()  # before the plan and the measurement create them from the main thread
 
     def transform(loaded: LoadedDrafter) -> Transform:
         spec = loaded.require_spec()

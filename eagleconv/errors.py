@@ -140,3 +140,20 @@ def start_helper_thread(target: Callable[..., object], *args: object, name: str)
     with termination_signals_blocked():
         thread.start()
     return thread
+
+
+def start_worker_pools() -> None:
+    """Start numpy's (OpenBLAS) and torch's (OpenMP) worker threads now, with SIGINT/SIGTERM/SIGHUP blocked.
+
+    Both start their threads lazily, from the thread that first needs them, and a thread inherits its creator's
+    signal mask: started from the main thread mid-computation they can take Ctrl-C, which then does not
+    interrupt the main thread's fsync (see :func:`start_helper_thread`).  For commands that compute with torch
+    in the main thread and then write (upgrade, downgrade); a no-op for pools already running.
+    """
+    with termination_signals_blocked():
+        import numpy  # noqa: F401  (OpenBLAS starts its threads at import)
+        import torch
+
+        n = torch.get_num_threads()
+        if n > 1:  # a reduction above the intra-op grain (32768) on every thread starts the full OpenMP team
+            torch.ones(n * 65536).sum()

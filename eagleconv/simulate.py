@@ -24,7 +24,6 @@ drafted tokens depend on it.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -167,51 +166,42 @@ def _target(target: str | Path, runtime: str) -> Any:
     return open_target(path, runtime)
 
 
-def load_prompts(path: str | Path | None) -> list[list[int]]:
-    if path is None:
-        return [list(p) for p in DEFAULT_PROMPTS]
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise SimulateError(f"{path}: cannot read the prompts ({exc})", code=None) from None
-    if not (isinstance(data, list) and data and all(isinstance(p, list) and p and
-                                                    all(isinstance(t, int) and not isinstance(t, bool) for t in p)
-                                                    for p in data)):
-        raise SimulateError(f"{path}: prompts must be a JSON list of non-empty token-id lists", code=None)
-    return data
-
-
-def simulate(drafter: str | Path, target: str | Path, prompts: Sequence[Sequence[int]] | None = None, *,
-             num_speculative_tokens: int = 3, max_tokens: int = 32, engine: str = "vllm:0.32",
+def simulate(drafter: str | Path, target: str | Path, prompts: Sequence[Sequence[int]] | str | Path | None = None,
+             *, num_speculative_tokens: int = 3, max_tokens: int = 32, engine: str = "vllm:0.32",
              target_runtime: str = "auto") -> SimulateReport:
     """Greedy speculative decoding of ``prompts`` with ``target`` verifying ``drafter``'s proposals, as vLLM runs it.
 
-    ``target_runtime``: ``auto`` runs a Llama/Qwen3 target through eagleconv's own forward when it understands
-    every config field and tensor (no transformers import: most of simulate's time otherwise), else transformers;
-    ``transformers`` or ``eagleconv`` force one (eagleconv.forward.inputs.open_target).
+    ``prompts``: token-id lists, a JSON file of them (read by ``forward.inputs.read_prompts``, as every
+    ``--prompts`` is), or None for four built-in ones; either way checked by the same rules, the vocabulary
+    once the target is loaded.  ``target_runtime``: ``auto`` runs a Llama/Qwen3 target through eagleconv's own
+    forward when it understands every config field and tensor (no transformers import: most of simulate's time
+    otherwise), else transformers; ``transformers`` or ``eagleconv`` force one (forward.inputs.open_target).
     """
     import torch
 
+    from .forward.inputs import check_prompts, read_prompts
+
     if num_speculative_tokens < 1 or max_tokens < 1:
         raise SimulateError("--num-speculative-tokens and --max-tokens must be at least 1", code=None)
+    source = Path(prompts) if isinstance(prompts, str | Path) else None
+    given = read_prompts(source) if source is not None else check_prompts(
+        prompts if prompts is not None else DEFAULT_PROMPTS)  # before the target loads: a bad file fails at once
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one request at a time of small matrices: extra threads only contend
     try:
-        return _simulate(drafter, target, prompts, num_speculative_tokens, max_tokens, engine, target_runtime)
+        return _simulate(drafter, target, given, source, num_speculative_tokens, max_tokens, engine, target_runtime)
     finally:
         torch.set_num_threads(threads)
 
 
-def _simulate(drafter: str | Path, target: str | Path, prompts: Sequence[Sequence[int]] | None,
+def _simulate(drafter: str | Path, target: str | Path, prompts: list[list[int]], source: Path | None,
               num_speculative_tokens: int, max_tokens: int, engine: str, target_runtime: str) -> SimulateReport:
     import torch
 
+    from .forward.inputs import check_prompts
+
     tgt = _target(target, target_runtime)
-    vocab = tgt.vocab_size
-    prompts = [list(p) for p in (prompts if prompts is not None else DEFAULT_PROMPTS)]
-    for p in prompts:
-        if any(not 0 <= t < vocab for t in p):
-            raise SimulateError(f"a prompt token is outside the target's vocabulary of {vocab}", code=None)
+    prompts = check_prompts(prompts, source, tgt.vocab_size)
     d = engine_drafter(drafter, engine, tgt)
     K = num_speculative_tokens
     per_pos = [0] * K

@@ -242,6 +242,25 @@ def test_upgrade_cli_json(drafter, tmp_path):
     assert report["flags_after"]["fc_norm"] is False
 
 
+@pytest.mark.parametrize("command,recipe,extra", [("upgrade", dict(producer="vllm"), []),
+                                                   ("downgrade", dict(producer="vllm", eagle31=True), ["--allow-lossy"])])
+def test_max_shard_size_splits_the_output_into_the_same_tensors(drafter, tmp_path, command, recipe, extra):
+    """--max-shard-size as convert reads it: an indexed multi-shard output holding exactly the one-file output's
+    tensors; a size that does not parse is a usage error (exit 2) and nothing is written."""
+    src = drafter(**recipe)
+    whole = CliRunner().invoke(cli, [command, str(src), str(tmp_path / "whole"), *extra])
+    assert whole.exit_code == 0, whole.output
+    sharded = CliRunner().invoke(cli, [command, str(src), str(tmp_path / "sharded"), *extra, "--max-shard-size", "4KB"])
+    assert sharded.exit_code == 0, sharded.output
+    shards = sorted(p.name for p in (tmp_path / "sharded").glob("*.safetensors"))
+    assert len(shards) > 1
+    index = json.loads((tmp_path / "sharded" / "model.safetensors.index.json").read_text())
+    assert sorted(set(index["weight_map"].values())) == shards
+    assert stored_bytes(tmp_path / "sharded") == stored_bytes(tmp_path / "whole")
+    bad = CliRunner().invoke(cli, [command, str(src), str(tmp_path / "bad"), *extra, "--max-shard-size", "lots"])
+    assert bad.exit_code == 2 and "lots" in bad.output and not (tmp_path / "bad").exists()
+
+
 # -- measured divergence (the reference forward, eagleconv.forward) ---------------------------------
 
 def synthetic_calibration(path: Path, ids=(2, 8, 13), seed: int = 7) -> Path:

@@ -182,6 +182,89 @@ def test_validate_forward_non_finite_is_ec070(drafter, tmp_path):
     assert r.exit_code == 1 and "EC070" in r.output and "fed-back RMS" in r.output
 
 
+# ----------------------------------------------------------------------------- structurally broken drafters
+
+def _rewrite_tensors(path: Path, edit) -> Path:
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(path / "model.safetensors"))
+    edit(tensors)
+    save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
+    return path
+
+
+def _drop(name):
+    return lambda t: t.pop(name)
+
+
+def _put(name, shape):
+    return lambda t: t.__setitem__(name, torch.ones(shape, dtype=torch.bfloat16))
+
+
+# (recipe, tensor edit, config edit, the tensor EC071 names): every variant crashed the forward with a KeyError or
+# a matmul/broadcast error before EC071
+BROKEN = {
+    "norm_before_fc without input_norm": (dict(producer="speculators", norm_before_fc=True),
+                                          _drop("input_norm.weight"), {}, "input_norm.weight"),
+    "3.1 without fc_norm.1": (dict(producer="vllm", eagle31=True), _drop("fc_norm.1.weight"), {}, "fc_norm.1.weight"),
+    "missing q_proj": (dict(producer="vllm"), _drop("layers.0.self_attn.q_proj.weight"), {},
+                       "layers.0.self_attn.q_proj.weight"),
+    "fc too narrow": (dict(producer="specforge"), _put("fc.weight", (32, 50)), {}, "fc.weight"),
+    "layer norm misshapen": (dict(producer="specforge"), _put("midlayer.input_layernorm.weight", (5,)), {},
+                             "midlayer.input_layernorm.weight"),
+    "stray bias misshapen": (dict(producer="vllm"), _put("layers.0.self_attn.q_proj.bias", (3,)), {},
+                             "layers.0.self_attn.q_proj.bias"),
+    "d2t too short": (dict(producer="vllm"), lambda t: t.__setitem__("d2t", t["d2t"][:10].clone()), {}, "d2t"),
+    "d2t outside the vocabulary": (dict(producer="vllm"), lambda t: t.__setitem__("d2t", t["d2t"] + 1000), {}, "d2t"),
+    "2 layers declared, 1 present": (dict(producer="vllm"), lambda t: None, {"num_hidden_layers": 2},
+                                     "layers.1.input_layernorm.weight"),
+}
+
+
+@pytest.fixture(params=sorted(BROKEN))
+def broken(request, drafter):
+    from conftest import edit_config
+
+    recipe, edit, config, tensor = BROKEN[request.param]
+    path = _rewrite_tensors(drafter(**recipe), edit)
+    if config:
+        edit_config(path, **config)
+    return path, tensor
+
+
+def test_validate_forward_on_a_broken_drafter_is_a_finding_not_a_crash(broken):
+    """The structural findings say what is wrong; the forward adds EC071 naming the tensor and runs nothing."""
+    path, tensor = broken
+    r = CliRunner().invoke(cli, ["validate", str(path), "--forward", "--steps", "2", "--json", "--engine", "vllm",
+                                 "--engine", "sglang"])
+    assert r.exit_code == 1, r.output
+    data = json.loads(r.output)
+    assert data["forward"] is None and data["ok"] is False
+    ec071 = [f for f in data["findings"] if f["code"] == "EC071"]
+    assert tensor in [f["tensor"] for f in ec071] and all(f["severity"] == "error" for f in ec071)
+    assert any(f["code"] in ("EC050", "EC030") for f in data["findings"])  # (a stray bias: an EC050 warning)
+    human = CliRunner().invoke(cli, ["validate", str(path), "--forward", "--steps", "2"])
+    assert human.exit_code == 1 and "EC071" in human.output and "internal error" not in human.output
+    assert "Traceback" not in human.output
+
+    from eagleconv.validation import validate
+
+    report = validate(path, forward=True, forward_options={"steps": 2})
+    assert not report.ok and report.forward is None
+    assert tensor in [f.tensor for f in report.findings if f.code == "EC071"]
+
+
+def test_loading_a_broken_drafter_raises_one_finding_error_naming_file_and_tensor(broken):
+    from eagleconv.forward import UnrunnableDrafter
+
+    path, tensor = broken
+    with pytest.raises(UnrunnableDrafter) as info:
+        eagleconv.load(path)
+    assert info.value.exit_code == 1 and info.value.path == str(path) and tensor in str(info.value)
+    r = CliRunner().invoke(cli, ["diff", str(path), str(path)])
+    assert r.exit_code == 1 and r.output.count("\n") == 1 and str(path) in r.output and tensor in r.output
+
+
 # ----------------------------------------------------------------------------- a real (tiny) target
 
 def test_capture_and_forward_with_a_transformers_target(drafter, tmp_path):

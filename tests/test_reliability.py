@@ -189,10 +189,9 @@ def test_overwrite_replaces_a_checkpoint(drafter, tmp_path, previous):
 # -- defect 3: signals, stale staging, interrupted --overwrite ------------------------------------
 
 # Runs the CLI in a child whose writer parks inside the staging directory (after the first shard is
-# copied) and says so, so the test can signal it at a known moment.
-# Parks convert after its first shard.  The flag file lists the threads (other than the main one) that do not
-# block SIGINT/SIGTERM/SIGHUP: Linux may hand the signal to any such thread, and then the main thread's sleep
-# (standing in for a long fsync) is not interrupted.
+# copied) and says so, so the test can signal it at a known moment.  The flag file lists the threads (other
+# than the main one) that do not block SIGINT/SIGTERM/SIGHUP: Linux may hand the signal to any such thread,
+# and then the main thread's sleep (standing in for a long fsync) is not interrupted.
 _PARKED_CHILD = """
 import os, signal, sys, threading, time
 from pathlib import Path
@@ -222,18 +221,10 @@ main()
 """
 
 
-@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
-@pytest.mark.parametrize("overwrite", [False, True])
-def test_signal_during_convert_cleans_up_and_keeps_the_previous_output(drafter, tmp_path, sig, code, overwrite):
-    src = drafter(producer="specforge")
-    dst = tmp_path / "out"
-    previous = None
-    if overwrite:
-        convert(drafter(producer="torchspec"), dst, "vllm")
-        previous = {p.name: p.read_bytes() for p in dst.iterdir()}
-    flag = tmp_path / "parked"
-    argv = [sys.executable, "-c", _PARKED_CHILD, str(flag), "convert", str(src), str(dst), "--to", "vllm",
-            "--max-shard-size", "4KB"] + (["--overwrite"] if overwrite else [])
+def _interrupt_parked_writer(args: list[str], flag: Path, sig: int) -> subprocess.CompletedProcess:
+    """Run ``eagleconv ARGS`` in a child parked after its writer's first shard, send it ``sig`` there (checking the
+    staging directory exists and no helper thread can take the signal) and wait for it to exit."""
+    argv = [sys.executable, "-c", _PARKED_CHILD, str(flag), *args]
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
@@ -244,11 +235,37 @@ def test_signal_during_convert_cleans_up_and_keeps_the_previous_output(drafter, 
     while not flag.read_text():  # created, not yet written
         time.sleep(0.01)
     assert flag.read_text() == "-", f"helper threads that can take the signal: {flag.read_text()}"
-    assert any(name.endswith(".partial") for name in debris(tmp_path))
+    assert any(name.endswith(".partial") for name in debris(flag.parent))
     child.send_signal(sig)
-    _, err = child.communicate(timeout=60)
-    assert child.returncode == code, err
-    assert "Traceback" not in err and err.strip().startswith("eagleconv: interrupted")
+    out, err = child.communicate(timeout=60)
+    return subprocess.CompletedProcess(argv, child.returncode, out, err)
+
+
+# Every command that writes through CheckpointWriter: (source recipe, arguments after SRC DST), each output split
+# into 4 KB shards so the child is parked with shards still to write.
+WRITERS = {
+    "convert": (dict(producer="specforge"), ["--to", "vllm"]),
+    "upgrade": (dict(producer="vllm"), []),
+    "downgrade": (dict(producer="vllm", eagle31=True), ["--allow-lossy"]),
+}
+
+
+@pytest.mark.parametrize("command", sorted(WRITERS))
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_signal_while_writing_cleans_up_and_keeps_the_previous_output(drafter, tmp_path, command, sig, code,
+                                                                      overwrite):
+    recipe, extra = WRITERS[command]
+    src = drafter(**recipe)
+    dst = tmp_path / "out"
+    previous = None
+    if overwrite:
+        convert(drafter(producer="torchspec"), dst, "vllm")
+        previous = {p.name: p.read_bytes() for p in dst.iterdir()}
+    args = [command, str(src), str(dst), *extra, "--max-shard-size", "4KB"] + (["--overwrite"] if overwrite else [])
+    result = _interrupt_parked_writer(args, tmp_path / "parked", sig)
+    assert result.returncode == code, result.stderr
+    assert "Traceback" not in result.stderr and result.stderr.strip().startswith("eagleconv: interrupted")
     assert debris(tmp_path) == []
     if previous is None:
         assert not dst.exists()

@@ -16,7 +16,7 @@ transformers = pytest.importorskip("transformers")
 from click.testing import CliRunner  # noqa: E402
 
 from eagleconv.cli.main import cli  # noqa: E402
-from eagleconv.simulate import SimulateError, load_prompts, simulate  # noqa: E402
+from eagleconv.simulate import SimulateError, simulate  # noqa: E402
 
 PAIR = Path(__file__).resolve().parent.parent / "fixtures" / "tiny-pair"
 PROMPTS = json.loads((PAIR / "prompts.json").read_text())
@@ -97,15 +97,22 @@ def test_cli_json_and_table(tmp_path):
     assert res.exit_code == 0 and "position" in res.output and "█" in res.output
 
 
-def test_cli_bad_input_is_one_line_exit_2(tmp_path):
-    bad = tmp_path / "prompts.json"
-    bad.write_text('{"not": "a list"}')
-    res = CliRunner().invoke(cli, ["simulate", str(PAIR / "eagle3"), "--target", str(PAIR / "target"), "--prompts",
-                                   str(bad)])
-    assert res.exit_code == 2
-    assert "prompts must be a JSON list" in res.output and "Traceback" not in res.output
-    with pytest.raises(SimulateError):
-        load_prompts(tmp_path / "missing.json")
+def test_prompts_as_lists_as_a_file_or_built_in(tmp_path):
+    """A prompts file is read by the reader every --prompts uses (tests/test_prompts.py: the CLI), lists given in
+    the library get the same rules, and without prompts the built-in ones run."""
+    from eagleconv.errors import FormatError
+    from eagleconv.simulate import DEFAULT_PROMPTS
+
+    file = tmp_path / "prompts.json"
+    file.write_text(json.dumps(PROMPTS[:1]))
+    from_file = simulate(PAIR / "eagle3", PAIR / "target", file, max_tokens=4)
+    assert from_file == simulate(PAIR / "eagle3", PAIR / "target", PROMPTS[:1], max_tokens=4)
+    with pytest.raises(FormatError, match="prompt 0: -1 is not a token id"):
+        simulate(PAIR / "eagle3", PAIR / "target", [[1, -1]])
+    with pytest.raises(FormatError, match=r"prompt 1: token 512 is outside the target's vocabulary \(0..511\)"):
+        simulate(PAIR / "eagle3", PAIR / "target", [[1], (2, 512)])
+    built_in = simulate(PAIR / "eagle3", PAIR / "target", max_tokens=2)
+    assert len(built_in.tokens) == len(DEFAULT_PROMPTS) and all(len(t) == 2 for t in built_in.tokens)
 
 
 def test_a_missing_norm_runs_with_the_engines_unit_weights(tmp_path):

@@ -46,11 +46,10 @@ def simulate(ctx: click.Context, drafter: str, target: str, prompts: str | None,
     """Greedy speculative decoding offline: the counters and drafts vLLM would produce, before deploying."""
 
     def body():
-        from ..simulate import load_prompts
         from ..simulate import simulate as run
 
-        report = run(drafter, target, load_prompts(prompts), num_speculative_tokens=k, max_tokens=max_tokens,
-                     engine=engine, target_runtime=target_runtime)
+        report = run(drafter, target, prompts, num_speculative_tokens=k, max_tokens=max_tokens, engine=engine,
+                     target_runtime=target_runtime)
         if as_json:
             click.echo(report.model_dump_json(indent=2))
         else:

@@ -24,6 +24,7 @@ _SHARED_OPTIONS = (
     click.option("--target", type=click.Path(path_type=str), help="Target model directory to capture aux states from."),
     click.option("--prompts", type=click.Path(path_type=str), help="JSON list of token-id lists to run the target on."),
     click.option("--to", "to", type=click.Choice(FORMATS), help="Destination layout (default: the source's)."),
+    click.option("--max-shard-size", metavar="SIZE", help="Split the output into shards of at most SIZE (e.g. 2GB)."),
     click.option("--overwrite", is_flag=True,
                  help="Replace DST if it exists (atomically, after the new one is complete)."),
     click.option("--force", is_flag=True, help="Proceed even if the source has error-severity findings."),
@@ -75,19 +76,23 @@ def _emit(report: TransformReport, as_json: bool) -> tuple[TransformReport, int]
 @_shared_options
 @click.pass_context
 def upgrade(ctx: click.Context, src: str, dst: str, style: str, fc_norm: bool, norm_output: bool,
-            calibration: str | None, target: str | None, prompts: str | None, to: str | None, overwrite: bool,
-            force: bool, no_numeric: bool, as_json: bool, verifier: str | None = None) -> None:
+            calibration: str | None, target: str | None, prompts: str | None, to: str | None,
+            max_shard_size: str | None, overwrite: bool, force: bool, no_numeric: bool, as_json: bool,
+            verifier: str | None = None) -> None:
     """EAGLE-3 -> EAGLE-3.1: a starting point for 3.1 fine-tuning.
 
     With --no-fc-norm --no-norm-output the tensors are copied byte for byte ("exact": true).
     """
     from ..eagle31 import upgrade as run
+    from .main import parse_size
+
+    shard = parse_size(max_shard_size)
 
     def body():
         with _progress(enabled=not as_json) as (on_total, on_bytes):
             report = run(src, dst, style=style, fc_norm=fc_norm, norm_output=norm_output, calibration=calibration,
                          target=target, prompts=prompts, to=to, overwrite=overwrite, force=force, verifier=verifier,
-                         numeric=not no_numeric, on_total=on_total, on_bytes=on_bytes)
+                         max_shard_size=shard, numeric=not no_numeric, on_total=on_total, on_bytes=on_bytes)
         return _emit(report, as_json)
 
     run_command(ctx, as_json, body)
@@ -100,19 +105,22 @@ def upgrade(ctx: click.Context, src: str, dst: str, style: str, fc_norm: bool, n
 @_shared_options
 @click.pass_context
 def downgrade(ctx: click.Context, src: str, dst: str, allow_lossy: bool, calibration: str | None, target: str | None,
-              prompts: str | None, to: str | None, overwrite: bool, force: bool, no_numeric: bool,
-              as_json: bool, verifier: str | None = None) -> None:
+              prompts: str | None, to: str | None, max_shard_size: str | None, overwrite: bool, force: bool,
+              no_numeric: bool, as_json: bool, verifier: str | None = None) -> None:
     """EAGLE-3.1 -> EAGLE-3 for engines without 3.1 support.
 
     Exact folds always; a change to what the drafter computes exits 1 and writes nothing unless --allow-lossy.
     """
     from ..eagle31 import downgrade as run
+    from .main import parse_size
+
+    shard = parse_size(max_shard_size)
 
     def body():
         with _progress(enabled=not as_json) as (on_total, on_bytes):
             report = run(src, dst, allow_lossy=allow_lossy, calibration=calibration, target=target, prompts=prompts,
-                         to=to, overwrite=overwrite, force=force, verifier=verifier, numeric=not no_numeric, on_total=on_total,
-                         on_bytes=on_bytes)
+                         to=to, overwrite=overwrite, force=force, verifier=verifier, max_shard_size=shard,
+                         numeric=not no_numeric, on_total=on_total, on_bytes=on_bytes)
         return _emit(report, as_json)
 
     run_command(ctx, as_json, body)

@@ -9,13 +9,13 @@ Importing this package imports torch; the CLI imports it only when asked.
 from __future__ import annotations
 
 from .api import default_aux_ids, inputs_for, load
-from .inputs import Target, capture_aux_states, read_prompts, synthetic_inputs
-from .model import COMPUTE_DTYPES, DraftInputs, DraftResult, Drafter, StepOutput
+from .inputs import Target, capture_aux_states, check_prompts, read_prompts, synthetic_inputs
+from .model import COMPUTE_DTYPES, DraftInputs, DraftResult, Drafter, StepOutput, UnrunnableDrafter
 from .ops import BACKENDS, RECIPES, NormOps, get_ops
 from .run import compare, diff, validate_forward
 from .weights import CheckpointSource, DictSource, TensorSource
 
 __all__ = ["BACKENDS", "COMPUTE_DTYPES", "RECIPES", "CheckpointSource", "DictSource", "DraftInputs", "DraftResult",
-           "Drafter", "NormOps", "StepOutput", "Target", "TensorSource", "capture_aux_states", "compare",
-           "default_aux_ids", "diff", "get_ops", "inputs_for", "load", "read_prompts", "synthetic_inputs",
-           "validate_forward"]
+           "Drafter", "NormOps", "StepOutput", "Target", "TensorSource", "UnrunnableDrafter", "capture_aux_states",
+           "check_prompts", "compare", "default_aux_ids", "diff", "get_ops", "inputs_for", "load", "read_prompts",
+           "synthetic_inputs", "validate_forward"]

@@ -42,17 +42,40 @@ def synthetic_inputs(vocab_size: int, target_hidden: int, aux_ids: Sequence[int]
                                                        f"{length} tokens, aux states for target layers {list(ids)}"])
 
 
-def read_prompts(path: str | Path) -> list[list[int]]:
-    """A JSON list of token-id lists."""
+def read_prompts(path: str | Path, vocab_size: int | None = None) -> list[list[int]]:
+    """The one prompts-file reader (validate/diff --prompts, upgrade/downgrade calibration, simulate): a JSON list
+    of token-id lists, under :func:`check_prompts`' rules.  Anything else is a FormatError naming the file (exit 2)."""
     p = Path(path)
     try:
-        data = json.loads(p.read_text())
-    except (OSError, ValueError) as exc:
-        raise FormatError(f"cannot read prompts: {exc}", p) from None
-    if not (isinstance(data, list) and data and all(isinstance(x, list) and len(x) >= 2 for x in data)
-            and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for x in data for t in x)):
-        raise FormatError("prompts must be a non-empty JSON list of lists of >= 2 non-negative token ids", p)
-    return data
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise FormatError(f"cannot read the prompts: {exc.strerror or exc}", p) from None
+    except ValueError as exc:  # also undecodable bytes
+        raise FormatError(f"the prompts are not JSON: {exc}", p) from None
+    return check_prompts(data, p, vocab_size)
+
+
+def check_prompts(data: Any, path: str | Path | None = None, vocab_size: int | None = None) -> list[list[int]]:
+    """Prompts as every command needs them: a non-empty list of prompts, each at least one token (the target sees
+    it and predicts the next, which gives the drafter's first pass its one row; nothing needs two), each token a
+    non-negative integer (not a bool) and, given ``vocab_size``, inside the target's vocabulary.  Also checks
+    prompts given as lists in the library; a FormatError naming ``path`` at the first violation."""
+    def show(value: Any) -> str:
+        text = json.dumps(value, default=str)
+        return text if len(text) <= 40 else text[:37] + "..."
+
+    if not isinstance(data, list | tuple) or not data:
+        raise FormatError(f"prompts must be a non-empty JSON list of token-id lists, not {show(data)}", path)
+    for n, prompt in enumerate(data):
+        if not isinstance(prompt, list | tuple) or not prompt:
+            raise FormatError(f"prompt {n} is {show(prompt)}, not a non-empty list of token ids", path)
+        for t in prompt:
+            if not isinstance(t, int) or isinstance(t, bool) or t < 0:
+                raise FormatError(f"prompt {n}: {show(t)} is not a token id (a non-negative integer)", path)
+            if vocab_size is not None and t >= vocab_size:
+                raise FormatError(f"prompt {n}: token {t} is outside the target's vocabulary (0..{vocab_size - 1})",
+                                  path)
+    return [list(prompt) for prompt in data]
 
 
 class Target:

@@ -18,16 +18,68 @@ import torch.nn.functional as F
 
 from .. import architectures
 from ..drafter import DrafterSpec
+from ..errors import FindingsError
 from ..formats.vllm import VllmLayout
 from .attention import Cache, attention_of
 from .ops import NormOps, get_ops
 from .rope import resolve_rope
-from .weights import BlockCache, TensorSource, Weights
+from .weights import BlockCache, TensorSource, Weights, stored_name
 
 COMPUTE_DTYPES = ("float32", "float64", "checkpoint")
 # LlamaConfig / Qwen3Config / DeepseekV3Config default, what vLLM's EAGLEConfig falls back to: one home, the vllm layout
 DEFAULT_EPS: float = VllmLayout.defaults["rms_norm_eps"]
 _CHECKPOINT_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "F64": torch.float64}
+
+
+class UnrunnableDrafter(FindingsError):
+    """The checkpoint lacks a tensor the forward reads, or has one at another shape than its config implies.
+
+    Raised before any arithmetic, so a structurally broken drafter is a finding about the checkpoint (exit 1,
+    ``validate --forward`` reports it as EC071) instead of a KeyError or a matmul error halfway through a step.
+    ``problems``: (tensor name as stored, what is wrong with it).
+    """
+
+    def __init__(self, problems: list[tuple[str, str]], path: str | None = None):
+        self.problems = problems
+        first = " ".join(problems[0])
+        more = f" (and {len(problems) - 1} more tensor problem(s))" if len(problems) > 1 else ""
+        super().__init__(f"the forward pass cannot run: {first}{more}", path)
+
+
+# Tensors the forward replaces when absent (the target's rows, or seeded synthetic ones; d2t/t2d: identity).
+_FALLBACKS = ("embed_tokens.weight", "lm_head.weight", "d2t", "t2d")
+
+
+def forward_problems(spec: DrafterSpec, source: TensorSource) -> list[tuple[str, str]]:
+    """(canonical name, problem) for each tensor the forward reads that is missing or misshapen (header shapes only).
+
+    Biases are read whenever present, so a present bias is checked against its weight's rows even when the
+    config does not declare one.
+    """
+    from ..canonical import expected_tensors
+
+    names = source.names()
+    expected = expected_tensors(spec)
+    if not architectures.get(spec.architecture).reads_norm_before_fc:
+        expected.pop("input_norm.weight", None)
+    out: list[tuple[str, str]] = []
+    for name, exp in expected.items():
+        if name == "t2d" and "d2t" in names:
+            continue  # read only without d2t; the ids either gives are checked once read (Drafter._vocab_problems)
+        if name not in names:
+            if exp.required and name not in _FALLBACKS:
+                out.append((name, f"is missing ({exp.why})"))
+            continue
+        shape = tuple(source.raw(name).shape)
+        if shape != exp.shape:
+            out.append((name, f"has shape {list(shape)}, the config implies {list(exp.shape)} ({exp.why})"))
+            continue
+        bias = name.removesuffix(".weight") + ".bias"
+        if name.endswith(".weight") and len(exp.shape) == 2 and bias in names and bias not in expected:
+            got = tuple(source.raw(bias).shape)
+            if got != exp.shape[:1]:
+                out.append((bias, f"has shape {list(got)}, its weight implies {list(exp.shape[:1])}"))
+    return out
 
 
 @dataclass
@@ -95,7 +147,12 @@ class Drafter:
                          device=device, cache=cache)
         self.w.width = spec.hidden_size
         self.attention = attention_of(spec.architecture)
-        self.target_ids = self._draft_to_target()
+        problems = forward_problems(spec, source)
+        if not problems:
+            self.target_ids = self._draft_to_target()
+            problems = self._vocab_problems()
+        if problems:
+            raise UnrunnableDrafter([(stored_name(source, n), why) for n, why in problems], path)
         self.logit_scale = float(spec.extra.get("logit_scale", 1.0) or 1.0)
 
     # -- pieces -----------------------------------------------------------------
@@ -109,6 +166,17 @@ class Drafter:
             self.notes.append("d2t absent: draft->target ids derived from t2d")
             return ids.cpu()
         return torch.arange(Vd)
+
+    def _vocab_problems(self) -> list[tuple[str, str]]:
+        """d2t/t2d must give one target id per draft id, each inside the target vocabulary."""
+        ids, Vd, V = self.target_ids, self.spec.draft_vocab_size, self.spec.vocab_size
+        name = "d2t" if self.w.has("d2t") else "t2d"
+        if len(ids) != Vd:
+            return [(name, f"gives {len(ids)} target ids for a draft vocabulary of {Vd}")]
+        if len(ids) and not (0 <= int(ids.min()) and int(ids.max()) < V):
+            return [(name, f"maps draft ids to target ids {int(ids.min())}..{int(ids.max())}, outside the "
+                           f"vocabulary 0..{V - 1}")]
+        return []
 
     def combine(self, aux: torch.Tensor) -> torch.Tensor:
         """combine_hidden_states: [.., K*Ht] -> [.., H] (input_norm, fc_norm per chunk, fc)."""

@@ -15,7 +15,7 @@ from ..report import DiffReport, DiffStep, EngineForward, Finding, ForwardReport
 from .api import default_aux_ids, load
 from .inputs import Target, read_prompts, synthetic_aux
 from .model import DraftInputs, DraftResult, Drafter
-from .weights import CheckpointSource, DictSource, TensorSource
+from .weights import CheckpointSource, DictSource, TensorSource, stored_name
 
 
 class InputFactory:
@@ -129,11 +129,11 @@ def _target_and_prompts(target: Target | str | Path | None,
     if target is None:
         return None, None, None
     if isinstance(target, Target):
-        return target, read_prompts(prompts) if prompts is not None else None, target.num_layers
+        return target, read_prompts(prompts, target.vocab_size) if prompts is not None else None, target.num_layers
     p = Path(target)
     if p.is_dir() and any(p.glob("*.safetensors")):
         t = Target(p)
-        return t, read_prompts(prompts) if prompts is not None else None, t.num_layers
+        return t, read_prompts(prompts, t.vocab_size) if prompts is not None else None, t.num_layers
     if prompts is not None:
         raise UsageError(f"--prompts needs a target directory with safetensors weights; {target} has none")
     from ..validation.target import load_target  # a config.json alone still gives the layer count
@@ -152,6 +152,9 @@ class OverlaySource:
 
     def raw(self, name: str) -> torch.Tensor:
         return self.extra[name] if name in self.extra else self.base.raw(name)
+
+    def label(self, name: str) -> str:
+        return name if name in self.extra else stored_name(self.base, name)
 
     def release(self) -> None:
         self.base.release()

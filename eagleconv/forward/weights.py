@@ -35,6 +35,13 @@ class TensorSource(Protocol):
     def release(self) -> None: ...
 
 
+def stored_name(source: TensorSource, name: str) -> str:
+    """The name ``source``'s checkpoint stores canonical ``name`` under, for messages (a source may say, through an
+    optional ``label`` method; the findings about a checkpoint name its tensors so), else ``name``."""
+    label = getattr(source, "label", None)
+    return str(label(name)) if label is not None else name
+
+
 class DictSource:
     """Canonical tensors already in memory (tests, a training loop's state dict)."""
 
@@ -64,6 +71,10 @@ class CheckpointSource:
 
     def raw(self, name: str) -> torch.Tensor:
         return self._tensors[name]
+
+    def label(self, name: str) -> str:
+        """The stored name of canonical ``name`` (``midlayer.*`` in a SpecForge checkpoint)."""
+        return self._tensors._canonical.get(name, name)
 
     def prefetch(self, skip: Iterable[str] = ()) -> None:
         """Ask the kernel to start reading every tensor but ``skip`` into the page cache, in file order, from a

@@ -228,17 +228,27 @@ def add_forward(report: ValidationReport, path: str | Path, *, engines: Any = ("
                 **options: Any) -> ValidationReport:
     """Run the reference forward on ``path`` and add its report and findings (EC070) to ``report``.
 
-    Nothing is run when the static checks could not read the layout.  ``options``
+    Nothing is run when the static checks could not read the layout.  A drafter
+    the forward cannot run (a tensor it reads is missing or misshapen) gets one
+    EC071 per such tensor and no forward report: the structural findings (EC050)
+    say why, and a half-built model must not crash the command.  ``options``
     go to :func:`eagleconv.forward.validate_forward` (steps, prompts, seed, dtype,
     recipe, backend, device).  Shared by ``validate(forward=True)``, the CLI's
     ``--forward`` and ``push``.
     """
     if report.format is None:
         return report
-    from ..forward import validate_forward
+    from ..forward import UnrunnableDrafter, validate_forward
 
-    result = validate_forward(path, engines=engines, target=target, allow_pickle=allow_pickle, layout=from_format,
-                              **options)
+    try:
+        result = validate_forward(path, engines=engines, target=target, allow_pickle=allow_pickle,
+                                  layout=from_format, **options)
+    except UnrunnableDrafter as exc:
+        report.findings = [*report.findings, *(
+            Finding(code="EC071", severity="error", tensor=name,
+                    message=f"forward pass not run: {name} {why}") for name, why in exc.problems)]
+        report.ok = False
+        return report
     report.forward = result
     report.findings = [*report.findings, *result.findings]
     report.ok = report.ok and not any(f.severity == "error" for f in result.findings)

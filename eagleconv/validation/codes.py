@@ -114,6 +114,11 @@ CODES: dict[str, Code] = {c.code: c for c in sorted([
          "validate --forward: running the drafter (vLLM's math, reference forward) produces NaN or Inf logits or "
          "fed-back hidden states at some draft step. The drafter loads and proposes garbage.",
          severity="error"),
+    Code("EC071", "forward pass not run",
+         "validate --forward: a tensor the reference forward reads is missing, has another shape than the config "
+         "implies, or d2t/t2d map draft ids outside the vocabulary, so the drafter cannot be run at all. One "
+         "finding per tensor; the structural findings (EC050, EC030) say the same about the checkpoint.",
+         severity="error"),
     Code("EC061", "all-zero weights",
          "fc or lm_head is entirely zero: an uninitialised or wiped tensor. The drafter loads and proposes "
          "garbage.", severity="warning"),
