@@ -99,15 +99,21 @@ def assert_band(out, ref64, dtype, recipe, what):
                            f"float64 reference; worst rel err {float((err / ref64.abs().clamp_min(1e-30)).max()):.3g}")
 
 
-def first_rounding_on_a_tie(x, w, eps, recipe, rel=4e-6):
-    """Where the native recipe's first rounding (x*rstd -> weight dtype) sits within fp32 reduction noise of a
-    tie: a different summation order may round it the other way, and the weight multiply can stretch that
-    1-ulp flip to 2 ulp of the output.  Nothing is exempt in one_round or with fp32 weights."""
+def rounding_on_a_tie(x, w, eps, recipe, out_dtype=None, rel=4e-6):
+    """Where a rounding of a value that depends on the fp32 reduction sits within its noise of a tie: a different
+    summation order may round it the other way.  That is the native recipe's first rounding (x*rstd -> weight
+    dtype; the weight multiply can stretch that 1-ulp flip to 2 ulp of the output), and the single output
+    rounding where it takes x*rstd*w straight from fp32 (one_round, or fp32 weights).  Low-precision outputs
+    only: an fp32 output is compared with a tolerance."""
+    out_dtype = out_dtype or x.dtype
     y = x.to(torch.float32)
     y = y * torch.rsqrt(y.pow(2).mean(dim=-1, keepdim=True) + eps)
-    if recipe != "native" or w.dtype == torch.float32:
+    if out_dtype == torch.float32:
         return torch.zeros_like(y, dtype=torch.bool)
-    return (y * (1 - rel)).to(w.dtype) != (y * (1 + rel)).to(w.dtype)
+    if recipe == "native" and w.dtype != torch.float32:
+        return (y * (1 - rel)).to(w.dtype) != (y * (1 + rel)).to(w.dtype)
+    v = y * w.to(torch.float32)
+    return (v * (1 - rel)).to(out_dtype) != (v * (1 + rel)).to(out_dtype)
 
 
 def assert_same_bits(out, emu, what, ties=None, min_identical=0.999):
@@ -193,7 +199,7 @@ def test_fc_norm_concat(impl, case, gen):
             torch.testing.assert_close(block, emu, rtol=2e-6, atol=1e-6, msg=what)
         else:
             # bf16 (the interpreter-sensitive case) and fp16: the same recipe up to reduction order.
-            assert_same_bits(block, emu, f"{what} block {g}", first_rounding_on_a_tie(x, w, eps, recipe))
+            assert_same_bits(block, emu, f"{what} block {g}", rounding_on_a_tie(x, w, eps, recipe))
     if tokens > 2:
         assert (out[1] == 0).all(), "an all-zero row must normalise to zeros"
 
@@ -221,7 +227,7 @@ def test_more_inputs_than_pointers_and_leading_dims(impl, gen):
     out = kernels.fc_norm_concat(xs, weights, 1e-6, "native", impl=impl)
     assert out.shape == (2, 3, n * hidden)
     emu = torch.cat([vllm_rms_norm(x.cpu(), w.cpu(), 1e-6, "native") for x, w in zip(xs, weights)], -1)
-    ties = torch.cat([first_rounding_on_a_tie(x.cpu(), w.cpu(), 1e-6, "native") for x, w in zip(xs, weights)], -1)
+    ties = torch.cat([rounding_on_a_tie(x.cpu(), w.cpu(), 1e-6, "native") for x, w in zip(xs, weights)], -1)
     assert_same_bits(out.cpu(), emu, "N=9", ties)
 
 
@@ -234,7 +240,7 @@ def test_rms_norm_is_fc_norm_with_one_input(impl, gen):
         assert y.shape == x.shape and y.dtype == x.dtype
         assert_band(y.cpu(), oracle(x.cpu(), w.cpu(), 1e-5), torch.bfloat16, recipe, recipe)
         assert_same_bits(y.cpu(), vllm_rms_norm(x.cpu(), w.cpu(), 1e-5, recipe), recipe,
-                         first_rounding_on_a_tie(x.cpu(), w.cpu(), 1e-5, recipe))
+                         rounding_on_a_tie(x.cpu(), w.cpu(), 1e-5, recipe))
 
 
 def test_recipes_differ_by_one_ulp_on_many_elements(gen):
@@ -275,7 +281,7 @@ def test_fused_add_rms_norm(impl, case, gen):
     if dtype == torch.float32:
         torch.testing.assert_close(out.cpu(), emu_y, rtol=2e-6, atol=1e-6, msg=what)
     else:
-        assert_same_bits(out.cpu(), emu_y, what, first_rounding_on_a_tie(xc.float() + rc.float(), wc, eps, recipe))
+        assert_same_bits(out.cpu(), emu_y, what, rounding_on_a_tie(xc.float() + rc.float(), wc, eps, recipe, dtype))
 
 
 @pytest.mark.parametrize("impl", IMPLS)
@@ -291,7 +297,7 @@ def test_fused_add_variance_from_the_rounded_sum(impl, gen):
         rounded = (x.cpu().float() + residual.cpu().float()).to(torch.bfloat16)
         assert torch.equal(res.cpu(), rounded) and torch.equal(native_res, res)
         assert_same_bits(y.cpu(), vllm_rms_norm(rounded, w.cpu(), 1e-6, recipe), f"{impl} rounded_sum {recipe}",
-                         first_rounding_on_a_tie(rounded, w.cpu(), 1e-6, recipe))
+                         rounding_on_a_tie(rounded, w.cpu(), 1e-6, recipe))
         assert float((y != native_y).double().mean()) > 0.01, "the variance source made no difference"
 
 
