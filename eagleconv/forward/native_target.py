@@ -85,22 +85,6 @@ def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
     return out
 
 
-class _Source:
-    """The TensorSource protocol over an in-memory dict (eagleconv.forward.weights.Weights reads through it)."""
-
-    def __init__(self, tensors: dict[str, torch.Tensor]):
-        self._tensors = tensors
-
-    def names(self) -> set[str]:
-        return set(self._tensors)
-
-    def raw(self, name: str) -> torch.Tensor:
-        return self._tensors[name]
-
-    def release(self) -> None:
-        pass
-
-
 class NativeTarget:
     """The same interface as ``eagleconv.forward.inputs.Target`` (transformers), computed by eagleconv, float32."""
 
@@ -111,7 +95,7 @@ class NativeTarget:
         from ..drafter import Rope
         from .ops import get_ops
         from .rope import resolve_rope
-        from .weights import Weights
+        from .weights import DictSource, Weights
 
         self.path = Path(directory)
         try:
@@ -147,7 +131,7 @@ class NativeTarget:
                 raise NativeUnsupported("no lm_head.weight and tie_word_embeddings is false")
             tensors["lm_head.weight"] = tensors["embed_tokens.weight"]
         self._check_tensors(tensors, arch)
-        self.w = Weights(_Source(tensors), torch.float32)
+        self.w = Weights(DictSource(tensors), torch.float32)
         self.w.width = self.hidden_size
 
     def _check_tensors(self, tensors: dict[str, torch.Tensor], arch: str) -> None:
