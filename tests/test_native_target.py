@@ -86,8 +86,11 @@ def test_run_keeps_targets_interface():
     native, reference = NativeTarget(PAIR / "target"), Target(PAIR / "target")
     (sn, tn), (sr, tr) = native.run(PROMPTS[0], [1, 2]), reference.run(PROMPTS[0], [1, 2])
     assert tn == tr and sn.keys() == sr.keys() == {1, 2}
-    with pytest.raises(UsageError, match="outside the target's 0..4"):
-        native.run(PROMPTS[0], [5])
+    for t in (native, reference):
+        with pytest.raises(UsageError, match="outside the target's 0..4"):
+            t.run(PROMPTS[0], [5])
+        with pytest.raises(UsageError, match="prompt token 512 is outside the target vocabulary"):
+            t.run([1, 512], [1])
 
 
 def _edit(path: Path, config: dict | None = None, drop: str | None = None, add: str | None = None) -> Path:

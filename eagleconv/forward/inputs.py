@@ -115,13 +115,7 @@ class Target:
 
     def run(self, prompt: Sequence[int], layer_ids: Sequence[int]) -> tuple[dict[int, torch.Tensor], int]:
         """Hidden states [T, Ht] for each hidden_state_index id, and the greedy next token."""
-        bad = [i for i in layer_ids if not 0 <= i <= self.num_layers]
-        if bad:
-            raise UsageError(f"aux layer ids {bad} are outside the target's 0..{self.num_layers}")
-        if max(prompt) >= self.vocab_size:
-            raise UsageError(f"prompt token {max(prompt)} is outside the target vocabulary ({self.vocab_size})")
-        greedy, states = self.forward(prompt, layer_ids)
-        return states, int(greedy[-1])
+        return run_target(self, prompt, layer_ids)
 
     def forward(self, tokens: Sequence[int], layer_ids: Sequence[int]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
         """Greedy next token after every position [T], and hidden states [T, Ht] per hidden_state_index id."""
@@ -146,6 +140,17 @@ class Target:
             else:
                 states[i] = out.hidden_states[i][0]
         return out.logits[0].argmax(-1), states
+
+
+def run_target(target: Any, prompt: Sequence[int], layer_ids: Sequence[int]) -> tuple[dict[int, torch.Tensor], int]:
+    """``Target.run`` for either runtime: checked ids, then the states and the greedy next token."""
+    bad = [i for i in layer_ids if not 0 <= i <= target.num_layers]
+    if bad:
+        raise UsageError(f"aux layer ids {bad} are outside the target's 0..{target.num_layers}")
+    if max(prompt) >= target.vocab_size:
+        raise UsageError(f"prompt token {max(prompt)} is outside the target vocabulary ({target.vocab_size})")
+    greedy, states = target.forward(prompt, layer_ids)
+    return states, int(greedy[-1])
 
 
 TARGET_RUNTIMES = ("auto", "eagleconv", "transformers")

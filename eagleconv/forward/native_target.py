@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..errors import FormatError, UsageError
+from ..errors import FormatError
 
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3"}
 REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
@@ -199,8 +199,6 @@ class NativeTarget:
 
     def run(self, prompt: Sequence[int], layer_ids: Sequence[int]) -> tuple[dict[int, torch.Tensor], int]:
         """Hidden states [T, Ht] for each hidden_state_index id, and the greedy next token (as Target.run)."""
-        bad = [i for i in layer_ids if not 0 <= i <= self.num_layers]
-        if bad:
-            raise UsageError(f"aux layer ids {bad} are outside the target's 0..{self.num_layers}")
-        greedy, states = self.forward(prompt, layer_ids)
-        return states, int(greedy[-1])
+        from .inputs import run_target
+
+        return run_target(self, prompt, layer_ids)
