@@ -120,6 +120,7 @@ def _edit(path: Path, config: dict | None = None, drop: str | None = None, add: 
                                       "attention_factor": 1.2}}), "rope"),
     (dict(drop="model.layers.1.self_attn.q_norm.weight"), "missing: layers.1.self_attn.q_norm.weight"),
     (dict(add="model.layers.0.extra_norm.weight"), "unread tensors: layers.0.extra_norm.weight"),
+    (dict(add="model.layers.2.self_attn.o_proj.bias"), "unread tensors: layers.2.self_attn.o_proj.bias"),
 ])
 def test_what_eagleconv_does_not_run_falls_back_to_transformers(tmp_path, change, reason):
     path = _edit(tiny_target(tmp_path, "qwen3"), **change)

@@ -118,9 +118,10 @@ class NativeTarget:
         self.hidden_size = int(cfg["hidden_size"])
         self.intermediate_size = int(cfg["intermediate_size"])
         heads = int(cfg["num_attention_heads"])
-        self.spec: Any = SimpleNamespace(num_attention_heads=heads,
+        self.spec: Any = SimpleNamespace(num_attention_heads=heads, hidden_size=self.hidden_size,
                                          num_key_value_heads=int(cfg.get("num_key_value_heads") or heads),
-                                         head_dim=int(cfg.get("head_dim") or self.hidden_size // heads))
+                                         head_dim=int(cfg.get("head_dim") or self.hidden_size // heads),
+                                         attention_bias=bool(cfg.get("attention_bias", False)))
         self.eps = float(cfg["rms_norm_eps"])
         self.rope = resolve_rope(typed_rope, arch)
         self.ops = get_ops("torch", "native")
@@ -135,24 +136,20 @@ class NativeTarget:
         self.w.width = self.hidden_size
 
     def _check_tensors(self, tensors: dict[str, torch.Tensor], arch: str) -> None:
-        """Every tensor present with its shape, and none left over: an unread tensor would mean other math."""
-        s, H, V, I = self.spec, self.hidden_size, self.vocab_size, self.intermediate_size
-        q, kv = s.num_attention_heads * s.head_dim, s.num_key_value_heads * s.head_dim
+        """Every tensor present with its shape, and none left over: an unread tensor would mean other math (a bias
+        the config does not declare is one: transformers would not add it).  The attention tensors are the
+        architecture's own list (``attention_tensors``, as for a drafter layer of the target's width)."""
+        from ..architectures import get
+
+        H, V, I = self.hidden_size, self.vocab_size, self.intermediate_size
         expected: dict[str, tuple[int, ...]] = {"embed_tokens.weight": (V, H), "norm.weight": (H,),
                                                 "lm_head.weight": (V, H)}
         for j in range(self.num_layers):
             p = f"layers.{j}."
             expected.update({p + "input_layernorm.weight": (H,), p + "post_attention_layernorm.weight": (H,),
-                             p + "self_attn.q_proj.weight": (q, H), p + "self_attn.k_proj.weight": (kv, H),
-                             p + "self_attn.v_proj.weight": (kv, H), p + "self_attn.o_proj.weight": (H, q),
                              p + "mlp.gate_proj.weight": (I, H), p + "mlp.up_proj.weight": (I, H),
                              p + "mlp.down_proj.weight": (H, I)})
-            for b, rows in (("q", q), ("k", kv), ("v", kv), ("o", H)):
-                if p + f"self_attn.{b}_proj.bias" in tensors:
-                    expected[p + f"self_attn.{b}_proj.bias"] = (rows,)
-            if arch == "qwen3":
-                expected[p + "self_attn.q_norm.weight"] = (s.head_dim,)
-                expected[p + "self_attn.k_norm.weight"] = (s.head_dim,)
+            expected.update({n: e.shape for n, e in get(arch).attention_tensors(self.spec, p, H).items()})
         wrong = [f"{n} {tuple(tensors[n].shape)} (expected {shape})" for n, shape in expected.items()
                  if n in tensors and tuple(tensors[n].shape) != shape]
         missing = sorted(set(expected) - set(tensors))
