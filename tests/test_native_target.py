@@ -82,6 +82,24 @@ def test_transformers_written_targets_match(tmp_path, kind):
     assert_same_target(target, Target(path), [[1, 5, 9, 200, 17, 3, 3, 42], list(range(40, 80))])
 
 
+def test_tied_embeddings_with_a_different_stored_lm_head_run_in_transformers(tmp_path):
+    """transformers 5 keeps a stored lm_head that differs from the tied embedding, vLLM ties: ambiguous, so auto
+    leaves it to transformers (what simulate documents) rather than picking one."""
+    from safetensors.torch import load_file, save_file
+
+    path = tiny_target(tmp_path, "llama-bias-tied-llama3-rope")
+    tensors = load_file(path / "model.safetensors")
+    tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].clone()
+    save_file(tensors, path / "model.safetensors", metadata={"format": "pt"})
+    assert open_target(path).runtime == "eagleconv"  # equal to the embedding: no ambiguity
+    tensors["lm_head.weight"] = torch.randn_like(tensors["model.embed_tokens.weight"])
+    save_file(tensors, path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(NativeUnsupported, match="differs from the embedding"):
+        NativeTarget(path)
+    target = open_target(path)
+    assert target.runtime == "transformers" and "differs from the embedding" in target.fallback
+
+
 def test_run_keeps_targets_interface():
     native, reference = NativeTarget(PAIR / "target"), Target(PAIR / "target")
     (sn, tn), (sr, tr) = native.run(PROMPTS[0], [1, 2]), reference.run(PROMPTS[0], [1, 2])

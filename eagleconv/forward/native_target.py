@@ -127,10 +127,16 @@ class NativeTarget:
         self.ops = get_ops("torch", "native")
         self.attention = get(arch).attention
         tensors = _read_weights(self.path)
-        if "lm_head.weight" not in tensors:
-            if not cfg.get("tie_word_embeddings", False):
-                raise NativeUnsupported("no lm_head.weight and tie_word_embeddings is false")
-            tensors["lm_head.weight"] = tensors["embed_tokens.weight"]
+        tied = cfg.get("tie_word_embeddings", False)
+        embed, head = tensors.get("embed_tokens.weight"), tensors.get("lm_head.weight")
+        if tied and embed is not None and head is not None and not torch.equal(embed, head):
+            # transformers 5 then keeps the stored lm_head (it warns and does not tie); vLLM ties and skips it
+            raise NativeUnsupported("tie_word_embeddings with a stored lm_head.weight that differs from the embedding "
+                                    "(transformers uses the stored one, vLLM the embedding)")
+        if head is None:
+            if not tied or embed is None:
+                raise NativeUnsupported("no lm_head.weight and no tied embedding")
+            tensors["lm_head.weight"] = embed
         self._check_tensors(tensors, arch)
         self.w = Weights(DictSource(tensors), torch.float32)
         self.w.width = self.hidden_size
