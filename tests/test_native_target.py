@@ -171,3 +171,29 @@ def test_simulate_cli_refuses_a_forced_runtime_it_cannot_run(tmp_path):
     assert result.exit_code == 2
     line = result.output.strip()
     assert line.startswith("eagleconv: error:") and "mlp_bias" in line and "\n" not in line and "Traceback" not in line
+
+
+# The keys SmolLM2-135M-Instruct's published config.json carries beyond transformers' own (nanotron's
+# is_llama_config and rope_interleaved, transformers.js's block), with what a transformers dump of it adds.
+SMOLLM2_PUBLISHED = {"is_llama_config": True, "rope_interleaved": False, "pretraining_tp": 1, "use_cache": True,
+                     "transformers_version": "4.42.3", "pad_token_id": 2, "unk_token_id": 0,
+                     "initializer_range": 0.041666666666666664, "attention_dropout": 0.0, "rope_scaling": None,
+                     "_name_or_path": "HuggingFaceTB/SmolLM2-135M-Instruct",
+                     "transformers.js_config": {"kv_cache_dtype": {"q4f16": "float16", "fp16": "float16"}}}
+
+
+def test_published_llama_config_fields_run_natively(tmp_path):
+    """A real target's published config runs in eagleconv's runtime (issue 15: SmolLM2 fell back to the slowest
+    path), and the fields really are inert: the states still equal transformers'."""
+    path = _edit(tiny_target(tmp_path, "llama-linear-rope-mha"), config=SMOLLM2_PUBLISHED)
+    target = open_target(path, "auto")
+    assert target.runtime == "eagleconv", getattr(target, "fallback", None)
+    assert_same_target(target, Target(path), [[1, 5, 9, 200, 17, 3, 3, 42]])
+
+
+@pytest.mark.parametrize("key,value", [("rope_interleaved", True), ("pretraining_tp", 2),
+                                       ("attention_dropout", 0.1)])
+def test_published_fields_at_math_changing_values_are_refused(tmp_path, key, value):
+    path = _edit(tiny_target(tmp_path, "llama-linear-rope-mha"), config={**SMOLLM2_PUBLISHED, key: value})
+    with pytest.raises(NativeUnsupported, match=f"{key} = {value!r}"):
+        NativeTarget(path)

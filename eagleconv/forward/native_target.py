@@ -35,7 +35,10 @@ INERT = frozenset({"architectures", "model_type", "bos_token_id", "eos_token_id"
                    "hidden_act", "mlp_bias", "attention_bias", "pretraining_tp", "rope_scaling", "rope_parameters",
                    "use_sliding_window", "sliding_window", "max_window_layers", "layer_types", "output_attentions",
                    "output_hidden_states", "return_dict", "tokenizer_class", "rope_theta", "chunk_size_feed_forward",
-                   "id2label", "label2id", "is_encoder_decoder", "problem_type", *REQUIRED})
+                   "id2label", "label2id", "is_encoder_decoder", "problem_type", "unk_token_id",
+                   # written by nanotron and transformers.js into published Llama configs (SmolLM2): neither
+                   # transformers nor vLLM reads them; rope_interleaved is held to False below
+                   "is_llama_config", "rope_interleaved", "transformers.js_config", *REQUIRED})
 ROPE_KINDS = ("none", "linear", "llama3", "yarn")
 
 
@@ -56,7 +59,10 @@ def _check_config(cfg: dict[str, Any]) -> str:
     if missing:
         raise NativeUnsupported(f"config states no {', '.join(missing)} (transformers would default them)")
     rules = {"hidden_act": ("silu", "silu"), "mlp_bias": (False, False), "pretraining_tp": (1, 1),
-             "use_sliding_window": (False, False), "attention_dropout": (0.0, 0.0)}
+             "use_sliding_window": (False, False), "attention_dropout": (0.0, 0.0),
+             # transformers and vLLM run neox RoPE whatever this says: a True would mean weights trained for
+             # interleaved RoPE, which neither engine (nor this runtime) computes
+             "rope_interleaved": (False, False)}
     for key, (default, wanted) in rules.items():
         if cfg.get(key, default) != wanted:
             raise NativeUnsupported(f"{key} = {cfg.get(key)!r}")
