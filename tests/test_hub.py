@@ -111,9 +111,12 @@ def test_push_lands_every_file_once_and_verifies(hub, drafter):
     assert report.parent_commit is not None and report.commit_oid == repo.refs["main"]
     assert {f.path for f in report.remote} == set(remote) and report.mismatches == []
     card = remote["README.md"].decode()
-    front = card.split("---")[1]
-    assert 'base_model: "meta-llama/Llama-3.1-8B-Instruct"' in front
-    assert all(f"- {t}" in front for t in ("eagle3", "eagle3.1", "speculative-decoding"))
+    import yaml
+
+    front = yaml.safe_load(card.split("---")[1])
+    assert front["base_model"] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert front["license"] == "unknown" and front["library_name"] == "vllm"
+    assert {"eagle3", "eagle3.1", "speculative-decoding"} <= set(front["tags"])
     assert ("vllm serve meta-llama/Llama-3.1-8B-Instruct --speculative-config "
             '\'{"model": "org/drafter", "method": "eagle3", "num_speculative_tokens": 3}\'') in card
     assert "vllm 0.32" in card and "hidden_state_index" in card
@@ -308,7 +311,7 @@ def test_pull_never_replaces_a_directory_that_appears_while_it_copies(hub, draft
 
     monkeypatch.setattr(shutil, "copyfile", copy_then_race)
     result = run("pull", "org/d", dest)
-    assert result.exit_code == 2 and "destination exists" in result.output, result.output
+    assert result.exit_code == 2 and "destination appeared while writing" in result.output, result.output
     assert dest.is_dir() and list(dest.iterdir()) == []
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".pulled.")) == []
 
@@ -402,7 +405,10 @@ def test_pull_never_writes_over_an_existing_directory(hub, drafter, tmp_path):
     dest.mkdir()
     (dest / "keep.txt").write_text("mine")
     result = run("pull", "org/d", dest)
-    assert result.exit_code == 2 and "destination exists" in result.output
+    assert result.exit_code == 2 and "destination already exists (pass --overwrite" in result.output
+    assert [p.name for p in dest.iterdir()] == ["keep.txt"] and hub.requests == []
+    result = run("pull", "org/d", dest, "--overwrite")  # --overwrite replaces only a checkpoint
+    assert result.exit_code == 2 and "not a checkpoint directory" in result.output
     assert [p.name for p in dest.iterdir()] == ["keep.txt"] and hub.requests == []
 
 
