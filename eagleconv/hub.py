@@ -264,7 +264,7 @@ def _httpx_client_factory(template: Any) -> Callable[[], Any]:
     http = sys.modules[type(template).__module__.split(".")[0]]
     hooks = template.event_hooks
 
-    class Stream(http.SyncByteStream):  # type: ignore[misc,name-defined]
+    class Stream(http.SyncByteStream):  # type: ignore[name-defined]
         """A streamed body (downloads) whose read timeout is eagleconv's error too."""
 
         def __init__(self, inner: Any, method: str, url: Any, limit: float):
@@ -279,7 +279,7 @@ def _httpx_client_factory(template: Any) -> Callable[[], Any]:
         def close(self) -> None:
             self.inner.close()
 
-    class Client(http.Client):  # type: ignore[misc,name-defined]
+    class Client(http.Client):  # type: ignore[name-defined]
         def send(self, request: Any, **kwargs: Any) -> Any:
             limit = _limit
             if limit is None:
@@ -958,7 +958,7 @@ def _upload(result: PushReport, staged: Path, entries: Sequence[ManifestEntry], 
             api.create_branch(repo_id, branch=revision)
             parent = _head(api, repo_id, revision)
         before = _remote(api, repo_id, parent) if parent else []
-    except Exception as exc:  # noqa: BLE001 - HubError (a timeout, --create-pr) too: one line saying nothing was sent
+    except Exception as exc:  # noqa: BLE001 - HubError (timeout, --create-pr) too: one line, nothing was sent
         raise _hub_error(exc, "before the commit (nothing was uploaded)", f"{result.endpoint or 'hub'}/{repo_id}") from exc
     result.parent_commit = parent
     uploading = {e.path for e in entries} | {MANIFEST}

@@ -67,7 +67,8 @@ def _render_push(report) -> None:
 @click.option("--private", is_flag=True, help="Create the repository private (if it does not exist).")
 @click.option("--endpoint", metavar="URL", help="Hub endpoint (default: HF_ENDPOINT or huggingface.co).")
 @engines_option
-@click.option("--strict", is_flag=True, help="Refuse (exit 1) on warnings too, unless --ignore'd (for pre-upload gates).")
+@click.option("--strict", is_flag=True,
+              help="Refuse (exit 1) on warnings too, unless --ignore'd (for pre-upload gates).")
 @ignore_option
 @click.option("--no-numeric", is_flag=True, help="Skip the NaN/Inf/zero scan.")
 @click.option("--no-forward", is_flag=True, help="Skip the forward pass (draft steps on synthetic inputs).")
