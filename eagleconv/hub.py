@@ -147,7 +147,7 @@ class PullReport(_Report):
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 # A branch, tag, commit or refs/pr/N: git ref characters only, no `..` (huggingface_hub joins the revision into
 # its cache path, so `../..` would write outside the cache), nothing that splits a line.
-_REVISION = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]*(/[A-Za-z0-9_-][A-Za-z0-9._-]*)*$")
+_REVISION = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]*(/[A-Za-z0-9_+-][A-Za-z0-9._+-]*)*")
 
 
 @dataclass(frozen=True)
@@ -170,7 +170,7 @@ def parse_hf_url(text: str) -> HubRef:
 def check_revision(revision: str) -> str:
     """A revision as git spells refs (no ``..``, no control characters), else a one-line UsageError."""
     if not _REVISION.fullmatch(revision) or ".." in revision or revision.endswith(".lock"):
-        raise UsageError(f"revision {revision!r} is not a branch, tag or commit name (letters, digits, . _ - /; "
+        raise UsageError(f"revision {revision!r} is not a branch, tag or commit name (letters, digits, . _ + - /; "
                          "no '..')")
     return revision
 
@@ -771,22 +771,22 @@ def push(path: str | Path, repo_id: str, *, revision: str | None = None, create_
         try:
             for name in names:
                 shutil.copyfile(source / name, partial / name)
+            if on_total:
+                on_total(sum((partial / n).stat().st_size for n in names))
+            entries, git_ids = build_manifest(partial, names, on_bytes)
+            now = _stat(source)
+            changed = [n for n in names if now.get(n) != seen.get(n)]
+            if changed:
+                raise UsageError(f"{', '.join(changed)} changed while push validated and staged it; nothing was sent",
+                                 source)
+            card = model_card(repo_id, inspected, report, result.base_model, result.serve_command, entries, license)
+            (partial / CARD).write_text(card, encoding="utf-8")
+            card_entries, card_git = build_manifest(partial, [CARD])
+            entries = sorted([*entries, *card_entries], key=lambda e: e.path)
+            git_ids.update(card_git)
+            (partial / MANIFEST).write_text(manifest_json(entries), encoding="utf-8")
         except OSError as exc:  # a full disk, a vanished file: nothing is kept, the next run is not blocked
             raise UsageError(f"staging failed: {exc.strerror or exc}; nothing was kept", partial.parent) from None
-        if on_total:
-            on_total(sum((partial / n).stat().st_size for n in names))
-        entries, git_ids = build_manifest(partial, names, on_bytes)
-        now = _stat(source)
-        changed = [n for n in names if now.get(n) != seen.get(n)]
-        if changed:
-            raise UsageError(f"{', '.join(changed)} changed while push validated and staged it; nothing was sent",
-                             source)
-        card = model_card(repo_id, inspected, report, result.base_model, result.serve_command, entries, license)
-        (partial / CARD).write_text(card, encoding="utf-8")
-        card_entries, card_git = build_manifest(partial, [CARD])
-        entries = sorted([*entries, *card_entries], key=lambda e: e.path)
-        git_ids.update(card_git)
-        (partial / MANIFEST).write_text(manifest_json(entries), encoding="utf-8")
         result.files, result.model_card = entries, card
         if others:
             result.notes.append(f"not published (not part of the checkpoint): {', '.join(others)}")
