@@ -26,10 +26,16 @@ def run(*args: str):
 
 
 @pytest.fixture
-def hub(monkeypatch):
-    """The loopback Hub, with huggingface_hub online (it read HF_HUB_OFFLINE=1 at import) and a token for it."""
+def hub(monkeypatch, tmp_path_factory):
+    """The loopback Hub, with huggingface_hub online (it read HF_HUB_OFFLINE=1 at import) and a token for it.
+
+    Temporary files (push's staging and a dry run's kept copy) go to a test directory, not /tmp.
+    """
+    import tempfile
+
     from huggingface_hub import constants
 
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path_factory.mktemp("tmp")))
     server = FakeHub().start()
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
@@ -253,6 +259,8 @@ def test_a_source_rewritten_during_staging_is_refused(hub, drafter):
 # -- dry run ------------------------------------------------------------------------------------
 
 def test_dry_run_stages_card_and_manifest_without_the_network(hub, drafter, tmp_path):
+    import tempfile
+
     src = good(drafter)
     stage = tmp_path / "stage"
     result = run("push", src, "org/d", "--endpoint", hub.url, "--dry-run", "--stage-dir", stage)
@@ -266,6 +274,8 @@ def test_dry_run_stages_card_and_manifest_without_the_network(hub, drafter, tmp_
     # Without --stage-dir the dry run keeps a temporary staging copy and says where.
     code, report = push_json(src, "org/d", "--dry-run")
     assert code == 0 and report.staged and (Path(report.staged) / "README.md").read_text() == report.model_card
+    assert Path(report.staged).parent == Path(tempfile.gettempdir()) and Path(report.staged).name.startswith(
+        "eagleconv-push-")
 
 
 # -- pull and hf:// -----------------------------------------------------------------------------

@@ -293,15 +293,17 @@ def test_pull_overwrite_swaps_in_the_new_checkpoint(hub, drafter, tmp_path):  # 
     assert _debris(tmp_path, "p") == []
 
 
-def test_the_model_card_metadata_is_parsed_by_huggingface_hub(drafter):
+def test_the_model_card_metadata_is_parsed_by_huggingface_hub(drafter, tmp_path):
     from huggingface_hub import ModelCard
 
-    code, report = push_json(good(drafter), "org/d", "--dry-run", "--no-forward", "--license", "apache-2.0")
+    src = good(drafter)
+    code, report = push_json(src, "org/d", "--dry-run", "--no-forward", "--license", "apache-2.0",
+                             "--stage-dir", tmp_path / "s1")
     assert code == 0
     data = ModelCard(report.model_card).data
     assert (data.license, data.library_name, data.base_model) == ("apache-2.0", "vllm",
                                                                   "meta-llama/Llama-3.1-8B-Instruct")
-    code, report = push_json(good(drafter), "org/d", "--dry-run", "--no-forward")
+    code, report = push_json(src, "org/d", "--dry-run", "--no-forward", "--stage-dir", tmp_path / "s2")
     assert ModelCard(report.model_card).data.license == "unknown"
 
 

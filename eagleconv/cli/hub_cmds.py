@@ -33,7 +33,7 @@ def _render_push(report) -> None:
     if report.refused:
         console.print(f"[bold red]push {escape(report.error or 'refused')}[/]; nothing was sent")
         return
-    verb = "would upload" if report.dry_run else "uploaded"
+    verb = "would upload" if report.dry_run else ("uploaded" if report.commit_oid else "not uploaded")
     console.print(f"{verb} to {escape(report.repo_id)}@{escape(report.revision)}"
                   + (" as a pull request" if report.create_pr else "") + ":")
     for e in report.files:
