@@ -21,11 +21,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
+import sys
 import tempfile
-from collections.abc import Callable, Iterable, Sequence
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,6 +55,16 @@ LENIENT = {".gitattributes", CARD}
 # Remote files a new push replaces: a stale shard or index beside a new one would make the repo inconsistent.
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".index.json")
 HASH_CHUNK = 1024 * 1024
+# Every Hub request gives up after this long without an answer (connect: at most CONNECT_TIMEOUT), instead of
+# huggingface_hub's none-or-retried-five-times; --timeout or EAGLECONV_HUB_TIMEOUT sets it.
+DEFAULT_TIMEOUT = 60.0
+CONNECT_TIMEOUT = 10.0
+TIMEOUT_ENV = "EAGLECONV_HUB_TIMEOUT"
+# Without --stage-dir, push stages under $TMPDIR as owned `.eagleconv-push.eagleconv-HOST-PID-START-RAND.partial`
+# names, so the next push removes what a killed one left (io.staging.recover).
+TMP_STAGE = "eagleconv-push"
+LICENSE = "unknown"  # the Hub's identifier for "not stated": eagleconv cannot know a drafter's license
+LIBRARY = "vllm"  # what the card's serve command runs
 
 # (on_total, on_bytes) callbacks for the hashing pass, as in convert
 Progress = tuple[Callable[[int], None] | None, Callable[[int], None] | None]
@@ -58,6 +72,10 @@ Progress = tuple[Callable[[int], None] | None, Callable[[int], None] | None]
 
 class HubError(EagleconvError):
     """The Hub could not be reached, refused a request, or holds something other than the manifest (exit 2)."""
+
+
+class HubTimeoutError(HubError):
+    """A Hub request got no answer within the timeout (raised from the HTTP client, so it is never retried)."""
 
 
 # -- reports -------------------------------------------------------------------------------
@@ -127,6 +145,9 @@ class PullReport(_Report):
 # -- hf:// paths and Hub ids ---------------------------------------------------------------
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+# A branch, tag, commit or refs/pr/N: git ref characters only, no `..` (huggingface_hub joins the revision into
+# its cache path, so `../..` would write outside the cache), nothing that splits a line.
+_REVISION = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]*(/[A-Za-z0-9_+-][A-Za-z0-9._+-]*)*")
 
 
 @dataclass(frozen=True)
@@ -141,9 +162,17 @@ def parse_hf_url(text: str) -> HubRef:
         raise UsageError(f"{text!r} is not an hf://ORG/NAME[@REV] reference")
     body = text[len(HF_SCHEME):]
     repo_id, at, revision = body.partition("@")
-    if "/" not in repo_id or not _REPO_ID.match(repo_id) or ".." in repo_id or (at and not revision):
+    if "/" not in repo_id or not _REPO_ID.fullmatch(repo_id) or ".." in repo_id or (at and not revision):
         raise UsageError(f"{text!r}: expected hf://ORG/NAME or hf://ORG/NAME@REVISION")
-    return HubRef(repo_id, revision or None)
+    return HubRef(repo_id, check_revision(revision) if revision else None)
+
+
+def check_revision(revision: str) -> str:
+    """A revision as git spells refs (no ``..``, no control characters), else a one-line UsageError."""
+    if not _REVISION.fullmatch(revision) or ".." in revision or revision.endswith(".lock"):
+        raise UsageError(f"revision {revision!r} is not a branch, tag or commit name (letters, digits, . _ + - /; "
+                         "no '..')")
+    return revision
 
 
 def is_hf_url(path: object) -> bool:
@@ -156,11 +185,11 @@ def is_local_path(name: str) -> bool:
         return True
     if re.match(r"^[A-Za-z]:[\\/]", name) or "\\" in name:
         return True
-    return not _REPO_ID.match(name)
+    return not _REPO_ID.fullmatch(name)
 
 
 def check_repo_id(repo_id: str) -> str:
-    if "/" not in repo_id or not _REPO_ID.match(repo_id) or ".." in repo_id:
+    if "/" not in repo_id or not _REPO_ID.fullmatch(repo_id) or ".." in repo_id:
         raise UsageError(f"{repo_id!r} is not a Hub repository id (ORG/NAME)")
     return repo_id
 
@@ -187,8 +216,129 @@ def offline() -> bool:
 
 
 def _hub_error(exc: BaseException, doing: str, where: str | None = None) -> HubError:
+    if isinstance(exc, HubError):
+        return type(exc)(f"{doing}: {exc.message}", where or exc.path)
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return HubError(f"{doing}: {type(exc).__name__}: {text}", where)
+
+
+# -- timeouts ------------------------------------------------------------------------------
+# huggingface_hub sends many requests without a timeout (model_info, create_commit...) and retries a timed-out
+# one five times with back-off, so a server that holds a response held push for minutes.  eagleconv gives
+# huggingface_hub a client (through its public set_client_factory / configure_http_backend) whose every request
+# has a connect and read limit, and whose timeout is an eagleconv error that huggingface_hub does not retry.
+# Outside an eagleconv Hub call (``_limit`` None) that client behaves as huggingface_hub's default one.
+
+_limit: float | None = None
+_client_installed = False
+
+
+def hub_timeout(seconds: float | None = None) -> float:
+    """The read timeout to use: ``seconds``, else EAGLECONV_HUB_TIMEOUT, else DEFAULT_TIMEOUT (UsageError if bad)."""
+    source = "--timeout"
+    if seconds is None:
+        text = os.environ.get(TIMEOUT_ENV, "").strip()
+        if not text:
+            return DEFAULT_TIMEOUT
+        source = TIMEOUT_ENV
+        try:
+            seconds = float(text)
+        except ValueError:
+            raise UsageError(f"{TIMEOUT_ENV}={text!r} is not a number of seconds") from None
+    if isinstance(seconds, bool) or not math.isfinite(seconds) or seconds <= 0:
+        raise UsageError(f"{source} {seconds!r}: the Hub timeout must be a positive number of seconds")
+    return float(seconds)
+
+
+def _limited(existing: Any, limit: float) -> float:
+    return limit if existing is None else min(float(existing), limit)
+
+
+def _timed_out(method: str, url: Any, limit: float) -> HubTimeoutError:
+    return HubTimeoutError(f"no answer within {limit:g} s ({method} {url}); --timeout SECONDS or "
+                           f"{TIMEOUT_ENV} sets the limit")
+
+
+def _httpx_client_factory(template: Any) -> Callable[[], Any]:
+    """huggingface_hub >= 1.0: an httpx(2) Client subclass like its default one (same event hooks) with limits."""
+    http = sys.modules[type(template).__module__.split(".")[0]]
+    hooks = template.event_hooks
+
+    class Stream(http.SyncByteStream):  # type: ignore[name-defined]
+        """A streamed body (downloads) whose read timeout is eagleconv's error too."""
+
+        def __init__(self, inner: Any, method: str, url: Any, limit: float):
+            self.inner, self.what = inner, (method, url, limit)
+
+        def __iter__(self) -> Iterator[bytes]:
+            try:
+                yield from self.inner
+            except http.TimeoutException:
+                raise _timed_out(*self.what) from None
+
+        def close(self) -> None:
+            self.inner.close()
+
+    class Client(http.Client):  # type: ignore[name-defined]
+        def send(self, request: Any, **kwargs: Any) -> Any:
+            limit = _limit
+            if limit is None:
+                return super().send(request, **kwargs)
+            old = request.extensions.get("timeout") or {}
+            request.extensions["timeout"] = {"connect": _limited(old.get("connect"), min(CONNECT_TIMEOUT, limit)),
+                                             "read": _limited(old.get("read"), limit),
+                                             "write": _limited(old.get("write"), limit),
+                                             "pool": _limited(old.get("pool"), limit)}
+            url = str(request.url).split("?")[0]
+            try:
+                response = super().send(request, **kwargs)
+            except http.TimeoutException:
+                raise _timed_out(request.method, url, limit) from None
+            if isinstance(response.stream, http.SyncByteStream):
+                response.stream = Stream(response.stream, request.method, url, limit)
+            return response
+
+    return lambda: Client(event_hooks=hooks, follow_redirects=True, timeout=None)
+
+
+def _requests_session_factory() -> Callable[[], Any]:
+    """huggingface_hub 0.x (requests): a Session whose every request has eagleconv's limits."""
+    import requests
+
+    class Session(requests.Session):
+        def send(self, request: Any, **kwargs: Any) -> Any:
+            limit = _limit
+            if limit is None:
+                return super().send(request, **kwargs)
+            old = kwargs.get("timeout")
+            connect, read = old if isinstance(old, tuple) else (old, old)
+            kwargs["timeout"] = (_limited(connect, min(CONNECT_TIMEOUT, limit)), _limited(read, limit))
+            try:
+                return super().send(request, **kwargs)
+            except requests.Timeout:
+                raise _timed_out(request.method or "", (request.url or "").split("?")[0], limit) from None
+
+    return Session
+
+
+@contextmanager
+def hub_timeouts(seconds: float | None = None) -> Iterator[float]:
+    """Every huggingface_hub request made inside gives up after ``hub_timeout(seconds)`` without an answer."""
+    global _limit, _client_installed
+    import huggingface_hub
+
+    limit = hub_timeout(seconds)
+    if not _client_installed:
+        if hasattr(huggingface_hub, "set_client_factory"):
+            huggingface_hub.set_client_factory(_httpx_client_factory(huggingface_hub.get_session()))
+        else:  # pragma: no cover - huggingface_hub < 1.0
+            huggingface_hub.configure_http_backend(backend_factory=_requests_session_factory())
+        _client_installed = True
+    previous, _limit = _limit, limit
+    try:
+        yield limit
+    finally:
+        _limit = previous
 
 
 # -- manifest ------------------------------------------------------------------------------
@@ -229,7 +379,10 @@ def read_manifest(directory: Path) -> list[ManifestEntry] | None:
     path = directory / MANIFEST
     if not path.exists():
         return None
-    data = load_json(path)
+    duplicates: list[str] = []
+    data = load_json(path, duplicates=duplicates)
+    if duplicates:  # a manifest that says two things about one key is not a manifest (exit 2, as any bad one)
+        raise UnsafeInputError(f"{MANIFEST} has duplicate key(s): {', '.join(sorted(set(duplicates)))}", path)
     if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT or not isinstance(data.get("files"), list):
         raise UnsafeInputError(f"not an {MANIFEST_FORMAT} manifest", path)
     try:
@@ -265,23 +418,37 @@ def verify_manifest(directory: Path) -> tuple[bool | None, list[str]]:
                 notes.append(f"{e.path} differs from {MANIFEST} ({what}): edited after publication")
                 continue
             raise UnsafeInputError(f"{e.path} does not match {MANIFEST}: {what}", directory)
-    extra = sorted(p.name for p in directory.iterdir() if p.is_file() and p.name not in listed | {MANIFEST} | LENIENT)
+    # Every file, at any depth (a repository can hold `scripts/run.sh`), not only the top level.
+    extra = sorted(rel for rel in _repo_files(directory) if rel not in listed | {MANIFEST} | LENIENT)
     if extra:
         raise UnsafeInputError(f"files not listed in {MANIFEST}: {', '.join(extra)}", directory)
     return True, notes
 
 
+def _repo_files(directory: Path) -> list[str]:
+    """Every non-directory entry under ``directory`` (following the cache's blob links), as relative posix paths."""
+    return sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*") if not p.is_dir())
+
+
 # -- downloads -----------------------------------------------------------------------------
 
-def download(ref: HubRef, *, endpoint: str | None = None, token: str | bool | None = None) -> tuple[Path, str | None]:
+def download(ref: HubRef, *, endpoint: str | None = None, token: str | bool | None = None,
+             timeout: float | None = None) -> tuple[Path, str | None]:
     """Snapshot ``ref`` through huggingface_hub's cache; (snapshot dir, commit).  Honours HF_HUB_OFFLINE."""
     from huggingface_hub import snapshot_download
 
+    check_repo_id(ref.repo_id)
+    if ref.revision is not None:
+        check_revision(ref.revision)
     where = f"hf://{ref.repo_id}" + (f"@{ref.revision}" if ref.revision else "")
     local_only = offline()
     try:
-        path = Path(snapshot_download(ref.repo_id, revision=ref.revision, repo_type="model", cache_dir=_cache_dir(),
-                                      endpoint=_endpoint(endpoint), token=token, local_files_only=local_only))
+        with hub_timeouts(timeout):
+            path = Path(snapshot_download(ref.repo_id, revision=ref.revision, repo_type="model",
+                                          cache_dir=_cache_dir(), endpoint=_endpoint(endpoint), token=token,
+                                          local_files_only=local_only))
+    except UsageError:
+        raise
     except Exception as exc:  # noqa: BLE001 - every failure becomes one line naming the repository
         if local_only:
             raise HubError("HF_HUB_OFFLINE is set and this repository (revision) is not in the Hugging Face cache",
@@ -301,50 +468,67 @@ def local_path(path: str | Path) -> Path:
 
 def pull(repo_id: str, destination: str | Path, *, revision: str | None = None, endpoint: str | None = None,
          token: str | bool | None = None, engines: Any = ("vllm",), force: bool = False,
-         ignore: Iterable[str] = ()) -> PullReport:
+         ignore: Iterable[str] = (), overwrite: bool = False, timeout: float | None = None) -> PullReport:
     """Download a drafter through the cache, verify its manifest, validate it, then copy it to ``destination``.
 
-    ``destination`` must not exist; it appears complete or not at all.  With
-    error findings nothing is written unless ``force``.
+    ``destination`` appears complete or not at all.  An existing one is
+    refused unless ``overwrite``, and then replaced only if it is recognisably
+    a checkpoint, in one atomic swap (convert's --overwrite).  Only the files
+    the manifest lists (without one: the checkpoint's own files and its card)
+    are copied.  With error findings nothing is written unless ``force``.
     """
-    from .io.staging import remove_tree, rename_noreplace, staging_name
+    from .io.staging import remove_tree, staging_name
+    from .io.writer import CheckpointWriter
     from .validation import validate
 
     if is_hf_url(repo_id):
         ref = parse_hf_url(repo_id)
         repo_id, revision = ref.repo_id, revision or ref.revision
     check_repo_id(repo_id)
+    if revision is not None:
+        check_revision(revision)
     dest = Path(destination)
-    if dest.exists() or dest.is_symlink():
-        raise UsageError("destination exists; pull never writes over a directory", dest)
     if not dest.parent.is_dir():
         raise UsageError("the destination's parent directory does not exist", dest)
-    snapshot, commit = download(HubRef(repo_id, revision), endpoint=endpoint, token=token)
+    # convert's writer: removes a dead run's debris beside DEST, refuses an existing DEST without --overwrite
+    # and, with it, anything that is not recognisably a checkpoint; all before any request.
+    writer = CheckpointWriter(dest, overwrite=overwrite)
+    snapshot, commit = download(HubRef(repo_id, revision), endpoint=endpoint, token=token, timeout=timeout)
     verified, notes = verify_manifest(snapshot)
     report = validate(snapshot, engines=engines, ignore=ignore)
-    files = sorted(p.name for p in snapshot.iterdir() if p.is_file())
+    if verified:
+        names = sorted({e.path for e in read_manifest(snapshot) or []} | {MANIFEST})
+    else:  # no manifest: only what makes up the checkpoint, never a repository's scripts or optimizer state
+        names = sorted({*checkpoint_files(snapshot)[0], *([CARD] if (snapshot / CARD).is_file() else [])})
+    left_out = [n for n in _repo_files(snapshot) if n not in names and n != ".gitattributes"]
     result = PullReport(ok=report.ok, repo_id=repo_id, revision=revision, commit=commit, snapshot=str(snapshot),
-                        manifest_verified=verified, files=files, validation=report, notes=notes)
+                        manifest_verified=verified, files=names, validation=report, notes=[*writer.notes, *notes])
+    if left_out:
+        result.notes.append("not copied (not part of the checkpoint" + (f" nor in {MANIFEST}" if verified else "")
+                            + f"): {', '.join(left_out)}")
     if not report.ok and not force:
         result.notes.append("not written: the drafter has error findings (force=True / --force writes it anyway)")
         return result
-    # convert's staging helpers: a sibling name recording its owner (so eagleconv can tell a dead owner's
-    # debris), and a rename that never replaces what appeared at DEST meanwhile (rename(2) replaces an empty
-    # directory).
-    staging = dest.parent / staging_name(dest, "partial")
+    staging = dest.absolute().parent / staging_name(dest, "partial")  # owned: a dead owner's is removed next time
     staging.mkdir()
     try:
-        for name in files:
+        for name in names:
+            (staging / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(snapshot / name, staging / name)  # follows the cache's blob symlinks
-        rename_noreplace(staging, dest)
-    except FileExistsError:
+            _fsync(staging / name)
+        writer._publish(staging)  # convert's publishing step: rename, or the atomic swap with --overwrite
+    finally:
         remove_tree(staging)
-        raise UsageError("destination exists; pull never writes over a directory", dest) from None
-    except BaseException:
-        remove_tree(staging)
-        raise
     result.destination = str(dest)
     return result
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 # -- the model card ------------------------------------------------------------------------
@@ -381,9 +565,13 @@ def publish_findings(config: dict[str, Any], inspected: InspectReport | None) ->
     if verifier is not None:
         named["speculators_config.verifier.name_or_path"] = verifier
     named.update(_target_fields(config))
+    verifier_key = "speculators_config.verifier.name_or_path"
+    fix = {verifier_key: "rewrite it with `eagleconv convert PATH OUT --to speculators --verifier ORG/NAME` and "
+                         "push OUT"}
     return [Finding(code="EC080", severity="warning",
                     message=f"{key} is the local path {name!r}: publishing leaks it and nobody can resolve the target "
-                            "from it; the card cannot set base_model (give the Hub id with --base-model ORG/NAME)")
+                            f"from it; push refuses it: {fix.get(key, 'set it to the Hub id ORG/NAME')} "
+                            "(--ignore EC080 publishes it anyway)")
             for key, name in named.items() if is_local_path(name)]
 
 
@@ -404,16 +592,19 @@ def serve_command(target: str | None, repo_id: str, k: int) -> str:
 
 
 def model_card(repo_id: str, inspected: InspectReport, validation: ValidationReport, base_model: str | None,
-               command: str, files: Sequence[ManifestEntry]) -> str:
-    """A README.md with YAML front matter (base_model, tags) and what a user needs to serve the drafter."""
+               command: str, files: Sequence[ManifestEntry], license_id: str = LICENSE) -> str:
+    """A README.md with metadata (license, library_name, base_model, tags) and what a user needs to serve the drafter.
+
+    The metadata goes through huggingface_hub's ModelCardData/ModelCard, which write and re-parse the YAML.
+    """
+    from huggingface_hub import ModelCard, ModelCardData
+
     from .drafter import EagleFlags
 
     spec = inspected.spec
     tags = ["eagle3", *(["eagle3.1"] if spec.eagle_version == "3.1" else []), "speculative-decoding", "eagleconv"]
-    front = ["---"]
-    if base_model:
-        front.append(f"base_model: {json.dumps(base_model)}")
-    front += ["tags:", *(f"- {t}" for t in tags), "---", ""]
+    data = ModelCardData(license=license_id, library_name=LIBRARY, base_model=base_model or None, tags=tags)
+    front = ["---", data.to_yaml(), "---", ""]
     name = repo_id.split("/")[-1]
     version = "EAGLE-3.1" if spec.eagle_version == "3.1" else "EAGLE-3"
     target = f"[{base_model}](https://huggingface.co/{base_model})" if base_model else "its target model (not recorded)"
@@ -466,7 +657,11 @@ def model_card(repo_id: str, inspected: InspectReport, validation: ValidationRep
                  ", ".join(sorted({f.code for f in validation.ignored})) + "."]
     body += ["", "## Files", "", f"`{MANIFEST}` lists the size and sha256 of every file.", "",
              "| file | bytes | sha256 |", "|---|---|---|", *(f"| {e.path} | {e.size} | `{e.sha256}` |" for e in files), ""]
-    return "\n".join(front + body)
+    try:
+        card = ModelCard("\n".join(front + body))  # parses the front matter back: what the Hub will read
+    except ValueError as exc:
+        raise UsageError(f"the model card metadata is invalid: {str(exc).splitlines()[0]}") from None
+    return str(card)
 
 
 # -- push ----------------------------------------------------------------------------------
@@ -505,18 +700,24 @@ def push(path: str | Path, repo_id: str, *, revision: str | None = None, create_
          private: bool = False, endpoint: str | None = None, token: str | bool | None = None,
          engines: Any = ("vllm",), strict: bool = False, ignore: Iterable[str] = (), numeric: bool = True,
          dry_run: bool = False, stage_dir: str | Path | None = None, base_model: str | None = None,
-         forward: bool = True,
+         forward: bool = True, license: str = LICENSE, timeout: float | None = None,  # noqa: A002 - the card field
          commit_message: str | None = None, progress: Progress | None = None) -> PushReport:
     """Validate the drafter at ``path`` and publish it to ``repo_id`` in one commit: the pre-upload gate.
 
     Validation runs the static and numeric checks and, unless ``forward`` is
     false, the reference forward pass (non-finite drafts are EC070).  Refused
     (``refused=True``, nothing staged, no network request) on any
-    error finding, or with ``strict`` on any warning not in ``ignore``.
-    Otherwise a staging copy gets README.md and MANIFEST.json; with
-    ``dry_run`` it is kept and nothing is sent.  Raises HubError (exit 2)
-    when the Hub cannot be reached before the commit; a failed or unverified
-    commit is reported (``ok=False``, ``error``, ``remote``), never retried.
+    error finding, on a config that names its verifier by a local path
+    (EC080, unless ignored), or with ``strict`` on any warning not in
+    ``ignore``.  Otherwise a staging copy gets README.md and MANIFEST.json;
+    with ``dry_run`` it is kept and nothing is sent.
+
+    One failure contract, for the library and the CLI alike: every Hub
+    failure (unreachable, refused, timed out, offline, a commit that failed or
+    does not verify) is ``ok=False`` with ``error`` set (the CLI exits 2),
+    never an exception and never retried.  Exceptions are for bad arguments
+    and unreadable input (UsageError, UnsafeInputError...), raised before
+    anything is sent.
     """
     from .inspection import inspect
     from .validation import validate
@@ -528,7 +729,8 @@ def push(path: str | Path, repo_id: str, *, revision: str | None = None, create_
     check_repo_id(repo_id)
     if base_model is not None and is_local_path(base_model):
         raise UsageError(f"--base-model {base_model!r} is a local path, not a Hub id")
-    revision = revision or "main"
+    revision = check_revision(revision or "main")
+    hub_timeout(timeout)  # a bad --timeout / EAGLECONV_HUB_TIMEOUT is a usage error before the slow part
     seen = _stat(source)  # what validation reads; the staged copy must be of the same bytes
     report = validate(source, engines=engines, numeric=numeric)
     if forward and report.ok:  # a drafter already refused is not run: its tensors may not even form a model
@@ -538,7 +740,8 @@ def push(path: str | Path, repo_id: str, *, revision: str | None = None, create_
     config = _config_of(source)
     inspected = inspect(source) if report.ok else None
     extra = publish_findings(config, inspected)
-    findings = [f for f in report.findings if f.code != "EC041"] + served_as(repo_id, engines) + extra
+    findings = [f for f in report.findings if f.code != "EC080"] + extra
+    findings = [f for f in findings if f.code != "EC041"] + served_as(repo_id, engines)
     report = apply_ignore(report.model_copy(update={"findings": findings}), ignore)
     result = PushReport(ok=False, source=str(source), repo_id=repo_id, revision=revision, create_pr=create_pr,
                         private=private, endpoint=_endpoint(endpoint), dry_run=dry_run, validation=report,
@@ -546,11 +749,13 @@ def push(path: str | Path, repo_id: str, *, revision: str | None = None, create_
     if not forward:
         result.notes.append("no forward pass (--no-forward): static and numeric checks only")
     warnings = [f for f in report.findings if f.severity == "warning"]
-    if not report.ok or (strict and warnings) or inspected is None:
+    leaks = [f for f in report.findings if f.code == "EC080"]  # not ignored: publishing would leak the path
+    if not report.ok or leaks or (strict and warnings) or inspected is None:
         result.refused = True
-        bad = [f for f in report.findings if f.severity == "error"] or warnings
-        result.error = (f"refused: {len(bad)} {'error' if not report.ok else 'warning'} finding(s), first: "
-                        f"[{bad[0].code}] {bad[0].message}" if bad else "refused")
+        bad = [f for f in report.findings if f.severity == "error"] or leaks or warnings
+        kind = "error" if not report.ok else "warning"
+        result.error = (f"refused: {len(bad)} {kind} finding(s), first: [{bad[0].code}] {bad[0].message}"
+                        if bad else "refused")
         return result
 
     names, others = checkpoint_files(source)
@@ -559,42 +764,90 @@ def push(path: str | Path, repo_id: str, *, revision: str | None = None, create_
     result.base_model = base_model or (verifier if verifier and not is_local_path(verifier) else None)
     result.serve_command = serve_command(result.base_model, repo_id, speculative_tokens(config))
 
-    keep = dry_run or stage_dir is not None
-    staged = _make_stage(source, stage_dir)
+    partial, final, recovered = _begin_stage(source, stage_dir, keep=dry_run or stage_dir is not None)
+    result.notes[:0] = recovered
     try:
         on_total, on_bytes = progress or (None, None)
-        for name in names:
-            shutil.copyfile(source / name, staged / name)
-        if on_total:
-            on_total(sum((staged / n).stat().st_size for n in names))
-        entries, git_ids = build_manifest(staged, names, on_bytes)
-        now = _stat(source)
-        changed = [n for n in names if now.get(n) != seen.get(n)]
-        if changed:
-            raise UsageError(f"{', '.join(changed)} changed while push validated and staged it; nothing was sent",
-                             source)
-        card = model_card(repo_id, inspected, report, result.base_model, result.serve_command, entries)
-        (staged / CARD).write_text(card, encoding="utf-8")
-        card_entries, card_git = build_manifest(staged, [CARD])
-        entries = sorted([*entries, *card_entries], key=lambda e: e.path)
-        git_ids.update(card_git)
-        (staged / MANIFEST).write_text(manifest_json(entries), encoding="utf-8")
+        try:
+            for name in names:
+                shutil.copyfile(source / name, partial / name)
+            if on_total:
+                on_total(sum((partial / n).stat().st_size for n in names))
+            entries, git_ids = build_manifest(partial, names, on_bytes)
+            now = _stat(source)
+            changed = [n for n in names if now.get(n) != seen.get(n)]
+            if changed:
+                raise UsageError(f"{', '.join(changed)} changed while push validated and staged it; nothing was sent",
+                                 source)
+            card = model_card(repo_id, inspected, report, result.base_model, result.serve_command, entries, license)
+            (partial / CARD).write_text(card, encoding="utf-8")
+            card_entries, card_git = build_manifest(partial, [CARD])
+            entries = sorted([*entries, *card_entries], key=lambda e: e.path)
+            git_ids.update(card_git)
+            (partial / MANIFEST).write_text(manifest_json(entries), encoding="utf-8")
+        except OSError as exc:  # a full disk, a vanished file: nothing is kept, the next run is not blocked
+            raise UsageError(f"staging failed: {exc.strerror or exc}; nothing was kept", partial.parent) from None
         result.files, result.model_card = entries, card
         if others:
             result.notes.append(f"not published (not part of the checkpoint): {', '.join(others)}")
         if (source / CARD).exists():
             result.notes.append(f"the source's own {CARD} is replaced by the generated model card")
-        if keep:
-            result.staged = str(staged)
+        staged = partial
+        if final is not None:  # complete: the kept copy appears under its name at once, or not at all
+            _finish_stage(partial, final)
+            staged = final
+            result.staged = str(final)
         if dry_run:
             result.ok = True
             return result
         verify_manifest(staged)  # what is sent is what was hashed
-        _upload(result, staged, entries, git_ids, token=token, commit_message=commit_message)
+        try:
+            with hub_timeouts(timeout):
+                _upload(result, staged, entries, git_ids, token=token, commit_message=commit_message)
+        except HubError as exc:  # the one failure contract: a Hub failure is the report's error, exit 2
+            result.ok, result.error = False, exc.one_line()
         return result
     finally:
-        if not keep:
-            shutil.rmtree(staged, ignore_errors=True)
+        from .io.staging import remove_tree
+
+        remove_tree(partial)  # gone already when it was renamed to the kept copy
+
+
+def _begin_stage(source: Path, stage_dir: str | Path | None, keep: bool) -> tuple[Path, Path | None, list[str]]:
+    """(an owned ``.partial`` staging directory, the name it gets when complete or None, notes from recovery).
+
+    With --stage-dir DIR the staging is DIR's ``.partial`` sibling, renamed to
+    DIR when complete; otherwise it is under $TMPDIR, and a dry run's kept copy
+    becomes ``$TMPDIR/eagleconv-push-RAND``.  What a killed push left (its
+    owner dead) is removed first, as convert does, so a rerun is never blocked.
+    """
+    from .io.staging import recover, staging_name
+    from .io.writer import check_not_overlapping
+
+    if stage_dir is None:
+        anchor = Path(tempfile.gettempdir()) / TMP_STAGE
+        final = anchor.with_name(f"{TMP_STAGE}-{uuid.uuid4().hex[:12]}") if keep else None
+    else:
+        anchor = final = Path(stage_dir)
+        check_not_overlapping([source], anchor)
+    notes = recover(anchor)
+    if final is not None and os.path.lexists(final):
+        raise UsageError("the staging directory exists; push stages into a new directory", final)
+    anchor.absolute().parent.mkdir(parents=True, exist_ok=True)
+    partial = anchor.absolute().parent / staging_name(anchor, "partial")
+    partial.mkdir()
+    return partial, final, notes
+
+
+def _finish_stage(partial: Path, final: Path) -> None:
+    from .errors import termination_signals_blocked
+    from .io.staging import rename_noreplace
+
+    with termination_signals_blocked():
+        try:
+            rename_noreplace(partial, final)
+        except FileExistsError:
+            raise UsageError("the staging directory appeared while push staged; not replacing it", final) from None
 
 
 def _stat(directory: Path) -> dict[str, tuple[int, int]]:
@@ -609,19 +862,6 @@ def _config_of(source: Path) -> dict[str, Any]:
 
     config = load_json(source / "config.json")
     return config if isinstance(config, dict) else {}
-
-
-def _make_stage(source: Path, stage_dir: str | Path | None) -> Path:
-    if stage_dir is None:
-        return Path(tempfile.mkdtemp(prefix="eagleconv-push-"))
-    from .io.writer import check_not_overlapping
-
-    staged = Path(stage_dir)
-    check_not_overlapping([source], staged)
-    if staged.exists():
-        raise UsageError("the staging directory exists; push stages into a new directory", staged)
-    staged.mkdir(parents=True)
-    return staged
 
 
 def _api(endpoint: str | None, token: str | bool | None) -> HfApi:
@@ -666,6 +906,40 @@ def compare(remote: Sequence[RemoteFile], entries: Sequence[ManifestEntry], git_
     return problems
 
 
+def unhashed(remote: Sequence[RemoteFile], entries: Sequence[ManifestEntry], git_ids: dict[str, str]) -> list[str]:
+    """Manifest entries the remote holds at the right size but lists with no hash compare() could check."""
+    by_path = {f.path: f for f in remote}
+    return [e.path for e in entries if (f := by_path.get(e.path)) is not None and f.size == e.size
+            and f.sha256 is None and (f.git_oid is None or e.path not in git_ids)]
+
+
+def _verify_remote(result: PushReport, api: HfApi, commit: str, expected: Sequence[ManifestEntry],
+                   git_ids: dict[str, str]) -> list[str]:
+    """compare(), failing closed: a file the listing gives no hash for is downloaded at ``commit`` and hashed.
+
+    A file that cannot be fetched is a mismatch ("unverified"): the push is then not ok (exit 2).
+    """
+    problems = compare(result.remote, expected, git_ids)
+    missing = unhashed(result.remote, expected, git_ids)
+    if not missing:
+        return problems
+    want = {e.path: e.sha256 for e in expected}
+    with tempfile.TemporaryDirectory(prefix="eagleconv-verify-") as cache:
+        for name in missing:
+            try:
+                fetched = Path(api.hf_hub_download(result.repo_id, name, revision=commit, cache_dir=cache))
+                sha = _hash_file(fetched)[0]
+            except Exception as exc:  # noqa: BLE001 - fail closed: not verified is not ok
+                problems.append(f"{name}: unverified: the remote lists no hash and fetching it to hash it failed "
+                                f"({_hub_error(exc, 'download').message})")
+                continue
+            if sha != want[name]:
+                problems.append(f"{name}: remote sha256 {sha} != {want[name]} (fetched: the listing has no hash)")
+            else:
+                result.notes.append(f"{name}: the remote listing has no hash; fetched and hashed, it matches")
+    return problems
+
+
 def _upload(result: PushReport, staged: Path, entries: Sequence[ManifestEntry], git_ids: dict[str, str], *,
             token: str | bool | None, commit_message: str | None) -> None:
     """Create the repo/branch if needed, then ONE create_commit; verify or reconcile.  Fills ``result``."""
@@ -684,9 +958,7 @@ def _upload(result: PushReport, staged: Path, entries: Sequence[ManifestEntry], 
             api.create_branch(repo_id, branch=revision)
             parent = _head(api, repo_id, revision)
         before = _remote(api, repo_id, parent) if parent else []
-    except HubError:
-        raise
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - HubError (timeout, --create-pr) too: one line, nothing was sent
         raise _hub_error(exc, "before the commit (nothing was uploaded)", f"{result.endpoint or 'hub'}/{repo_id}") from exc
     result.parent_commit = parent
     uploading = {e.path for e in entries} | {MANIFEST}
@@ -711,7 +983,7 @@ def _upload(result: PushReport, staged: Path, entries: Sequence[ManifestEntry], 
     except Exception as exc:  # noqa: BLE001
         result.error = _hub_error(exc, f"the commit {info.oid} landed but its file list could not be read").message
         return
-    result.mismatches = compare(result.remote, expected, git_ids)
+    result.mismatches = _verify_remote(result, api, info.oid, expected, git_ids)
     stale = [p for p in result.deleted if any(f.path == p for f in result.remote)]
     result.mismatches += [f"{p}: still on the remote after the commit deleted it" for p in stale]
     result.ok = not result.mismatches
@@ -730,7 +1002,7 @@ def _reconcile(result: PushReport, api: HfApi, expected: Sequence[ManifestEntry]
     if head == result.parent_commit:
         result.notes.append(f"no commit landed: {result.revision} is unchanged at {head} (not retried; re-run push)")
         return
-    result.mismatches = compare(result.remote, expected, git_ids)
+    result.mismatches = _verify_remote(result, api, head, expected, git_ids) if head else ["the branch is gone"]
     if not result.mismatches and not result.create_pr:
         result.ok, result.commit_oid = True, head
         result.notes.append(f"the commit response was lost but {result.revision} moved to {head} and matches the "

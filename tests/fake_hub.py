@@ -11,6 +11,12 @@ Failure switches (``hub.fail``): ``"commit-500"`` answers the commit with a
 500 after reading it and stores nothing; ``"commit-lost"`` stores the commit
 then drops the connection without an answer; ``"commit-race"`` lets another
 writer commit first, so the client's ``parentCommit`` is stale (412).
+
+Other switches: ``hub.hold`` names routes ("create", "info", "tree", "commit",
+"resolve") whose answer waits until ``hub.release`` is set (at most
+``hold_s``), a server that holds responses; ``hub.list_without_hash`` lists
+tree entries with ``"oid": null``; ``hub.corrupt`` names paths that the next
+commit stores with their last byte flipped.
 """
 
 from __future__ import annotations
@@ -42,6 +48,11 @@ class FakeHub:
         self.repos: dict[str, Repo] = {}
         self.requests: list[tuple[str, str]] = []
         self.fail: str | None = None
+        self.hold: set[str] = set()
+        self.hold_s = 60.0
+        self.release = threading.Event()
+        self.list_without_hash = False
+        self.corrupt: set[str] = set()
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.url = f"http://127.0.0.1:{self.server.server_port}"
@@ -52,6 +63,7 @@ class FakeHub:
         return self
 
     def stop(self) -> None:
+        self.release.set()  # held handlers finish (into a closed socket) instead of blocking server_close
         self.server.shutdown()
         self.server.server_close()
 
@@ -123,6 +135,7 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             parts = url.path.strip("/").split("/")
             query = parse_qs(url.query)
             if self.command == "POST" and url.path == "/api/repos/create":
+                self._held("create")
                 return self._create_repo()
             if self.command == "POST" and url.path == "/api/validate-yaml":
                 self._body()
@@ -130,18 +143,26 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             if len(parts) >= 4 and parts[0] == "api" and parts[1] == "models":
                 repo_id, action, rest = f"{parts[2]}/{parts[3]}", (parts[4] if len(parts) > 4 else ""), parts[5:]
                 if self.command == "GET" and action in ("", "revision"):
+                    self._held("info")
                     return self._info(repo_id, unquote(rest[0]) if rest else "main")
                 if self.command == "GET" and action == "tree":
+                    self._held("tree")
                     return self._tree(repo_id, unquote(rest[0]))
                 if self.command == "POST" and action == "preupload":
                     return self._preupload(repo_id)
                 if self.command == "POST" and action == "commit":
+                    self._held("commit")
                     return self._commit(repo_id, unquote(rest[0]), "create_pr" in query)
                 if self.command == "POST" and action == "branch":
                     return self._branch(repo_id, unquote(rest[0]))
             if self.command in ("GET", "HEAD") and len(parts) >= 5 and parts[2] == "resolve":
+                self._held("resolve")
                 return self._download(f"{parts[0]}/{parts[1]}", unquote(parts[3]), unquote("/".join(parts[4:])))
             self._error(404, f"no route for {self.command} {url.path}")
+
+        def _held(self, route: str) -> None:
+            if route in hub.hold:
+                hub.release.wait(hub.hold_s)
 
         do_GET = do_POST = do_HEAD = _dispatch
 
@@ -179,7 +200,8 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 return
             sha = self._resolve(repo, rev)
             if sha is not None:
-                self._send(200, [{"type": "file", "path": p, "size": len(b), "oid": git_oid(b)}
+                self._send(200, [{"type": "file", "path": p, "size": len(b),
+                                  "oid": None if hub.list_without_hash else git_oid(b)}
                                  for p, b in sorted(repo.commits[sha].items())])
 
         def _preupload(self, repo_id: str) -> None:
@@ -223,7 +245,10 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 for item in lines[1:]:
                     value = item["value"]
                     if item["key"] == "file":
-                        files[value["path"]] = base64.b64decode(value["content"])
+                        data = base64.b64decode(value["content"])
+                        if value["path"] in hub.corrupt:  # stored other than sent: same size, last byte flipped
+                            data = data[:-1] + bytes([data[-1] ^ 0xFF])
+                        files[value["path"]] = data
                     elif item["key"] == "deletedFile":
                         if value["path"] not in files:
                             return self._error(404, "A file with this name doesn't exist", "EntryNotFound")

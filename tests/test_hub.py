@@ -26,10 +26,16 @@ def run(*args: str):
 
 
 @pytest.fixture
-def hub(monkeypatch):
-    """The loopback Hub, with huggingface_hub online (it read HF_HUB_OFFLINE=1 at import) and a token for it."""
+def hub(monkeypatch, tmp_path_factory):
+    """The loopback Hub, with huggingface_hub online (it read HF_HUB_OFFLINE=1 at import) and a token for it.
+
+    Temporary files (push's staging and a dry run's kept copy) go to a test directory, not /tmp.
+    """
+    import tempfile
+
     from huggingface_hub import constants
 
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path_factory.mktemp("tmp")))
     server = FakeHub().start()
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
@@ -111,9 +117,12 @@ def test_push_lands_every_file_once_and_verifies(hub, drafter):
     assert report.parent_commit is not None and report.commit_oid == repo.refs["main"]
     assert {f.path for f in report.remote} == set(remote) and report.mismatches == []
     card = remote["README.md"].decode()
-    front = card.split("---")[1]
-    assert 'base_model: "meta-llama/Llama-3.1-8B-Instruct"' in front
-    assert all(f"- {t}" in front for t in ("eagle3", "eagle3.1", "speculative-decoding"))
+    import yaml
+
+    front = yaml.safe_load(card.split("---")[1])
+    assert front["base_model"] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert front["license"] == "unknown" and front["library_name"] == "vllm"
+    assert {"eagle3", "eagle3.1", "speculative-decoding"} <= set(front["tags"])
     assert ("vllm serve meta-llama/Llama-3.1-8B-Instruct --speculative-config "
             '\'{"model": "org/drafter", "method": "eagle3", "num_speculative_tokens": 3}\'') in card
     assert "vllm 0.32" in card and "hidden_state_index" in card
@@ -250,6 +259,8 @@ def test_a_source_rewritten_during_staging_is_refused(hub, drafter):
 # -- dry run ------------------------------------------------------------------------------------
 
 def test_dry_run_stages_card_and_manifest_without_the_network(hub, drafter, tmp_path):
+    import tempfile
+
     src = good(drafter)
     stage = tmp_path / "stage"
     result = run("push", src, "org/d", "--endpoint", hub.url, "--dry-run", "--stage-dir", stage)
@@ -263,6 +274,8 @@ def test_dry_run_stages_card_and_manifest_without_the_network(hub, drafter, tmp_
     # Without --stage-dir the dry run keeps a temporary staging copy and says where.
     code, report = push_json(src, "org/d", "--dry-run")
     assert code == 0 and report.staged and (Path(report.staged) / "README.md").read_text() == report.model_card
+    assert Path(report.staged).parent == Path(tempfile.gettempdir()) and Path(report.staged).name.startswith(
+        "eagleconv-push-")
 
 
 # -- pull and hf:// -----------------------------------------------------------------------------
@@ -308,7 +321,7 @@ def test_pull_never_replaces_a_directory_that_appears_while_it_copies(hub, draft
 
     monkeypatch.setattr(shutil, "copyfile", copy_then_race)
     result = run("pull", "org/d", dest)
-    assert result.exit_code == 2 and "destination exists" in result.output, result.output
+    assert result.exit_code == 2 and "destination appeared while writing" in result.output, result.output
     assert dest.is_dir() and list(dest.iterdir()) == []
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".pulled.")) == []
 
@@ -402,7 +415,10 @@ def test_pull_never_writes_over_an_existing_directory(hub, drafter, tmp_path):
     dest.mkdir()
     (dest / "keep.txt").write_text("mine")
     result = run("pull", "org/d", dest)
-    assert result.exit_code == 2 and "destination exists" in result.output
+    assert result.exit_code == 2 and "destination already exists (pass --overwrite" in result.output
+    assert [p.name for p in dest.iterdir()] == ["keep.txt"] and hub.requests == []
+    result = run("pull", "org/d", dest, "--overwrite")  # --overwrite replaces only a checkpoint
+    assert result.exit_code == 2 and "not a checkpoint directory" in result.output
     assert [p.name for p in dest.iterdir()] == ["keep.txt"] and hub.requests == []
 
 

@@ -2,7 +2,7 @@
 
 Registered on the main group by importing this module (see the bottom of main.py).
 Exit codes: 0 pushed (or staged with --dry-run) / pulled; 1 refused by findings;
-2 bad usage, unreadable input, or a Hub failure (the report says what the remote holds).
+2 bad usage, unreadable input, or a Hub failure (push: the report's ``error``, also with --json).
 """
 
 from __future__ import annotations
@@ -10,7 +10,15 @@ from __future__ import annotations
 import click
 
 from .app import _console, _progress, cli, run_command
-from .options import STRICT_HELP, engines_option, ignore_option
+from .options import engines_option, ignore_option
+
+TIMEOUT_HELP = ("Give up on a Hub request after SECONDS without an answer (connect: at most 10 s). "
+                "Default: EAGLECONV_HUB_TIMEOUT, else 60.")
+
+
+def timeout_option(func):
+    return click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+                        help=TIMEOUT_HELP)(func)
 
 
 def _render_push(report) -> None:
@@ -25,7 +33,7 @@ def _render_push(report) -> None:
     if report.refused:
         console.print(f"[bold red]push {escape(report.error or 'refused')}[/]; nothing was sent")
         return
-    verb = "would upload" if report.dry_run else "uploaded"
+    verb = "would upload" if report.dry_run else ("uploaded" if report.commit_oid else "not uploaded")
     console.print(f"{verb} to {escape(report.repo_id)}@{escape(report.revision)}"
                   + (" as a pull request" if report.create_pr else "") + ":")
     for e in report.files:
@@ -59,7 +67,8 @@ def _render_push(report) -> None:
 @click.option("--private", is_flag=True, help="Create the repository private (if it does not exist).")
 @click.option("--endpoint", metavar="URL", help="Hub endpoint (default: HF_ENDPOINT or huggingface.co).")
 @engines_option
-@click.option("--strict", is_flag=True, help="Refuse on warnings too. " + STRICT_HELP)
+@click.option("--strict", is_flag=True,
+              help="Refuse (exit 1) on warnings too, unless --ignore'd (for pre-upload gates).")
 @ignore_option
 @click.option("--no-numeric", is_flag=True, help="Skip the NaN/Inf/zero scan.")
 @click.option("--no-forward", is_flag=True, help="Skip the forward pass (draft steps on synthetic inputs).")
@@ -67,19 +76,24 @@ def _render_push(report) -> None:
               "does not record it, or records a local path).")
 @click.option("--stage-dir", metavar="DIR", type=click.Path(path_type=str),
               help="Stage into DIR (new) and keep it. Default: a temporary directory, kept only with --dry-run.")
+@click.option("--license", "license_id", metavar="ID", default="unknown", show_default=True,
+              help="The model card's license (a Hub license identifier such as apache-2.0 or llama3.1).")
 @click.option("--message", "commit_message", metavar="TEXT", help="Commit message.")
+@timeout_option
 @click.option("--dry-run", is_flag=True, help="Validate and stage (model card, manifest); print what would be "
               "uploaded; no network.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def push(ctx: click.Context, path: str, repo_id: str, revision: str | None, create_pr: bool, private: bool,
          endpoint: str | None, engines: tuple[str, ...], strict: bool, ignore: tuple[str, ...], no_numeric: bool,
-         no_forward: bool, base_model: str | None, stage_dir: str | None, commit_message: str | None, dry_run: bool,
-         as_json: bool) -> None:
+         no_forward: bool, base_model: str | None, stage_dir: str | None, license_id: str, commit_message: str | None,
+         timeout: float | None, dry_run: bool, as_json: bool) -> None:
     """Validate drafter PATH and publish it to Hub repository REPO_ID in one commit, with a model card and manifest.
 
-    Refused (exit 1, no network request) on error findings, or with --strict on
-    warnings not --ignore'd.  The token comes from HF_TOKEN or `hf auth login`.
+    Refused (exit 1, no network request) on error findings, on a config that names
+    its verifier by a local path (EC080), or with --strict on warnings not
+    --ignore'd.  Any Hub failure is exit 2 with the report's error.  The token
+    comes from HF_TOKEN or `hf auth login`.
     """
     from ..hub import push as push_drafter
 
@@ -88,7 +102,8 @@ def push(ctx: click.Context, path: str, repo_id: str, revision: str | None, crea
             report = push_drafter(path, repo_id, revision=revision, create_pr=create_pr, private=private,
                                   endpoint=endpoint, engines=engines, strict=strict, ignore=ignore,
                                   numeric=not no_numeric, forward=not no_forward, dry_run=dry_run, stage_dir=stage_dir,
-                                  base_model=base_model, commit_message=commit_message, progress=progress)
+                                  base_model=base_model, license=license_id, timeout=timeout,
+                                  commit_message=commit_message, progress=progress)
         if as_json:
             click.echo(report.model_dump_json(indent=2))
         else:
@@ -104,18 +119,28 @@ def push(ctx: click.Context, path: str, repo_id: str, revision: str | None, crea
 @click.option("--revision", metavar="REV", help="Branch, tag or commit (default: main).")
 @click.option("--endpoint", metavar="URL", help="Hub endpoint (default: HF_ENDPOINT or huggingface.co).")
 @engines_option
-@ignore_option
+@click.option("--ignore", "ignore", multiple=True, metavar="CODE",
+              help="Finding code judged acceptable (repeatable): its warnings and infos are listed as ignored. "
+                   "Errors cannot be ignored (see --force).")
 @click.option("--force", is_flag=True, help="Write DEST even if the drafter has error findings.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing DEST, in one atomic swap, if it holds only a "
+              "checkpoint (as convert --overwrite).")
+@timeout_option
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def pull(ctx: click.Context, repo_id: str, dest: str, revision: str | None, endpoint: str | None,
-         engines: tuple[str, ...], ignore: tuple[str, ...], force: bool, as_json: bool) -> None:
-    """Download REPO_ID (ORG/NAME or hf://ORG/NAME[@REV]) through the HF cache, verify its manifest, validate, copy to DEST."""
+         engines: tuple[str, ...], ignore: tuple[str, ...], force: bool, overwrite: bool, timeout: float | None,
+         as_json: bool) -> None:
+    """Download REPO_ID (ORG/NAME or hf://ORG/NAME[@REV]) through the HF cache, verify its manifest, validate, copy to DEST.
+
+    Only the files MANIFEST.json lists are copied (without a manifest: the
+    checkpoint's own files and its README.md).
+    """
     from ..hub import pull as pull_drafter
 
     def body():
         report = pull_drafter(repo_id, dest, revision=revision, endpoint=endpoint, engines=engines, force=force,
-                              ignore=ignore)
+                              ignore=ignore, overwrite=overwrite, timeout=timeout)
         if as_json:
             click.echo(report.model_dump_json(indent=2))
         else:
