@@ -148,7 +148,7 @@ def test_simulate_shows_token_progress_on_a_terminal(tmp_path):
 
 
 def test_library_progress_callbacks_count_the_work(drafter, tmp_path):
-    from eagleconv.eagle31 import upgrade
+    from eagleconv.eagle31 import MEASURE_STEPS, upgrade
     from eagleconv.simulate import simulate
 
     calls: list[tuple[str, int, int]] = []
@@ -158,6 +158,8 @@ def test_library_progress_callbacks_count_the_work(drafter, tmp_path):
                      "divergence: unit norm weights"]
     assert all(calls[i + 1][1] >= calls[i][1] for i in range(len(calls) - 1) if calls[i][0] == calls[i + 1][0])
     assert all(done == total for what in whats for (w, done, total) in [max(c for c in calls if c[0] == what)])
+    assert {total for _, _, total in calls} == {MEASURE_STEPS}  # one synthetic batch: counted per draft step
+    assert len(calls) == 3 * (MEASURE_STEPS + 1)
 
     calls.clear()
     report = simulate(PAIR / "eagle3", PAIR / "target", [[1, 5, 9]], max_tokens=5, progress=lambda *a: calls.append(a))

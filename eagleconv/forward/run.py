@@ -84,15 +84,16 @@ StepProgress = Callable[[str, int, int], None]
 
 def run_all(drafter: Drafter, inputs: list[DraftInputs], steps: int, progress: StepProgress | None = None,
             what: str = "forward") -> list[DraftResult]:
-    """``steps`` draft steps of ``drafter`` on each of ``inputs``; ``progress``, if given, counts the inputs."""
-    results = []
-    for done, x in enumerate(inputs):
-        if progress is not None:
-            progress(what, done, len(inputs))
-        results.append(drafter.draft(x, steps))
-    if progress is not None:
-        progress(what, len(inputs), len(inputs))
-    return results
+    """``steps`` draft steps of ``drafter`` on each of ``inputs``; ``progress``, if given, counts the draft steps."""
+    if progress is None:
+        return [drafter.draft(x, steps) for x in inputs]
+    tell, total = progress, len(inputs) * steps
+    tell(what, 0, total)
+
+    def counter(before: int) -> Callable[[int], None]:
+        return lambda k: tell(what, before + k, total)
+
+    return [drafter.draft(x, steps, on_step=counter(n * steps)) for n, x in enumerate(inputs)]
 
 
 TINY = 1e-6  # floor of |a| in max_rel_err (StepDivergence: |a - b| / max(|a|, tiny))
