@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from .drafter import DrafterSpec
     from .forward import Target
+    from .forward.run import StepProgress
     from .loading import LoadedDrafter
 
 MEASURE_STEPS = 4
@@ -86,7 +87,7 @@ class _Measurer:
     """Source and transformed drafter on identical inputs (eagleconv.forward, float32), compared per draft step."""
 
     def __init__(self, loaded: LoadedDrafter, target: Target | str | Path | None, prompts: str | Path | None,
-                 seed: int):
+                 seed: int, progress: StepProgress | None = None):
         from .forward.api import default_aux_ids
         from .forward.model import Drafter
         from .forward.run import InputFactory, _target_and_prompts, run_all
@@ -94,7 +95,7 @@ class _Measurer:
 
         spec = loaded.require_spec()
         tgt, prompt_list, layers = _target_and_prompts(target, prompts)
-        self.loaded, self.seed = loaded, seed
+        self.loaded, self.seed, self.progress = loaded, seed, progress
         self.borrowed: dict[str, Any] = {}
         if tgt is not None:
             if spec.embed_tokens == "target":
@@ -106,22 +107,22 @@ class _Measurer:
         self.description = factory.description
         source = Drafter(spec, CheckpointSource(loaded), dtype="float32", seed=seed, **self.borrowed)
         self.compute_dtype = source.compute_dtype
-        self.reference = run_all(source, self.inputs, MEASURE_STEPS)
+        self.reference = run_all(source, self.inputs, MEASURE_STEPS, progress, "divergence: the source drafter")
 
-    def divergence(self, spec: DrafterSpec, tensors: dict[str, Any]) -> list[StepDivergence]:
+    def divergence(self, spec: DrafterSpec, tensors: dict[str, Any], what: str) -> list[StepDivergence]:
         from .forward.model import Drafter
         from .forward.run import OverlaySource, compare, run_all
         from .forward.weights import CheckpointSource
 
         changed = Drafter(spec, OverlaySource(CheckpointSource(self.loaded), tensors), dtype="float32", seed=self.seed,
                           **self.borrowed)
-        steps, _identical = compare(self.reference, run_all(changed, self.inputs, MEASURE_STEPS))
+        steps, _identical = compare(self.reference, run_all(changed, self.inputs, MEASURE_STEPS, self.progress, what))
         return list(steps)
 
 
 def _run(source: str | Path, destination: str | Path, *, operation: str, to: str | None,
          build: Callable[[LoadedDrafter], Plan], target: _OneTarget, prompts: str | Path | None,
-         seed: int, measure_unit: bool, **convert_kwargs: Any) -> TransformReport:
+         seed: int, measure_unit: bool, progress: StepProgress | None, **convert_kwargs: Any) -> TransformReport:
     state: dict[str, Any] = {}
     start_worker_pools()  # before the plan and the measurement create them from the main thread
 
@@ -137,12 +138,13 @@ def _run(source: str | Path, destination: str | Path, *, operation: str, to: str
                                   "layout that can (e.g. --to vllm)", loaded.store.path)
         state.update(plan=plan, before=spec)
         if not plan.transform.exact:
-            measurer = _Measurer(loaded, target.loaded_or_path(), prompts, seed)
-            plan.transform.divergence = measurer.divergence(new, plan.new_tensors)
+            measurer = _Measurer(loaded, target.loaded_or_path(), prompts, seed, progress)
+            plan.transform.divergence = measurer.divergence(new, plan.new_tensors, f"divergence: the {operation}d drafter")
             state["compute_dtype"] = measurer.compute_dtype
             plan.transform.notes.append(f"divergence measured over {MEASURE_STEPS} draft steps on {measurer.description}")
             if measure_unit and plan.unit_variant is not None:
-                state["unit"] = measurer.divergence(new, {**plan.new_tensors, **plan.unit_variant})
+                state["unit"] = measurer.divergence(new, {**plan.new_tensors, **plan.unit_variant},
+                                                    "divergence: unit norm weights")
         return plan.transform
 
     report = convert(source, destination, to, transform=transform, **convert_kwargs)
@@ -166,7 +168,7 @@ def _run(source: str | Path, destination: str | Path, *, operation: str, to: str
 def upgrade(source: str | Path, destination: str | Path, *, style: str = "fc_norm", fc_norm: bool = True,
             norm_output: bool = True, calibration: str | Path | None = None, target: str | Path | None = None,
             prompts: str | Path | None = None, to: str | None = None, seed: int = 0,
-            **convert_kwargs: Any) -> TransformReport:
+            progress: StepProgress | None = None, **convert_kwargs: Any) -> TransformReport:
     """EAGLE-3 -> EAGLE-3.1 at ``destination`` (layout ``to``, default the source's).
 
     ``style``: ``fc_norm`` (one RMSNorm per aux state, the paper and vLLM
@@ -177,6 +179,7 @@ def upgrade(source: str | Path, destination: str | Path, *, style: str = "fc_nor
     aux states are given (``calibration``: a safetensors file with
     ``aux_hidden_states``; or ``target`` + ``prompts``), else they are 1.0.
     The result is a starting point for EAGLE-3.1 fine-tuning, not a trained 3.1 drafter.
+    ``progress(what, done, total)`` is told how the divergence measurement advances (see forward.run.run_all).
     """
     chosen: Style = check_style(style)
     state_style = chosen if fc_norm else None
@@ -189,7 +192,7 @@ def upgrade(source: str | Path, destination: str | Path, *, style: str = "fc_nor
         return plan_upgrade(loaded, style=chosen, fc_norm=fc_norm, norm_output=norm_output, calibration=states)
 
     report = _run(source, destination, operation="upgrade", to=to, build=build, target=one_target, prompts=prompts,
-                  seed=seed, measure_unit=True, **convert_kwargs)
+                  seed=seed, measure_unit=True, progress=progress, **convert_kwargs)
     report.style = state_style
     report.calibration = calibration_label[0]
     return report
@@ -197,7 +200,8 @@ def upgrade(source: str | Path, destination: str | Path, *, style: str = "fc_nor
 
 def downgrade(source: str | Path, destination: str | Path, *, allow_lossy: bool = False,
               calibration: str | Path | None = None, target: str | Path | None = None, prompts: str | Path | None = None,
-              to: str | None = None, seed: int = 0, **convert_kwargs: Any) -> TransformReport:
+              to: str | None = None, seed: int = 0, progress: StepProgress | None = None,
+              **convert_kwargs: Any) -> TransformReport:
     """EAGLE-3.1 -> EAGLE-3 at ``destination``, for engines without 3.1 support.
 
     Exact steps (folding fc_norm weights into fc, dropping a no-op flag) are
@@ -205,7 +209,7 @@ def downgrade(source: str | Path, destination: str | Path, *, allow_lossy: bool 
     the model: without ``allow_lossy`` that raises ConversionError (exit 1) and
     nothing is written; with it the report has ``exact`` false and the
     measured ``divergence``.  Captured aux states (``calibration``, or
-    ``target`` + ``prompts``) let the removed fc_norm's scale be folded into fc.
+    ``target`` + ``prompts``) let the removed fc_norm's scale be folded into fc.  ``progress``: as in upgrade.
     """
     calibration_label: list[str | None] = [None]
     one_target = _OneTarget(target)
@@ -218,6 +222,6 @@ def downgrade(source: str | Path, destination: str | Path, *, allow_lossy: bool 
         return plan_downgrade(loaded, allow_lossy=allow_lossy, calibration=states)
 
     report = _run(source, destination, operation="downgrade", to=to, build=build, target=one_target, prompts=prompts,
-                  seed=seed, measure_unit=False, **convert_kwargs)
+                  seed=seed, measure_unit=False, progress=progress, **convert_kwargs)
     report.calibration = calibration_label[0]
     return report

@@ -232,3 +232,13 @@ class ValidationReport(_Report):
     ignored: list[Finding] = Field(default_factory=list,
                                    description="warnings and infos the caller judged acceptable (--ignore CODE)")
     forward: ForwardReport | None = Field(None, description="validate --forward: the drafter run for K draft steps")
+
+
+class ErrorReport(_Report):
+    """What a command prints on stdout under ``--json`` when it fails, instead of its report (stderr has the line)."""
+
+    ok: Literal[False]
+    error: str = Field(description="the one-line message printed on stderr, naming the file and the problem")
+    code: str | None = Field(description="the finding code (ECnnn) when the failure is a finding, else null")
+    exit_code: int = Field(description="the process's exit code: 1 for a finding, 2 for bad usage or unreadable or "
+                                       "unsafe input or an internal error")

@@ -101,6 +101,8 @@ PUBLISHED: dict[str, str] = {
     "report-push": "eagleconv.hub:PushReport",
     "report-pull": "eagleconv.hub:PullReport",
     "report-diff": "eagleconv.report:DiffReport",
+    "report-simulate": "eagleconv.simulate:SimulateReport",
+    "error": "eagleconv.report:ErrorReport",
 }
 
 

@@ -28,11 +28,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import EagleconvError
+
+if TYPE_CHECKING:
+    from .forward.run import StepProgress
 
 DEFAULT_PROMPTS: tuple[tuple[int, ...], ...] = ((1, 17, 42, 99, 7, 300), (1, 5, 5, 64, 128), (1, 250, 3, 77, 31, 2, 9),
                                                 (1, 400, 401, 402))
@@ -168,7 +171,7 @@ def _target(target: str | Path, runtime: str) -> Any:
 
 def simulate(drafter: str | Path, target: str | Path, prompts: Sequence[Sequence[int]] | str | Path | None = None,
              *, num_speculative_tokens: int = 3, max_tokens: int = 32, engine: str = "vllm:0.32",
-             target_runtime: str = "auto") -> SimulateReport:
+             target_runtime: str = "auto", progress: StepProgress | None = None) -> SimulateReport:
     """Greedy speculative decoding of ``prompts`` with ``target`` verifying ``drafter``'s proposals, as vLLM runs it.
 
     ``prompts``: token-id lists, a JSON file of them (read by ``forward.inputs.read_prompts``, as every
@@ -176,6 +179,7 @@ def simulate(drafter: str | Path, target: str | Path, prompts: Sequence[Sequence
     once the target is loaded.  ``target_runtime``: ``auto`` runs a Llama/Qwen3 target through eagleconv's own
     forward when it understands every config field and tensor (no transformers import: most of simulate's time
     otherwise), else transformers; ``transformers`` or ``eagleconv`` force one (forward.inputs.open_target).
+    ``progress(what, done, total)``: told of the loading, then of the tokens generated of all prompts' max_tokens.
     """
     import torch
 
@@ -189,20 +193,27 @@ def simulate(drafter: str | Path, target: str | Path, prompts: Sequence[Sequence
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one request at a time of small matrices: extra threads only contend
     try:
-        return _simulate(drafter, target, given, source, num_speculative_tokens, max_tokens, engine, target_runtime)
+        return _simulate(drafter, target, given, source, num_speculative_tokens, max_tokens, engine, target_runtime,
+                         progress or (lambda what, done, total: None))
     finally:
         torch.set_num_threads(threads)
 
 
 def _simulate(drafter: str | Path, target: str | Path, prompts: list[list[int]], source: Path | None,
-              num_speculative_tokens: int, max_tokens: int, engine: str, target_runtime: str) -> SimulateReport:
+              num_speculative_tokens: int, max_tokens: int, engine: str, target_runtime: str,
+              progress: StepProgress) -> SimulateReport:
     import torch
 
     from .forward.inputs import check_prompts
 
+    progress("loading the target and the drafter", 0, 2)
     tgt = _target(target, target_runtime)
     prompts = check_prompts(prompts, source, tgt.vocab_size)
+    progress("loading the target and the drafter", 1, 2)
     d = engine_drafter(drafter, engine, tgt)
+    progress("loading the target and the drafter", 2, 2)
+    generating, generated, planned = "generating tokens", 0, len(prompts) * max_tokens
+    progress(generating, 0, planned)
     K = num_speculative_tokens
     per_pos = [0] * K
     num_drafts = accepted_total = 0
@@ -235,7 +246,10 @@ def _simulate(drafter: str | Path, target: str | Path, prompts: list[list[int]],
                     per_pos[i] += 1
                 seq = seq + drafts[:accepted] + [int(greedy[n - 1 + accepted])]
                 aux = aux_full[: len(seq) - 1]
+                progress(generating, generated + min(out_len + accepted + 1, max_tokens), planned)
                 out_len += accepted + 1
+            generated += max_tokens
+            progress(generating, generated, planned)
             all_tokens.append(seq[len(prompt):][:max_tokens])
             all_drafts.append(drafts_here)
     return SimulateReport(

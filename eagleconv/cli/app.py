@@ -7,7 +7,6 @@ Nothing here imports torch.
 
 from __future__ import annotations
 
-import json
 import sys
 import traceback
 from collections.abc import Callable
@@ -42,10 +41,18 @@ class Context:
         self.debug = debug
 
 
+PIPE_WIDTH = 10_000  # columns of output that is not a terminal: tables take the width their content needs
+
+
 def _console(stderr: bool = False):
+    """A rich console; not on a terminal (a pipe, a file) it is as wide as the content, whatever COLUMNS says, so
+    nothing is cut; on a terminal tables fold long cells onto more lines (render.table) instead of cutting them."""
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+    console = Console(stderr=stderr, highlight=False, soft_wrap=True)
+    if not console.is_terminal:
+        console.width = PIPE_WIDTH
+    return console
 
 
 def run_command(ctx: click.Context, as_json: bool, body: Callable[[], tuple[Any, int]]) -> None:
@@ -58,7 +65,7 @@ def run_command(ctx: click.Context, as_json: bool, body: Callable[[], tuple[Any,
         if debug:
             traceback.print_exc()
         if as_json:
-            click.echo(json.dumps({"ok": False, "error": exc.one_line(), "code": exc.code, "exit_code": exc.exit_code}))
+            _json_error(exc.one_line(), exc.code, exc.exit_code)
         click.echo(f"eagleconv: error: {exc.one_line()}", err=True)
         ctx.exit(exc.exit_code)
     except KeyboardInterrupt:
@@ -73,11 +80,20 @@ def run_command(ctx: click.Context, as_json: bool, body: Callable[[], tuple[Any,
         if debug:
             traceback.print_exc()
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        click.echo(f"eagleconv: internal error: {type(exc).__name__}: {first} (re-run with --debug for the traceback)",
-                   err=True)
+        line = f"internal error: {type(exc).__name__}: {first} (re-run with --debug for the traceback)"
+        if as_json:
+            _json_error(line, None, 2)
+        click.echo(f"eagleconv: {line}", err=True)
         ctx.exit(2)
     else:
         ctx.exit(code)
+
+
+def _json_error(message: str, code: str | None, exit_code: int) -> None:
+    """The --json failure object (schemas/error.schema.json), on stdout where the report would have been."""
+    from ..report import ErrorReport
+
+    click.echo(ErrorReport(ok=False, error=message, code=code, exit_code=exit_code).model_dump_json())
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -93,32 +109,70 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 
 class _progress:
-    """A rich progress bar over bytes processed, shown only on a terminal.  Yields (on_total, on_bytes)."""
+    """rich progress bars on stderr, shown only when stderr is a terminal (so a pipe, a log file or ``--json``'s
+    stdout never sees them; ``--json`` with a terminal on stderr still shows them there).
 
-    def __init__(self, enabled: bool, label: str = "writing"):
+    ``with _progress(label) as bar``: ``bar.on_total``/``bar.on_bytes`` drive a bar over bytes (the library's
+    ``on_total``/``on_bytes`` callbacks; ``bar.bytes`` is the pair), ``bar.step(what, done, total)`` a bar over
+    counted units (forward runs, simulate's tokens), one line per ``what``.  All None when not shown.
+    Sizes are binary (KiB, MiB, GiB), as every size eagleconv prints.
+    """
+
+    def __init__(self, enabled: bool = True, label: str = "writing"):
         self.enabled = enabled and sys.stderr.isatty()
         self.label = label
         self.bar: Any = None  # rich.progress.Progress, imported only when shown
         self.task: Any = None
+        self.steps: dict[str, Any] = {}
+        self.on_total: Callable[[int], None] | None = None
+        self.on_bytes: Callable[[int], None] | None = None
+        self.step: Callable[[str, int, int], None] | None = None
 
-    def __enter__(self):
+    @property
+    def bytes(self) -> tuple[Callable[[int], None] | None, Callable[[int], None] | None]:
+        return self.on_total, self.on_bytes
+
+    def __enter__(self) -> _progress:
         if not self.enabled:
-            return None, None
-        from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+            return self
+        from rich.progress import BarColumn, Progress, SpinnerColumn, TimeElapsedColumn
 
-        self.bar = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
-                            TransferSpeedColumn(), console=_console(stderr=True), transient=True)
+        self.bar = Progress(SpinnerColumn(), "[progress.description]{task.description}", BarColumn(), _amount_column(),
+                            TimeElapsedColumn(), console=_console(stderr=True), transient=True)
         self.bar.start()
+        self.on_total, self.on_bytes, self.step = self._on_total, self._on_bytes, self._step
+        return self
 
-        def on_total(total: int) -> None:
-            self.task = self.bar.add_task(self.label, total=total)
+    def _on_total(self, total: int) -> None:
+        self.task = self.bar.add_task(self.label, total=total, bytes=True)
 
-        def on_bytes(n: int) -> None:
-            if self.task is not None:
-                self.bar.advance(self.task, n)
+    def _on_bytes(self, n: int) -> None:
+        if self.task is not None:
+            self.bar.advance(self.task, n)
 
-        return on_total, on_bytes
+    def _step(self, what: str, done: int, total: int) -> None:
+        if what not in self.steps:
+            self.steps[what] = self.bar.add_task(what, total=total, bytes=False)
+        self.bar.update(self.steps[what], completed=done, total=total)
 
     def __exit__(self, *exc: object) -> None:
         if self.bar is not None:
             self.bar.stop()
+
+
+def _amount_column() -> Any:
+    """'1.2 GiB/3.4 GiB 210.0 MiB/s' for a bar over bytes, '3/8' for one over counted units."""
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    from .render import human_bytes
+
+    class Amount(ProgressColumn):
+        def render(self, task: Any) -> Text:
+            total = int(task.total) if task.total is not None else 0
+            if not task.fields.get("bytes"):
+                return Text(f"{int(task.completed)}/{total}", style="progress.download")
+            speed = f" {human_bytes(int(task.speed))}/s" if task.speed else ""
+            return Text(f"{human_bytes(int(task.completed))}/{human_bytes(total)}{speed}", style="progress.download")
+
+    return Amount()

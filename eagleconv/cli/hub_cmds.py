@@ -98,12 +98,12 @@ def push(ctx: click.Context, path: str, repo_id: str, revision: str | None, crea
     from ..hub import push as push_drafter
 
     def body():
-        with _progress(enabled=not as_json, label="hashing") as progress:
+        with _progress(label="hashing") as bar:
             report = push_drafter(path, repo_id, revision=revision, create_pr=create_pr, private=private,
                                   endpoint=endpoint, engines=engines, strict=strict, ignore=ignore,
                                   numeric=not no_numeric, forward=not no_forward, dry_run=dry_run, stage_dir=stage_dir,
                                   base_model=base_model, license=license_id, timeout=timeout,
-                                  commit_message=commit_message, progress=progress)
+                                  commit_message=commit_message, progress=bar.bytes)
         if as_json:
             click.echo(report.model_dump_json(indent=2))
         else:

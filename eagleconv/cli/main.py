@@ -15,22 +15,10 @@ import click
 
 from ..errors import raise_on_termination
 from .app import FORMATS, _console, _progress, cli, run_command
-from .options import verifier_option
+from .options import parse_size, verifier_option
 
 if TYPE_CHECKING:
     from ..drafter import AuxConvention
-
-
-def parse_size(text: str | None) -> int | None:
-    """``--max-shard-size``, read exactly as huggingface_hub reads ``max_shard_size`` (KB/MB/GB/TB, powers of 10)."""
-    if text is None:
-        return None
-    from huggingface_hub.serialization._base import parse_size_to_int  # not re-exported; stable since 0.22
-
-    try:
-        return parse_size_to_int(text)
-    except ValueError:
-        raise click.BadParameter(f"cannot parse size {text!r} (e.g. 2GB, 500MB, 64KB)") from None
 
 
 @cli.command()
@@ -93,12 +81,12 @@ def convert(ctx: click.Context, src: str, dst: str, to: str, from_format: str | 
     shard = parse_size(max_shard_size)
 
     def body():
-        with _progress(enabled=not as_json and not dry_run) as (on_total, on_bytes):
+        with _progress(enabled=not dry_run) as bar:
             report = convert_checkpoint(src, dst, to, from_format=from_format, dry_run=dry_run, force=force,
                                         overwrite=overwrite, drop=drop, aux_layer_ids=ids,
                                         aux_convention=aux_convention, verifier=verifier, max_shard_size=shard,
                                         allow_pickle=allow_pickle, durable=not no_fsync,
-                                        numeric=not no_numeric, on_bytes=on_bytes, on_total=on_total)
+                                        numeric=not no_numeric, on_bytes=bar.on_bytes, on_total=bar.on_total)
         if as_json:
             click.echo(report.model_dump_json(indent=2))
         else:
@@ -138,14 +126,12 @@ def formats(as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    from rich.table import Table
+    from .render import table
 
-    table = Table(title="layouts")
-    for col in ("name", "producer", "architectures", "description"):
-        table.add_column(col)
+    layouts = table("name", "producer", "architectures", "description", title="layouts")
     for r in rows:
-        table.add_row(r["name"], r["producer"], ", ".join(r["architectures"]), r["description"])
-    _console().print(table)
+        layouts.add_row(r["name"], r["producer"], ", ".join(r["architectures"]), r["description"])
+    _console().print(layouts)
 
 
 from . import validate_cmds  # noqa: E402,F401

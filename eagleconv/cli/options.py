@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from fractions import Fraction
 from typing import TypeVar
 
 import click
@@ -36,3 +38,27 @@ def engines_option(func: F) -> F:
 def ignore_option(func: F) -> F:
     """``--ignore CODE`` (repeatable): validate, lint, push, pull."""
     return click.option("--ignore", "ignore", multiple=True, metavar="CODE", help=IGNORE_HELP)(func)
+
+
+# --max-shard-size units: KB/MB/GB/TB are powers of 10, as huggingface_hub's max_shard_size reads them (so "2GB"
+# here is what it is in save_torch_state_dict); KiB/MiB/GiB/TiB are powers of 2, the units eagleconv prints sizes in.
+SIZE_UNITS = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+              "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?|\.\d+)\s*([KMGT]I?B)\s*", re.IGNORECASE)
+
+
+def parse_size(text: str | None, option: str = "--max-shard-size") -> int | None:
+    """A size such as ``2GB`` (10**9 bytes), ``1.5GB`` or ``512MiB`` (2**29 bytes) in bytes; None stays None.
+
+    A number and a unit, case-insensitive, optional space between; fractions are exact and round down.
+    Anything else, or a size under one byte, is a usage error (exit 2) naming the option.
+    """
+    if text is None:
+        return None
+    match = _SIZE.fullmatch(text)
+    size = int(Fraction(match.group(1)) * SIZE_UNITS[match.group(2).upper()]) if match else 0
+    if size < 1:
+        raise click.BadParameter(f"cannot parse size {text!r}: give a positive number and a unit, KB/MB/GB/TB "
+                                 "(powers of 10) or KiB/MiB/GiB/TiB (powers of 2), e.g. 2GB, 500MB, 512MiB",
+                                 param_hint=option)
+    return size

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -10,6 +11,28 @@ from ..report import ConvertReport, InspectReport
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.table import Table
+
+
+def table(*columns: str, right: Collection[str] = (), **options: Any) -> Table:
+    """A rich table whose cells fold onto more lines when the terminal is narrow, instead of ending in an
+    ellipsis: a name or a number is never cut.  ``right``: the columns aligned right (numbers)."""
+    from rich.table import Table
+
+    out = Table(**options)
+    for name in columns:
+        out.add_column(name, justify="right" if name in right else "left", overflow="fold")
+    return out
+
+
+def grid(*styles: str) -> Table:
+    """A borderless key/value grid (one column per style), folding like :func:`table`."""
+    from rich.table import Table
+
+    out = Table.grid(padding=(0, 2))
+    for style in styles:
+        out.add_column(style=style, overflow="fold")
+    return out
 
 
 def human_bytes(n: int) -> str:
@@ -22,12 +45,8 @@ def human_bytes(n: int) -> str:
 
 
 def render_inspect(report: InspectReport, console: Console) -> None:
-    from rich.table import Table
-
     spec = report.spec
-    summary = Table.grid(padding=(0, 2))
-    summary.add_column(style="bold")
-    summary.add_column()
+    summary = grid("bold", "")
     summary.add_row("path", report.path)
     summary.add_row("format", f"{report.format}  ({'; '.join(report.detected_by)})")
     version = report.eagle_version + (f"  ({', '.join(report.eagle31_flags)})" if report.eagle31_flags else "")
@@ -57,12 +76,10 @@ def render_inspect(report: InspectReport, console: Console) -> None:
     summary.add_row("embed / lm_head", f"embed_tokens from {spec.embed_tokens}, lm_head from {spec.lm_head}")
     summary.add_row("weights", f"{report.weights}: {', '.join(report.files)}  ({human_bytes(report.total_bytes)})")
     console.print(summary)
-    table = Table(title="tensors", show_lines=False)
-    for col in ("name", "shape", "dtype", "bytes"):
-        table.add_column(col, justify="right" if col == "bytes" else "left")
+    tensors = table("name", "shape", "dtype", "bytes", right=("bytes",), title="tensors", show_lines=False)
     for row in report.tensors:
-        table.add_row(row.name, str(row.shape), row.dtype, human_bytes(row.bytes))
-    console.print(table)
+        tensors.add_row(row.name, str(row.shape), row.dtype, human_bytes(row.bytes))
+    console.print(tensors)
     for note in report.notes:
         console.print(f"[dim]note:[/dim] {note}")
 
@@ -72,16 +89,14 @@ def render_convert(report: ConvertReport) -> None:
     config change, finding and note.  Plain lines go through click, so a normal convert never pays
     for importing rich (~0.1 s)."""
     if report.dry_run:
-        from rich.console import Console
-        from rich.table import Table
+        from .app import _console
 
-        table = Table(title=f"plan: {report.source_format} -> {report.destination_format}")
-        for col in ("source", "destination", "shape", "dtype", "action"):
-            table.add_column(col)
+        plan = table("source", "destination", "shape", "dtype", "action",
+                     title=f"plan: {report.source_format} -> {report.destination_format}")
         for row in report.plan:
             action = row.action + (f" ({row.reason})" if row.reason else "")
-            table.add_row(row.source or "-", row.destination or "-", str(row.shape), row.dtype, action)
-        Console(highlight=False, soft_wrap=True).print(table)
+            plan.add_row(row.source or "-", row.destination or "-", str(row.shape), row.dtype, action)
+        _console().print(plan)
     else:
         copied = sum(1 for r in report.plan if r.action == "copy")
         click.echo(f"{click.style('converted', fg='green')} {report.source} ({report.source_format}) -> "

@@ -7,15 +7,15 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..report import DiffReport, DiffStep, ForwardReport
+from .render import table
 
 
 def _steps_table(title: str, steps: list[DiffStep]) -> Table:
-    table = Table(title=title, title_justify="left")
-    for col in ("step", "top-1 agreement", "max abs err", "max rel err"):
-        table.add_column(col, justify="right")
+    columns = ("step", "top-1 agreement", "max abs err", "max rel err")
+    out = table(*columns, right=columns, title=title, title_justify="left")
     for s in steps:
-        table.add_row(str(s.step), f"{s.top1_agreement:.1%}", f"{s.max_abs_err:.3g}", f"{s.max_rel_err:.3g}")
-    return table
+        out.add_row(str(s.step), f"{s.top1_agreement:.1%}", f"{s.max_abs_err:.3g}", f"{s.max_rel_err:.3g}")
+    return out
 
 
 def render_forward(report: ForwardReport, console: Console) -> None:
@@ -24,29 +24,23 @@ def render_forward(report: ForwardReport, console: Console) -> None:
     console.print(f"inputs: {escape(report.inputs)}; aux layers {report.aux_layer_ids}")
     for note in [*report.borrowed, *report.notes]:
         console.print(f"[dim]note: {escape(note)}[/]")
-    table = Table()
-    for col in ("step", "draft tokens", "fed-back RMS", "finite"):
-        table.add_column(col, justify="right" if col != "draft tokens" else "left")
+    steps = table("step", "draft tokens", "fed-back RMS", "finite", right=("step", "fed-back RMS", "finite"))
     for s in report.steps:
         shown = " ".join(map(str, s.tokens[:8])) + (" ..." if len(s.tokens) > 8 else "")
-        table.add_row(str(s.step), shown, f"{s.feedback_rms:.4f}", "yes" if s.finite else "[bold red]NO[/]")
-    console.print(table)
+        steps.add_row(str(s.step), shown, f"{s.feedback_rms:.4f}", "yes" if s.finite else "[bold red]NO[/]")
+    console.print(steps)
     if report.against_torch:
         console.print(_steps_table(f"backend {report.backend} ({report.kernels}, {report.device}) against the torch "
                                    "backend", report.against_torch))
     if report.engines:
-        table = Table(title="as each engine reads it: top-1 agreement with the intended math, per draft step",
-                      title_justify="left")
-        table.add_column("engine")
-        table.add_column("loads")
-        for s in report.steps:
-            table.add_column(str(s.step), justify="right")
-        table.add_column("max abs err", justify="right")
+        numbers = [str(s.step) for s in report.steps] + ["max abs err"]
+        engines = table("engine", "loads", *numbers, right=numbers, title="as each engine reads it: top-1 agreement "
+                        "with the intended math, per draft step", title_justify="left")
         for e in report.engines:
             cells = [f"{s.top1_agreement:.0%}" for s in e.steps] or ["-"] * len(report.steps)
             worst = f"{max(s.max_abs_err for s in e.steps):.3g}" if e.steps else "-"
-            table.add_row(escape(e.engine), "yes" if e.runs else "[bold red]no[/]", *cells, worst)
-        console.print(table)
+            engines.add_row(escape(e.engine), "yes" if e.runs else "[bold red]no[/]", *cells, worst)
+        console.print(engines)
         for e in report.engines:
             for line in ([e.reason] if e.reason else []) + e.differs:
                 console.print(f"[yellow]{escape(e.engine)}[/]: {escape(line)}")

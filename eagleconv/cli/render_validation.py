@@ -13,8 +13,8 @@ STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
 
 def render_validation(report: ValidationReport, console: Console) -> None:
     summary = Table.grid(padding=(0, 2))
-    summary.add_column(style="bold")
-    summary.add_column()
+    summary.add_column(style="bold", overflow="fold")
+    summary.add_column(overflow="fold")
     if report.path:
         summary.add_row("path", escape(report.path))
     if report.format:

@@ -4,26 +4,25 @@ from __future__ import annotations
 
 import click
 
-from .app import _console, cli, run_command
+from .app import _console, _progress, cli, run_command
 
 
 def render_simulate(report, console) -> None:
     """A small table: the counters, then one acceptance bar per draft position."""
-    from rich.table import Table
+    from .render import table
 
     drafts = report.num_drafts
     console.print(f"[bold]{report.engine}[/bold]: {len(report.tokens)} prompts, K={report.num_speculative_tokens}, "
                   f"max_tokens {report.max_tokens}: {drafts} drafts, {report.num_accepted_tokens}/"
                   f"{report.num_draft_tokens} draft tokens accepted, acceptance length "
                   f"{report.acceptance_length:.3f}")
-    table = Table(box=None, pad_edge=False)
-    for col in ("position", "accepted", "rate", ""):
-        table.add_column(col, justify="right" if col in ("position", "accepted", "rate") else "left")
+    positions = table("position", "accepted", "rate", "", right=("position", "accepted", "rate"), box=None,
+                      pad_edge=False)
     for i, n in enumerate(report.accepted_per_position):
         rate = n / drafts if drafts else 0.0
-        table.add_row(str(i), f"{n}/{drafts}", f"{rate:.1%}", "[green]" + "█" * round(rate * 30) + "[/green]"
+        positions.add_row(str(i), f"{n}/{drafts}", f"{rate:.1%}", "[green]" + "█" * round(rate * 30) + "[/green]"
                       + "[dim]" + "·" * (30 - round(rate * 30)) + "[/dim]")
-    console.print(table)
+    console.print(positions)
     for note in report.notes:
         console.print(f"[dim]note: {note}[/dim]")
 
@@ -32,8 +31,10 @@ def render_simulate(report, console) -> None:
 @click.argument("drafter", type=click.Path(path_type=str))
 @click.option("--target", required=True, metavar="DIR", help="Target model directory (Hugging Face layout, with weights).")
 @click.option("--prompts", metavar="FILE", help="JSON list of token-id lists (default: four short built-in prompts).")
-@click.option("--num-speculative-tokens", "k", type=click.IntRange(min=1), default=3, show_default=True)
-@click.option("--max-tokens", type=click.IntRange(min=1), default=32, show_default=True)
+@click.option("--num-speculative-tokens", "k", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Draft tokens proposed per verification round (K, vLLM's num_speculative_tokens).")
+@click.option("--max-tokens", type=click.IntRange(min=1), default=32, show_default=True,
+              help="Tokens to generate per prompt (vLLM's max_tokens, with ignore_eos).")
 @click.option("--engine", default="vllm:0.32", show_default=True, metavar="ENGINE",
               help="Engine profile whose reading of the drafter is simulated (vLLM releases only).")
 @click.option("--target-runtime", type=click.Choice(("auto", "eagleconv", "transformers")), default="auto",
@@ -48,8 +49,9 @@ def simulate(ctx: click.Context, drafter: str, target: str, prompts: str | None,
     def body():
         from ..simulate import simulate as run
 
-        report = run(drafter, target, prompts, num_speculative_tokens=k, max_tokens=max_tokens, engine=engine,
-                     target_runtime=target_runtime)
+        with _progress() as bar:
+            report = run(drafter, target, prompts, num_speculative_tokens=k, max_tokens=max_tokens, engine=engine,
+                         target_runtime=target_runtime, progress=bar.step)
         if as_json:
             click.echo(report.model_dump_json(indent=2))
         else:

@@ -12,15 +12,23 @@ import click
 
 from ..report import TransformReport
 from .app import FORMATS, _progress, cli, run_command
-from .options import verifier_option
+from .options import parse_size, verifier_option
 
-CALIBRATION_HELP = ("safetensors file with 'aux_hidden_states' [..., K x target_hidden] captured from the target, "
-                    "to set norm weights that preserve each input's scale.")
+_CAPTURED = "safetensors file with 'aux_hidden_states' [..., K x target_hidden] captured from the target"
+CALIBRATION_HELP = {
+    "upgrade": f"{_CAPTURED}, to set the new norm weights so that each aux state keeps its typical scale.",
+    "downgrade": f"{_CAPTURED}, to fold each aux state's typical 1/RMS into fc when the fc_norm is removed (with "
+                 "--allow-lossy).",
+}
 F = TypeVar("F", bound=Callable[..., object])
 
 
+def _calibration_option(command: str) -> Callable[[F], F]:
+    return click.option("--calibration", type=click.Path(path_type=str), metavar="FILE",
+                        help=CALIBRATION_HELP[command])
+
+
 _SHARED_OPTIONS = (
-    click.option("--calibration", type=click.Path(path_type=str), help=CALIBRATION_HELP),
     click.option("--target", type=click.Path(path_type=str), help="Target model directory to capture aux states from."),
     click.option("--prompts", type=click.Path(path_type=str), help="JSON list of token-id lists to run the target on."),
     click.option("--to", "to", type=click.Choice(FORMATS), help="Destination layout (default: the source's)."),
@@ -34,11 +42,14 @@ _SHARED_OPTIONS = (
 )
 
 
-def _shared_options(func: F) -> F:
-    """The options upgrade and downgrade share, in this order in --help."""
-    for option in reversed(_SHARED_OPTIONS):
-        func = option(func)
-    return func
+def _shared_options(command: str) -> Callable[[F], F]:
+    """The options upgrade and downgrade share (--calibration with each command's own help), in this order."""
+    def decorate(func: F) -> F:
+        for option in reversed((_calibration_option(command), *_SHARED_OPTIONS)):
+            func = option(func)
+        return func
+
+    return decorate
 
 
 def _emit(report: TransformReport, as_json: bool) -> tuple[TransformReport, int]:
@@ -73,7 +84,7 @@ def _emit(report: TransformReport, as_json: bool) -> tuple[TransformReport, int]
               help="Add the aux-state normalisation (in --style).")
 @click.option("--norm-output/--no-norm-output", default=True, show_default=True,
               help="Feed the post-norm hidden state to the next draft step.")
-@_shared_options
+@_shared_options("upgrade")
 @click.pass_context
 def upgrade(ctx: click.Context, src: str, dst: str, style: str, fc_norm: bool, norm_output: bool,
             calibration: str | None, target: str | None, prompts: str | None, to: str | None,
@@ -84,15 +95,14 @@ def upgrade(ctx: click.Context, src: str, dst: str, style: str, fc_norm: bool, n
     With --no-fc-norm --no-norm-output the tensors are copied byte for byte ("exact": true).
     """
     from ..eagle31 import upgrade as run
-    from .main import parse_size
-
     shard = parse_size(max_shard_size)
 
     def body():
-        with _progress(enabled=not as_json) as (on_total, on_bytes):
+        with _progress() as bar:
             report = run(src, dst, style=style, fc_norm=fc_norm, norm_output=norm_output, calibration=calibration,
                          target=target, prompts=prompts, to=to, overwrite=overwrite, force=force, verifier=verifier,
-                         max_shard_size=shard, numeric=not no_numeric, on_total=on_total, on_bytes=on_bytes)
+                         max_shard_size=shard, numeric=not no_numeric, on_total=bar.on_total, on_bytes=bar.on_bytes,
+                         progress=bar.step)
         return _emit(report, as_json)
 
     run_command(ctx, as_json, body)
@@ -102,7 +112,7 @@ def upgrade(ctx: click.Context, src: str, dst: str, style: str, fc_norm: bool, n
 @click.argument("src", type=click.Path(path_type=str))
 @click.argument("dst", type=click.Path(path_type=str))
 @click.option("--allow-lossy", is_flag=True, help="Remove fc_norm / norm_output even though that changes the drafter.")
-@_shared_options
+@_shared_options("downgrade")
 @click.pass_context
 def downgrade(ctx: click.Context, src: str, dst: str, allow_lossy: bool, calibration: str | None, target: str | None,
               prompts: str | None, to: str | None, max_shard_size: str | None, overwrite: bool, force: bool,
@@ -112,15 +122,14 @@ def downgrade(ctx: click.Context, src: str, dst: str, allow_lossy: bool, calibra
     Exact folds always; a change to what the drafter computes exits 1 and writes nothing unless --allow-lossy.
     """
     from ..eagle31 import downgrade as run
-    from .main import parse_size
-
     shard = parse_size(max_shard_size)
 
     def body():
-        with _progress(enabled=not as_json) as (on_total, on_bytes):
+        with _progress() as bar:
             report = run(src, dst, allow_lossy=allow_lossy, calibration=calibration, target=target, prompts=prompts,
                          to=to, overwrite=overwrite, force=force, verifier=verifier, max_shard_size=shard,
-                         numeric=not no_numeric, on_total=on_total, on_bytes=on_bytes)
+                         numeric=not no_numeric, on_total=bar.on_total, on_bytes=bar.on_bytes,
+                         progress=bar.step)
         return _emit(report, as_json)
 
     run_command(ctx, as_json, body)

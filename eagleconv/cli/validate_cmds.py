@@ -27,10 +27,10 @@ def _passive_omp() -> None:
 
 
 class _status:
-    """A rich spinner on a terminal while the forward pass runs (nothing under --json)."""
+    """A rich spinner on stderr while the forward pass runs, when stderr is a terminal (with --json too)."""
 
-    def __init__(self, enabled: bool, label: str):
-        self.enabled, self.label = enabled, label
+    def __init__(self, label: str):
+        self.enabled, self.label = sys.stderr.isatty(), label
         self._s: Any = None
 
     def __enter__(self) -> _status:
@@ -102,13 +102,13 @@ def validate(ctx: click.Context, path: str, engines: tuple[str, ...], target: st
         raise click.UsageError("--prompts needs --forward")
 
     def body():
-        with _progress(enabled=not as_json and not no_numeric, label="scanning") as progress:
+        with _progress(enabled=not no_numeric, label="scanning") as bar:
             report = validate_checkpoint(path, engines=engines, target=target, tp=tp, numeric=not no_numeric,
-                                         from_format=from_format, allow_pickle=allow_pickle, progress=progress,
+                                         from_format=from_format, allow_pickle=allow_pickle, progress=bar.bytes,
                                          ignore=ignore)
         if forward:
             _passive_omp()
-            with _status(not as_json, f"running {steps} draft steps"):
+            with _status(f"running {steps} draft steps"):
                 add_forward(report, path, engines=engines, target=target, allow_pickle=allow_pickle,
                             from_format=from_format, steps=steps, prompts=prompts, seed=seed, dtype=compute_dtype,
                             recipe=recipe, backend=backend, device=device)
@@ -178,7 +178,7 @@ def diff(ctx: click.Context, a: str, b: str, steps: int, target: str | None, pro
     from ..forward import diff as diff_drafters
 
     def body():
-        with _status(not as_json, f"running {steps} draft steps of each drafter"):
+        with _status(f"running {steps} draft steps of each drafter"):
             report = diff_drafters(a, b, steps=steps, target=target, prompts=prompts, seed=seed, dtype=compute_dtype,
                                    allow_pickle=allow_pickle)
         if as_json:

@@ -10,6 +10,7 @@ drafter's own KV cache over context and drafts, as vLLM's proposer does.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -231,8 +232,8 @@ class Drafter:
         w.release()
         return StepOutput(full, out, feedback, new_cache)
 
-    def draft(self, inputs: DraftInputs, steps: int = 4) -> DraftResult:
-        """K greedy draft steps from one verification round's inputs."""
+    def draft(self, inputs: DraftInputs, steps: int = 4, on_step: Callable[[int], None] | None = None) -> DraftResult:
+        """K greedy draft steps from one verification round's inputs; ``on_step(k)`` after step k (progress)."""
         if steps < 1:
             raise ValueError("steps must be >= 1")
         tokens = inputs.tokens.to(self.device)
@@ -243,12 +244,16 @@ class Drafter:
             first = r.logits
             toks, logits, fbs = [r.logits[:, -1].argmax(-1)], [r.logits[:, -1]], [r.feedback[:, -1]]
             cache = r.cache
+            if on_step is not None:
+                on_step(1)
             for k in range(2, steps + 1):
                 r = self.forward(toks[-1].unsqueeze(1), torch.tensor([T - 2 + k]), fbs[-1].unsqueeze(1), cache)
                 cache = r.cache
                 toks.append(r.logits[:, -1].argmax(-1))
                 logits.append(r.logits[:, -1])
                 fbs.append(r.feedback[:, -1])
+                if on_step is not None:
+                    on_step(k)
         return DraftResult(toks, logits, fbs, first)
 
     def borrowed(self) -> list[str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -77,8 +77,23 @@ def _rows(r: DraftResult, a: int, b: int) -> DraftResult:
                        r.first_pass_logits[a:b])
 
 
-def run_all(drafter: Drafter, inputs: list[DraftInputs], steps: int) -> list[DraftResult]:
-    return [drafter.draft(x, steps) for x in inputs]
+# progress(what, done, total): called before the first unit of work ``what`` and after each; the CLI draws it
+# (eagleconv.cli.app._progress), the library prints nothing.
+StepProgress = Callable[[str, int, int], None]
+
+
+def run_all(drafter: Drafter, inputs: list[DraftInputs], steps: int, progress: StepProgress | None = None,
+            what: str = "forward") -> list[DraftResult]:
+    """``steps`` draft steps of ``drafter`` on each of ``inputs``; ``progress``, if given, counts the draft steps."""
+    if progress is None:
+        return [drafter.draft(x, steps) for x in inputs]
+    tell, total = progress, len(inputs) * steps
+    tell(what, 0, total)
+
+    def counter(before: int) -> Callable[[int], None]:
+        return lambda k: tell(what, before + k, total)
+
+    return [drafter.draft(x, steps, on_step=counter(n * steps)) for n, x in enumerate(inputs)]
 
 
 TINY = 1e-6  # floor of |a| in max_rel_err (StepDivergence: |a - b| / max(|a|, tiny))
@@ -379,4 +394,4 @@ def diff(a: str | Path, b: str | Path, *, steps: int = 4, target: str | Path | N
                       notes=notes)
 
 
-__all__ = ["DictSource", "InputFactory", "compare", "diff", "engine_forward_view", "validate_forward"]
+__all__ = ["DictSource", "InputFactory", "StepProgress", "compare", "diff", "engine_forward_view", "validate_forward"]
