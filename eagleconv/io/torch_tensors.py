@@ -27,9 +27,9 @@ def torch_dtype(name: str) -> torch.dtype:
     import torch
 
     for torch_name, st_name in TORCH_TO_SAFETENSORS.items():
-        if st_name == name:
-            return getattr(torch, torch_name.removeprefix("torch."))
-    raise ValueError(f"no torch dtype for safetensors dtype {name}")
+        if st_name == name and (dtype := getattr(torch, torch_name.removeprefix("torch."), None)) is not None:
+            return dtype  # (float8_e8m0fnu is newer than the torch eagleconv requires)
+    raise ValueError(f"no torch dtype for safetensors dtype {name} in torch {torch.__version__}")
 
 
 def tensor_bytes(tensor: torch.Tensor) -> tuple[str, tuple[int, ...], bytes]:

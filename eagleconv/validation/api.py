@@ -132,7 +132,9 @@ def check(config: dict[str, Any], store: TensorStore | None, *, path: str | None
     # Engine profiles say per engine what a flag/tensor disagreement does; keep only the engine-free EC020 then.
     findings += [f for f in flag_findings(read) if f.code == "EC020" or not profiles] if store is not None else []
     if store is not None:
-        findings += vocab_findings(read, store)
+        from .numeric import dtype_findings
+
+        findings += vocab_findings(read, store) + dtype_findings(read)
     subject = Subject(dict(config), layout=layout, read=read, names=set(tensors), has_tensors=store is not None, path=path,
                       target=target_info, tp=tp)
     if store is None and read.spec is not None:

@@ -1,0 +1,131 @@
+"""Issue 18, round 3: float8 and integer weights, typed library errors, --allow-pickle's file choice, duplicate aux ids."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from safetensors.torch import load_file, save_file  # noqa: E402
+
+import eagleconv  # noqa: E402
+from eagleconv.errors import FormatError, UsageError  # noqa: E402
+
+FLOAT8 = {"F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2, "F8_E8M0": torch.float8_e8m0fnu}
+NAN_BITS = {"F8_E4M3": 0x7F, "F8_E5M2": 0x7E, "F8_E8M0": 0xFF}  # one NaN pattern of each format
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "eagleconv", *args], capture_output=True, text=True, timeout=300)
+
+
+def retype(directory: Path, name: str, dtype: torch.dtype, *, nan_at: int | None = None) -> torch.Tensor:
+    """Store tensor ``name`` of the drafter in ``dtype`` (values cast; integers scaled so they are not all 0)."""
+    path = directory / "model.safetensors"
+    tensors = load_file(str(path))
+    t = tensors[name]
+    t = t.float().to(dtype) if dtype.is_floating_point else (t.float() * 100).to(dtype)
+    if nan_at is not None:
+        bits = t.view(torch.uint8).clone()
+        bits.view(-1)[nan_at] = NAN_BITS[next(k for k, v in FLOAT8.items() if v == dtype)]
+        t = bits.view(dtype)
+    tensors[name] = t
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    return t
+
+
+def findings(result: subprocess.CompletedProcess, code: str) -> list[dict]:
+    return [f for f in json.loads(result.stdout)["findings"] if f["code"] == code]
+
+
+# -- item 5: float8 and integer weights -----------------------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(FLOAT8))
+def test_float8_decode_table_equals_torch(name):
+    from eagleconv.io.dtypes import to_float32
+
+    import numpy as np
+
+    bits = np.arange(256, dtype=np.uint8)
+    ours = to_float32(bits, name)
+    theirs = torch.arange(256, dtype=torch.uint8).view(FLOAT8[name]).float().numpy()
+    assert ours.dtype == np.float32 and np.array_equal(ours, theirs, equal_nan=True)
+
+
+@pytest.mark.parametrize("name", sorted(FLOAT8))
+def test_float8_norm_weight_is_scanned_not_a_crash(drafter, name):
+    """validate used to die with 'cannot decode F8_E5M2 values' (exit 2) on a float8 norm weight."""
+    src = drafter(producer="vllm", eagle31=True)
+    stored = retype(src, "fc_norm.0.weight", FLOAT8[name])
+    result = cli("validate", str(src), "--json")
+    assert result.returncode == 0, result.stderr
+    [stats] = [f for f in findings(result, "EC062") if f["tensor"] == "fc_norm.0.weight"]
+    assert f"mean {stored.float().mean().item():.4g}," in stats["message"]
+    assert not findings(result, "EC053") and not findings(result, "EC060")
+
+
+@pytest.mark.parametrize("name", sorted(FLOAT8))
+def test_float8_nan_is_found_by_validate_and_convert(drafter, tmp_path, name):
+    src = drafter(producer="vllm", eagle31=True)
+    retype(src, "fc.weight", FLOAT8[name], nan_at=37)
+    result = cli("validate", str(src), "--json")
+    assert result.returncode == 1, result.stderr
+    [nan] = findings(result, "EC060")
+    assert nan["tensor"] == "fc.weight" and "1 NaN/Inf" in nan["message"] and "index 37" in nan["message"]
+    out = tmp_path / "out"
+    converted = cli("convert", str(src), str(out), "--to", "speculators")
+    assert converted.returncode == 1 and "EC060" in converted.stderr and not out.exists()
+
+
+def test_e8m0_is_never_all_zero(drafter):
+    """E8M0 has no zero (bits 0 are 2**-127): an fc of all-zero bits is not reported as wiped (EC061)."""
+    src = drafter(producer="vllm")
+    path = src / "model.safetensors"
+    tensors = load_file(str(path))
+    tensors["fc.weight"] = torch.zeros(tensors["fc.weight"].shape, dtype=torch.uint8).view(torch.float8_e8m0fnu)
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    assert not findings(cli("validate", str(src), "--json"), "EC061")
+    tensors["fc.weight"] = torch.zeros(tensors["fc.weight"].shape, dtype=torch.float8_e5m2)  # control: a real zero
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    assert findings(cli("validate", str(src), "--json"), "EC061")
+
+
+@pytest.mark.parametrize("dtype", [torch.uint64, torch.int32, torch.bool])
+def test_integer_weight_is_ec053(drafter, dtype):
+    src = drafter(producer="vllm", eagle31=True)
+    retype(src, "fc.weight", dtype)
+    for extra in ((), ("--no-numeric",)):
+        result = cli("validate", str(src), "--json", *extra)
+        assert result.returncode == 1, result.stderr
+        [f] = findings(result, "EC053")
+        assert f["severity"] == "error" and f["tensor"] == "fc.weight"
+        assert str(dtype).removeprefix("torch.")[0].upper() in f["message"]  # U64 / I32 / BOOL
+
+
+def test_integer_vocab_maps_are_not_ec053(drafter):
+    """Negative control: d2t and t2d are integer and bool by design."""
+    result = cli("validate", str(drafter(producer="vllm")), "--json")
+    assert result.returncode == 0 and not findings(result, "EC053")
+
+
+def test_forward_on_integer_weight_is_ec071_not_a_crash(drafter):
+    src = drafter(producer="vllm", eagle31=True)
+    retype(src, "fc.weight", torch.uint64)
+    result = cli("validate", str(src), "--forward", "--json")
+    assert result.returncode == 1, result.stderr
+    [f] = findings(result, "EC071")
+    assert f["tensor"] == "fc.weight" and "U64" in f["message"]
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+
+
+def test_forward_reads_e8m0_weights(drafter):
+    """validate --forward used to fail with 'no torch dtype for safetensors dtype F8_E8M0'."""
+    src = drafter(producer="vllm", eagle31=True)
+    retype(src, "fc.weight", torch.float8_e8m0fnu)
+    result = cli("validate", str(src), "--forward", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["forward"] is not None and not findings(result, "EC071")
