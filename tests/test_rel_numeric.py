@@ -129,3 +129,61 @@ def test_forward_reads_e8m0_weights(drafter):
     result = cli("validate", str(src), "--forward", "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["forward"] is not None and not findings(result, "EC071")
+
+
+# -- item 13: typed library errors -----------------------------------------------------------------
+
+def _state_and_config():
+    from eagleconv.synthetic import DrafterRecipe, canonical_tensors, producer_config
+
+    recipe = DrafterRecipe(producer="vllm")
+    return canonical_tensors(recipe), producer_config(recipe)
+
+
+@pytest.mark.parametrize("numeric", [True, False])
+def test_meta_tensors_are_a_format_error(numeric):
+    state, config = _state_and_config()
+    meta = {k: v.to("meta") for k, v in state.items()}
+    with pytest.raises(FormatError, match="meta device"):
+        eagleconv.validate(meta, config, numeric=numeric)
+
+
+@pytest.mark.parametrize("name", ["fc.weight", "d2t"])
+def test_sparse_tensor_is_a_format_error(name):
+    state, config = _state_and_config()
+    state[name] = state[name].to_sparse()
+    with pytest.raises(FormatError, match=f"'{name}' is torch.sparse_coo"):
+        eagleconv.validate(state, config)
+
+
+def test_non_string_key_is_an_argument_type_error():
+    state, config = _state_and_config()
+    state[3] = state["fc.weight"]
+    with pytest.raises(TypeError) as caught:
+        eagleconv.validate(state, config, numeric=False)
+    assert isinstance(caught.value, UsageError) and "keys must be tensor names" in str(caught.value)
+
+
+@pytest.mark.parametrize("engines", [None, 3, ["vllm", None]])
+def test_bad_engines_is_an_argument_type_error(engines):
+    state, config = _state_and_config()
+    with pytest.raises(UsageError, match="engines must be") as caught:
+        eagleconv.validate(state, config, engines=engines)
+    assert isinstance(caught.value, TypeError) and caught.value.exit_code == 2
+
+
+@pytest.mark.parametrize("bad", [None, 3])
+@pytest.mark.parametrize("call, argument", [
+    (lambda p, d: eagleconv.validate(p), "source"),
+    (lambda p, d: eagleconv.convert(p, d / "out", "vllm"), "source"),
+    (lambda p, d: eagleconv.convert(d, p, "vllm"), "destination"),
+    (lambda p, d: eagleconv.inspect(p), "path"),
+    (lambda p, d: eagleconv.load(p), "path"),
+], ids=["validate", "convert-source", "convert-destination", "inspect", "load"])
+def test_non_path_argument_is_named(drafter, call, argument, bad):
+    src = drafter(producer="vllm")
+    with pytest.raises(eagleconv.ArgumentTypeError) as caught:
+        call(bad, src)
+    assert isinstance(caught.value, TypeError) and isinstance(caught.value, UsageError)
+    assert str(caught.value).startswith(f"{argument} must be a str or os.PathLike, not {type(bad).__name__}")
+    assert not (src / "out").exists()

@@ -47,4 +47,7 @@ def load_pickle_state_dict(path: Path) -> dict[str, Any]:
         state = state["state_dict"]
     if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
         raise UnsafeInputError("pickle does not hold a flat {name: tensor} state dict", path)
+    from .torch_tensors import check_state_dict
+
+    check_state_dict(state, path)
     return state

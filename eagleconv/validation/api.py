@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import EagleconvError, FormatError, UsageError
+from ..errors import ArgumentTypeError, EagleconvError, FormatError, UsageError
 from ..formats import detect_layout, get_layout, read_drafter
 from ..formats.base import Layout, ReadResult, architectures_of
 from ..io.reader import CHUNK_BYTES, TensorStore
@@ -214,6 +214,8 @@ def validate(source: str | Path | Mapping[str, Any], config: Mapping[str, Any] |
     recipe, backend, device).  A checkpoint directory only, and only when
     its layout was read.
     """
+    if not isinstance(source, Mapping):
+        ArgumentTypeError.require_path(source, "source")
     if forward and isinstance(source, Mapping):
         raise UsageError("forward=True needs a checkpoint directory: the forward pass reads weights from files")
     report = _validate(source, config, engines=engines, target=target, numeric=numeric, tp=tp,
@@ -273,7 +275,9 @@ def _validate(source: str | Path | Mapping[str, Any], config: Mapping[str, Any] 
     """
     if isinstance(source, Mapping):
         from ..io.reader import StateDictTensors
+        from ..io.torch_tensors import check_state_dict
 
+        check_state_dict(source)
         if config is None:
             raise FormatError("validating a state dict needs its config (a dict or a config.json path)")
         keys: list[str] = []
