@@ -187,3 +187,23 @@ def test_non_path_argument_is_named(drafter, call, argument, bad):
     assert isinstance(caught.value, TypeError) and isinstance(caught.value, UsageError)
     assert str(caught.value).startswith(f"{argument} must be a str or os.PathLike, not {type(bad).__name__}")
     assert not (src / "out").exists()
+
+
+# -- item 15: explicit duplicate aux ids -------------------------------------------------------------
+
+def _ec011(report) -> list:
+    return [f for f in report.findings if f.code == "EC011" and f.engine == "vllm 0.32"]
+
+
+def test_explicit_duplicate_aux_ids_are_ec011_for_vllm_032(drafter):
+    """vLLM 0.32 captures each layer once: [2, 2, 1] sends 2 states to an fc built for 3 (the parity tier's
+    'explicit duplicate aux ids' case: RuntimeError: shape '[-1, 768]' is invalid)."""
+    from conftest import edit_config
+
+    src = drafter(producer="vllm")
+    edit_config(src, eagle_aux_hidden_state_layer_ids=[2, 2, 1], num_aux_hidden_states=3)
+    [f] = _ec011(eagleconv.validate(src, engines=("vllm:0.32",), numeric=False))
+    assert f.severity == "error" and "[2, 2, 1]" in f.message and "2 hidden states ([1, 2])" in f.message
+    assert _ec011(eagleconv.lint(src / "config.json", engines=("vllm:0.32",)))  # the config alone says it
+    edit_config(src, eagle_aux_hidden_state_layer_ids=[3, 2, 1])  # control: three distinct layers
+    assert not _ec011(eagleconv.validate(src, engines=("vllm:0.32",), numeric=False))
