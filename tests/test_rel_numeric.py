@@ -207,3 +207,58 @@ def test_explicit_duplicate_aux_ids_are_ec011_for_vllm_032(drafter):
     assert _ec011(eagleconv.lint(src / "config.json", engines=("vllm:0.32",)))  # the config alone says it
     edit_config(src, eagle_aux_hidden_state_layer_ids=[3, 2, 1])  # control: three distinct layers
     assert not _ec011(eagleconv.validate(src, engines=("vllm:0.32",), numeric=False))
+
+
+# -- item 14: --allow-pickle reads the weights only --------------------------------------------------
+
+class NotAllowListed:  # a global torch's weights-only unpickler refuses: reading this file fails loudly
+    pass
+
+
+def _trainer_folder(drafter) -> Path:
+    """A SafeAILab EAGLE checkpoint (pytorch_model.bin) beside a trainer's other pickles."""
+    src = drafter(producer="eagle")
+    torch.save({"state": {0: {"step": torch.tensor(3.0)}}, "param_groups": [{"lr": 1e-4, "params": [0]}]},
+               src / "optimizer.pt")
+    torch.save({"args": NotAllowListed()}, src / "training_args.bin")
+    torch.save([torch.get_rng_state()], src / "rng_state.pth")
+    return src
+
+
+def test_allow_pickle_reads_only_the_weight_pickle(drafter):
+    """A normal trainer folder used to fail: 'pickle does not hold a flat {name: tensor} state dict' (exit 2)."""
+    src = _trainer_folder(drafter)
+    result = cli("inspect", str(src), "--allow-pickle", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert {t["file"] for t in report["tensors"]} == {"pytorch_model.bin"}
+    [note] = [n for n in report["notes"] if "left out" in n]
+    assert all(n in note for n in ("optimizer.pt", "rng_state.pth", "training_args.bin"))
+    assert "pytorch_model.bin" not in note
+    refused = cli("inspect", str(src))  # without the flag, the refusal names the weight file only
+    assert refused.returncode == 2 and "(pytorch_model.bin)" in refused.stderr and "optimizer" not in refused.stderr
+
+
+def test_allow_pickle_reads_only_the_indexed_shards(drafter, tmp_path):
+    src = _trainer_folder(drafter)
+    state = torch.load(src / "pytorch_model.bin", weights_only=True)
+    (src / "pytorch_model.bin").unlink()
+    names = sorted(state)
+    half = len(names) // 2
+    torch.save({n: state[n] for n in names[:half]}, src / "pytorch_model-00001-of-00002.bin")
+    torch.save({n: state[n] for n in names[half:]}, src / "pytorch_model-00002-of-00002.bin")
+    weight_map = {n: f"pytorch_model-0000{1 if i < half else 2}-of-00002.bin" for i, n in enumerate(names)}
+    (src / "pytorch_model.bin.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    out = tmp_path / "out"
+    result = cli("convert", str(src), str(out), "--to", "speculators", "--allow-pickle")
+    assert result.returncode == 0, result.stderr
+    assert "left out (not the weights, not read): optimizer.pt, rng_state.pth, training_args.bin" in result.stdout
+
+
+def test_only_trainer_pickles_is_no_weights(drafter):
+    src = _trainer_folder(drafter)
+    (src / "pytorch_model.bin").unlink()
+    result = cli("validate", str(src), "--allow-pickle")
+    assert result.returncode == 2 and "no weights found" in result.stderr
+    assert "not read: optimizer.pt, rng_state.pth, training_args.bin" in result.stderr
+    assert "Traceback" not in result.stderr
