@@ -13,7 +13,7 @@ import mmap
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ArgumentTypeError, FormatError
 from .dtypes import DTYPE_SIZES, TORCH_TO_SAFETENSORS
@@ -33,7 +33,7 @@ def torch_dtype(name: str) -> torch.dtype:
     raise ValueError(f"no torch dtype for safetensors dtype {name} in torch {torch.__version__}")
 
 
-def check_state_dict(state: Mapping[object, object], path: str | Path | None = None) -> None:
+def check_state_dict(state: Mapping[Any, Any], path: str | Path | None = None) -> None:
     """Refuse a state dict whose bytes cannot be read, naming the tensor, before anything reads it.
 
     A non-string key is the caller's mistake (ArgumentTypeError, also a TypeError); a meta-device tensor (no
