@@ -160,7 +160,9 @@ def main(argv: list[str] | None = None) -> int:
                 problems += [f"(transformers target) {p}" for p in compare(r, simulate_case(Path(c["drafter"]), prompts,
                                                                                             "transformers"))]
         else:
-            c["observed"] = observed(r, bases[c["base"]]) if bases[c["base"]]["status"] == "ok" else "unknown"
+            # a failure needs no base to compare with; a run that loads is judged against its base drafter's run
+            c["observed"] = observed(r, bases[c["base"]]) if r["status"] != "ok" or bases[c["base"]]["status"] == "ok" \
+                else "unknown"
             if c["observed"] != c["predicted"]:
                 problems.append(f"eagleconv predicted '{OUTCOME_TEXT[c['predicted']]}', vLLM: "
                                 f"{OUTCOME_TEXT.get(c['observed'], c['observed'])}")
@@ -187,16 +189,18 @@ def main(argv: list[str] | None = None) -> int:
                                                   "cases": rows}, indent=1))
     (work / "verdicts.md").write_text(verdict_table(rows))
     if args.record:
+        # With --only, the cases not run keep what the record says about them.
+        kept = json.loads(RECORD.read_text())["outcomes"] if args.only and RECORD.exists() else {}
         RECORD.write_text(json.dumps({
             "vllm": results.get("vllm"), "runner": "V1 (VLLM_USE_V2_MODEL_RUNNER=0, CPU)", "num_speculative_tokens": K,
             "max_tokens": MAX_TOKENS,
-            "outcomes": {c["name"]: {
+            "outcomes": {**kept, **{c["name"]: {
                 "observed": c["observed"], "what": c["what"], "known_gap": c["known_gap"],
                 "vllm": ({k: c["vllm"][k] for k in ("num_drafts", "num_draft_tokens", "num_accepted_tokens",
                                                    "accepted_per_position")} if c["vllm"]["status"] == "ok"
                          else {"error": c["vllm"].get("error", "")[:600]}),
                 "eagleconv": {"predicted": c["predicted"], "findings": c["findings"]},
-            } for c in rows if c["kind"] == "variant"},
+            } for c in rows if c["kind"] == "variant"}},
         }, indent=1) + "\n")
     print(f"\n{len(rows)} cases, {len(failures)} problems, {len(known)} known gaps (listed above); vLLM took {vllm_seconds:.0f} s; details in {work}")
     return 1 if failures else 0

@@ -48,6 +48,7 @@ _EXPORTS = {
     "FindingsError": "eagleconv.errors",
     "UnsafeInputError": "eagleconv.errors",
     "UsageError": "eagleconv.errors",
+    "ArgumentTypeError": "eagleconv.errors",
 }
 
 __all__ = sorted([*_EXPORTS, "__version__"])
@@ -65,7 +66,8 @@ def __getattr__(name: str) -> Any:
 if TYPE_CHECKING:  # pragma: no cover
     from .conversion import convert, plan_conversion  # noqa: F401
     from .drafter import AuxLayers, DrafterSpec, EagleFlags, MlaDims  # noqa: F401
-    from .errors import ConversionError, EagleconvError, FindingsError, FormatError, UnsafeInputError, UsageError  # noqa: F401
+    from .errors import (ArgumentTypeError, ConversionError, EagleconvError, FindingsError, FormatError,  # noqa: F401
+                         UnsafeInputError, UsageError)
     from .formats import LAYOUTS  # noqa: F401
     from .eagle31 import downgrade, upgrade  # noqa: F401
     from .inspection import inspect  # noqa: F401

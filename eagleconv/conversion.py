@@ -22,7 +22,7 @@ from pathlib import Path
 
 from . import __version__
 from .drafter import AuxConvention, AuxLayers, DrafterSpec, Verifier
-from .errors import ConversionError, FindingsError, UsageError
+from .errors import ArgumentTypeError, ConversionError, FindingsError, UsageError
 from .formats import get_layout
 from .canonical import layer_indices
 from .formats.base import MISSING, Layout, get_path, rename, write_config
@@ -394,6 +394,8 @@ def convert(source: str | Path, destination: str | Path, to: str | None, *, from
     """
     from .hub import local_path
 
+    ArgumentTypeError.require_path(source, "source")
+    ArgumentTypeError.require_path(destination, "destination")
     source = local_path(source)  # hf://ORG/NAME[@REV]: the verified cache snapshot
     check_not_overlapping([source], destination)
     loaded = load_drafter(source, layout=from_format, allow_pickle=allow_pickle)

@@ -56,6 +56,21 @@ class UsageError(EagleconvError):
     """Bad arguments: unknown format, destination inside the source, and the like."""
 
 
+class ArgumentTypeError(UsageError, TypeError):
+    """A library argument of the wrong type (a path that is None or an int, engines=None...).
+
+    Also a TypeError, so a caller's ``except TypeError`` still catches it; the message names the argument.
+    """
+
+    @classmethod
+    def require_path(cls, value: object, argument: str) -> None:
+        """Raise unless ``value`` is a str or an ``os.PathLike`` (what every path argument accepts)."""
+        import os
+
+        if not isinstance(value, str | os.PathLike):
+            raise cls(f"{argument} must be a str or os.PathLike, not {type(value).__name__} ({value!r:.80})")
+
+
 class FindingsError(EagleconvError):
     """The input is readable but inconsistent (a shape field missing, an unmapped tensor...).
 

@@ -58,6 +58,11 @@ def _prefix_model(tensors: dict[str, Any]) -> None:
         tensors["model." + name] = tensors.pop(name)
 
 
+def _set_aux(config: dict[str, Any], ids: list[int]) -> None:
+    config["eagle_aux_hidden_state_layer_ids"] = list(ids)
+    config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = list(ids)
+
+
 def _four_aux(config: dict[str, Any]) -> None:
     config["eagle_aux_hidden_state_layer_ids"] = [0, 1, 2, 3]
     config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [0, 1, 2, 3]
@@ -75,6 +80,8 @@ VARIANTS: tuple[Variant, ...] = (
             lambda c, t: _prefix_model(t)),
     Variant("4 aux ids, fc built for 3", "eagle3", "aux ids [0, 1, 2, 3] and num_aux_hidden_states 4; fc is [H, 3H]",
             lambda c, t: _four_aux(c)),
+    Variant("explicit duplicate aux ids", "eagle3", "aux ids [2, 2, 1] everywhere (num_aux_hidden_states 3 kept)",
+            lambda c, t: _set_aux(c, [2, 2, 1])),
     Variant("aux ids only under eagle_config", "eagle3", "top-level eagle_aux_hidden_state_layer_ids removed",
             lambda c, t: _pop_aux(c, nested=False)),
     Variant("no aux ids at all", "eagle3", "aux ids removed everywhere (num_aux_hidden_states 3 kept)",

@@ -9,7 +9,9 @@ are named explicitly).
 
 from __future__ import annotations
 
-from ..errors import UsageError
+from collections.abc import Iterable
+
+from ..errors import ArgumentTypeError, UsageError
 from .base import EngineProfile, EngineView, Subject, engine_view
 
 PROFILES: dict[str, EngineProfile] = {}
@@ -29,10 +31,15 @@ def register(profile: EngineProfile, *, default: bool = False, in_all: bool = Tr
     return profile
 
 
-def resolve_engines(names: tuple[str, ...] | list[str] | str) -> list[EngineProfile]:
+def resolve_engines(names: Iterable[str] | str) -> list[EngineProfile]:
     """Profiles for user-given names: 'vllm', 'vllm:0.32', 'vllm 0.32', 'vllm==0.32' or 'all'."""
     if isinstance(names, str):
         names = [names]
+    listed = list(names) if isinstance(names, Iterable) else None
+    if listed is None or not all(isinstance(n, str) for n in listed):
+        raise ArgumentTypeError(f"engines must be an engine name or a list of names (e.g. ['vllm', 'sglang']), "
+                                f"not {names!r:.80}")
+    names = listed
     out: list[EngineProfile] = []
     for raw in names:
         name = raw.strip().lower().replace("==", " ").replace(":", " ").replace("@", " ")

@@ -75,6 +75,9 @@ class CaptureRules:
     shift: Callable[[tuple[int, ...]], tuple[int, ...]] = lambda ids: ids  # engine-side renumbering (SGLang +1)
     shift_rule: str = ""
     from_runtime: str | None = None  # the engine takes the layers from a runtime option, not the config
+    # where the engine captures each target layer once, however often the ids name it (a membership test while
+    # the target runs), so duplicate ids send fewer states to fc than it is built for; "" when not modelled
+    captures_once: str = ""
 
 
 @dataclass(frozen=True)

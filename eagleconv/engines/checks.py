@@ -133,6 +133,13 @@ def check_aux_count(subject: Subject, view: EngineView) -> list[Finding]:
                     "fc.weight" if subject.has_tensors else None)]
 
 
+def _collapsed(view: EngineView, why: str, captured: list[int], fc_count: int, fix: str) -> Finding:
+    """EC011 for ids that name a layer twice (the engine's guess, or the config's): fewer states reach fc."""
+    return finding(view, "EC011", "error", f"{why}, so {len(captured)} hidden states ({captured}) reach fc built for "
+                   f"{fc_count}: the first request fails with a shape error (vLLM 0.32.0: RuntimeError: shape "
+                   f"'[-1, K*H]' is invalid). {fix}")
+
+
 @emits("EC010", "EC011", "EC012", "EC013")
 def check_capture(subject: Subject, view: EngineView) -> list[Finding]:
     """Which target layers the engine captures: guessed, renumbered, or out of range."""
@@ -164,10 +171,8 @@ def check_capture(subject: Subject, view: EngineView) -> list[Finding]:
     if ids is None and target is not None and rules.default_ids is not None and view.aux_count is not None:
         captured = sorted(set(rules.default_ids(target.num_hidden_layers)))
         if len(captured) != view.aux_count:
-            return [finding(view, "EC011", "error", f"no aux layer ids in the config: {label} guesses {guess}, captures "
-                            f"each layer once ({captured}), so {len(captured)} hidden states reach fc built for "
-                            f"{view.aux_count}: the first request fails with a shape error (vLLM 0.32.0: RuntimeError: "
-                            "shape '[-1, K*H]' is invalid). Stamp the trained ids (eagleconv convert --aux-layer-ids)")]
+            return [_collapsed(view, f"no aux layer ids in the config: {label} guesses {guess}, captures each layer "
+                               f"once", captured, view.aux_count, "Stamp the trained ids (eagleconv convert --aux-layer-ids)")]
     if ids is None:
         producer = ""
         if subject.layout is not None and subject.layout.name == "eagle":
@@ -179,6 +184,11 @@ def check_capture(subject: Subject, view: EngineView) -> list[Finding]:
         out.append(finding(view, "EC010", "warning", f"aux layer ids only at {source}: {partial}, and guesses {guess}. "
                            "Also set the top-level eagle_aux_hidden_state_layer_ids"))
     engine_ids = rules.shift(ids)
+    fc_count = view.aux_count if view.aux_count is not None else len(ids)
+    if rules.captures_once and len(set(engine_ids)) < len(engine_ids) and len(set(engine_ids)) != fc_count:
+        out.append(_collapsed(view, f"{source} = {list(ids)} names a layer more than once: {label} captures each layer "
+                              f"once ({rules.captures_once})", sorted(set(engine_ids)), fc_count,
+                              "List each trained layer once (eagleconv convert --aux-layer-ids)"))
     shifted = f" ({rules.shift_rule}: {list(ids)} -> {list(engine_ids)})" if engine_ids != ids else ""
     if intended is not None and sorted(engine_ids) != sorted(intended):
         severity = "warning" if partial else "error"

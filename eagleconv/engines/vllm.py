@@ -69,6 +69,7 @@ CAPTURE_032 = CaptureRules(
                    "them")),
     default=CAPTURE.default,
     default_ids=CAPTURE.default_ids,
+    captures_once="interfaces.py:1608 appends a layer's state once, when its index is in the ids",
 )
 
 KEYS = KeyRules(

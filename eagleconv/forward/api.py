@@ -23,8 +23,10 @@ def load(path: str | Path, *, dtype: str = "float32", recipe: str = "native", ba
     Upcast weight blocks are kept between draft steps up to ``cache_fraction`` x the checkpoint's bytes
     (0: upcast every block on every pass; the resident set then stays near one block).
     """
+    from ..errors import ArgumentTypeError
     from ..loading import load_drafter
 
+    ArgumentTypeError.require_path(path, "path")
     loaded = load_drafter(path, layout=layout, allow_pickle=allow_pickle)
     own = loaded.require_spec()
     loaded.store.close()  # the source maps the files itself

@@ -58,6 +58,23 @@ class DictSource:
         pass
 
 
+def unrunnable_dtype(name: str, dtype: str) -> str | None:
+    """Why the forward cannot compute with canonical tensor ``name`` stored as ``dtype``, or None.
+
+    A weight or bias must be a float (an integer one is EC053); any tensor needs a torch dtype to be read.
+    """
+    from ..io.dtypes import FLOAT_DTYPES
+    from ..io.torch_tensors import torch_dtype
+
+    if name.endswith((".weight", ".bias")) and dtype not in FLOAT_DTYPES:
+        return f"is stored as {dtype}, not a float dtype (EC053): the forward does not run integers as weights"
+    try:
+        torch_dtype(dtype)
+    except ValueError as exc:
+        return f"cannot be read: {exc}"
+    return None
+
+
 class CheckpointSource:
     """A loaded checkpoint's tensors by canonical name, memory-mapped (io.torch_tensors), pages released on demand."""
 
@@ -65,11 +82,17 @@ class CheckpointSource:
         from ..io.torch_tensors import TorchTensors
 
         self._tensors = TorchTensors(loaded.store, loaded.read.canonical)
+        self._path = str(getattr(loaded.store, "path", "") or "") or None
+        self._unrunnable = {name: why for name in self._tensors if (why := unrunnable_dtype(name, self._tensors.info(name).dtype))}
 
     def names(self) -> set[str]:
         return set(self._tensors)
 
     def raw(self, name: str) -> torch.Tensor:
+        if name in self._unrunnable:  # every such tensor at once: the drafter is a finding (EC071), not a crash
+            from .model import UnrunnableDrafter
+
+            raise UnrunnableDrafter([(self.label(n), why) for n, why in sorted(self._unrunnable.items())], self._path)
         return self._tensors[name]
 
     def label(self, name: str) -> str:

@@ -26,7 +26,9 @@ _BITS: dict[str, tuple[str, int, int]] = {
     "F64": ("<u8", 0x7FFF_FFFF_FFFF_FFFF, 0x7FF0_0000_0000_0000),
     "F8_E5M2": ("|u1", 0x7F, 0x7C),
     "F8_E4M3": ("|u1", 0x7F, 0x7F),  # e4m3fn has no Inf; only S.1111.111 is NaN
+    "F8_E8M0": ("|u1", 0xFF, 0xFF),  # an unsigned exponent: 0xFF is NaN, and no bit pattern is zero
 }
+NEVER_ZERO = frozenset({"F8_E8M0"})  # every value is a power of two: "non-zero" holds whatever the bits
 SCANNED_DTYPES = frozenset(_BITS)
 SCAN_CHUNK_BYTES = 1024 * 1024  # stays in the CPU caches; larger chunks measured slower
 
@@ -67,4 +69,4 @@ def scan_file_range(fd: int, offset: int, nbytes: int, dtype: str) -> ValueScan 
                 first = done // values.itemsize + int(np.argmax(bad))
             hits += int(np.count_nonzero(bad))
         done += size
-    return ValueScan(nonfinite=hits, first_nonfinite=first, nonzero=top > 0)
+    return ValueScan(nonfinite=hits, first_nonfinite=first, nonzero=top > 0 or dtype in NEVER_ZERO)

@@ -22,6 +22,23 @@ _ADVICE = re.compile(r"weights_only|safe_globals|TORCH_FORCE|trust|can still be 
                      r"documentation|arbitrary code|Do it only|only do|https?://", re.I)
 
 
+# The weight pickle without an index: transformers' WEIGHTS_NAME, what SafeAILab EAGLE's trainer writes (formats/eagle.py).
+WEIGHT_PICKLE = "pytorch_model.bin"
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth")
+
+
+def weight_pickles(listing: list[str], indexed: list[str] | None) -> tuple[list[str], list[str]]:
+    """(the pickles that hold the weights, the directory's other pickles, which are never read).
+
+    The weights are the shards ``indexed`` by pytorch_model.bin.index.json when there is one, else
+    pytorch_model.bin.  A trainer's folder also holds optimizer.pt, scheduler.pt, rng_state.pth and
+    training_args.bin: pickles of other things, which are not weights and which nothing should unpickle.
+    """
+    pickles = [n for n in listing if n.endswith(PICKLE_SUFFIXES)]
+    chosen = sorted(indexed) if indexed is not None else [n for n in pickles if n == WEIGHT_PICKLE]
+    return chosen, [n for n in pickles if n not in chosen]
+
+
 def refusal_reason(exc: BaseException) -> str:
     """What torch objected to (the global it met...), without its advice on how to load the file anyway."""
     sentences = [s.strip() for line in str(exc).splitlines() for s in re.split(r"(?<=[.!?])\s+", line) if s.strip()]
@@ -47,4 +64,7 @@ def load_pickle_state_dict(path: Path) -> dict[str, Any]:
         state = state["state_dict"]
     if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
         raise UnsafeInputError("pickle does not hold a flat {name: tensor} state dict", path)
+    from .torch_tensors import check_state_dict
+
+    check_state_dict(state, path)
     return state

@@ -385,22 +385,23 @@ def open_checkpoint(path: str | Path, *, allow_pickle: bool = False, duplicates:
             notes.append(f"ignored pickle files beside safetensors: {', '.join(pickles)}")
         return Checkpoint(directory, config, "safetensors", single, tensors, locations, metadata, notes)
 
-    if PICKLE_INDEX in listing:
-        weight_map = _read_index(directory, PICKLE_INDEX, ".bin", duplicates)
-        pickle_files = sorted(set(weight_map.values()))
-    else:
-        pickle_files = [n for n in listing if n.endswith((".bin", ".pt", ".pth"))]
+    from .pickle_reader import WEIGHT_PICKLE, load_pickle_state_dict, weight_pickles
+
+    indexed = sorted(set(_read_index(directory, PICKLE_INDEX, ".bin", duplicates).values())) \
+        if PICKLE_INDEX in listing else None
+    pickle_files, left_out = weight_pickles(listing, indexed)
+    if left_out:
+        notes.append(f"pickle files left out (not the weights, not read): {', '.join(left_out)}")
     if not pickle_files:
-        raise FormatError("no weights found (.safetensors, or .bin/.pt with --allow-pickle); "
-                          "to check a config alone, use `eagleconv lint CONFIG_JSON`", directory)
+        other = f"; not weights, so not read: {', '.join(left_out)}" if left_out else ""
+        raise FormatError(f"no weights found (.safetensors, or {WEIGHT_PICKLE} / {PICKLE_INDEX} with --allow-pickle)"
+                          f"{other}; to check a config alone, use `eagleconv lint CONFIG_JSON`", directory)
     if not allow_pickle:
         raise UnsafeInputError(
             f"weights are pickles ({', '.join(pickle_files)}); loading a pickle can execute code. "
             "Re-run with --allow-pickle to load them with torch.load(weights_only=True)",
             directory / pickle_files[0],
         )
-    from .pickle_reader import load_pickle_state_dict
-
     state: dict[str, Any] = {}
     file_of: dict[str, str] = {}
     for name in pickle_files:

@@ -13,8 +13,9 @@ import mmap
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from ..errors import ArgumentTypeError, FormatError
 from .dtypes import DTYPE_SIZES, TORCH_TO_SAFETENSORS
 from .reader import Checkpoint, StateDictTensors, TensorInfo, TensorStore
 
@@ -27,9 +28,32 @@ def torch_dtype(name: str) -> torch.dtype:
     import torch
 
     for torch_name, st_name in TORCH_TO_SAFETENSORS.items():
-        if st_name == name:
-            return getattr(torch, torch_name.removeprefix("torch."))
-    raise ValueError(f"no torch dtype for safetensors dtype {name}")
+        if st_name == name and (dtype := getattr(torch, torch_name.removeprefix("torch."), None)) is not None:
+            return dtype  # (float8_e8m0fnu is newer than the torch eagleconv requires)
+    raise ValueError(f"no torch dtype for safetensors dtype {name} in torch {torch.__version__}")
+
+
+def check_state_dict(state: Mapping[Any, Any], path: str | Path | None = None) -> None:
+    """Refuse a state dict whose bytes cannot be read, naming the tensor, before anything reads it.
+
+    A non-string key is the caller's mistake (ArgumentTypeError, also a TypeError); a meta-device tensor (no
+    data: built under ``init_empty_weights`` or ``device="meta"``) or a sparse one (no flat storage) is input
+    eagleconv cannot read (FormatError).  Without torch imported no value can be a tensor, so torch is not
+    imported here.
+    """
+    import sys
+
+    torch_module = sys.modules.get("torch")
+    for key, value in state.items():
+        if not isinstance(key, str):
+            raise ArgumentTypeError(f"state dict keys must be tensor names (str), not {type(key).__name__} {key!r:.40}")
+        if torch_module is None or not isinstance(value, torch_module.Tensor):
+            continue
+        if value.is_meta:
+            raise FormatError(f"tensor {key!r} is on the meta device: it has no data to read (load the real weights, "
+                              "not a model built with device='meta' or init_empty_weights)", path)
+        if value.layout != torch_module.strided:
+            raise FormatError(f"tensor {key!r} is {value.layout} (not dense): pass tensor.to_dense()", path)
 
 
 def tensor_bytes(tensor: torch.Tensor) -> tuple[str, tuple[int, ...], bytes]:

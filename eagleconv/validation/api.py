@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import EagleconvError, FormatError, UsageError
+from ..errors import ArgumentTypeError, EagleconvError, FormatError, UsageError
 from ..formats import detect_layout, get_layout, read_drafter
 from ..formats.base import Layout, ReadResult, architectures_of
 from ..io.reader import CHUNK_BYTES, TensorStore
@@ -132,7 +132,9 @@ def check(config: dict[str, Any], store: TensorStore | None, *, path: str | None
     # Engine profiles say per engine what a flag/tensor disagreement does; keep only the engine-free EC020 then.
     findings += [f for f in flag_findings(read) if f.code == "EC020" or not profiles] if store is not None else []
     if store is not None:
-        findings += vocab_findings(read, store)
+        from .numeric import dtype_findings
+
+        findings += vocab_findings(read, store) + dtype_findings(read)
     subject = Subject(dict(config), layout=layout, read=read, names=set(tensors), has_tensors=store is not None, path=path,
                       target=target_info, tp=tp)
     if store is None and read.spec is not None:
@@ -212,6 +214,8 @@ def validate(source: str | Path | Mapping[str, Any], config: Mapping[str, Any] |
     recipe, backend, device).  A checkpoint directory only, and only when
     its layout was read.
     """
+    if not isinstance(source, Mapping):
+        ArgumentTypeError.require_path(source, "source")
     if forward and isinstance(source, Mapping):
         raise UsageError("forward=True needs a checkpoint directory: the forward pass reads weights from files")
     report = _validate(source, config, engines=engines, target=target, numeric=numeric, tp=tp,
@@ -271,7 +275,9 @@ def _validate(source: str | Path | Mapping[str, Any], config: Mapping[str, Any] 
     """
     if isinstance(source, Mapping):
         from ..io.reader import StateDictTensors
+        from ..io.torch_tensors import check_state_dict
 
+        check_state_dict(source)
         if config is None:
             raise FormatError("validating a state dict needs its config (a dict or a config.json path)")
         keys: list[str] = []

@@ -110,6 +110,11 @@ CODES: dict[str, Code] = {c.code: c for c in sorted([
          "The drafter's target hidden size or vocabulary differs from the target model's config.json (--target), "
          "or the drafter shares the target's embedding at a different width.",
          severity="error"),
+    Code("EC053", "weight stored as integers",
+         "A weight or bias (fc, a norm, a projection, lm_head, embed_tokens) is stored as an integer or BOOL dtype. "
+         "Engines copy it into their float parameter without complaint, so the drafter loads and runs the integers "
+         "as weights: a quantised tensor saved without its scales, or the wrong tensor.",
+         severity="error"),
     Code("EC070", "non-finite forward pass",
          "validate --forward: running the drafter (vLLM's math, reference forward) produces NaN or Inf logits or "
          "fed-back hidden states at some draft step. The drafter loads and proposes garbage.",

@@ -1,4 +1,4 @@
-"""The streamed numeric scan: NaN/Inf, all-zero fc/lm_head, norm-weight statistics.
+"""The streamed numeric scan: NaN/Inf, all-zero fc/lm_head, norm-weight statistics; and weight dtypes (EC053).
 
 Tensors are read in chunks of at most ``chunk_bytes`` through
 ``TensorStore.iter_raw_chunks``, which reuses one buffer, so at most one chunk
@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from ..formats.base import ReadResult
 from ..io.dtypes import FLOAT_DTYPES, nonfinite_mask, to_float32
+from ..io.finite import NEVER_ZERO
 from ..io.reader import CHUNK_BYTES, TensorStore
 from ..report import Finding
 
@@ -25,6 +26,8 @@ def _is_norm(canonical: str) -> bool:
 def _not_zero(chunk, dtype: str) -> bool:
     import numpy as np
 
+    if dtype in NEVER_ZERO:
+        return True
     if chunk.dtype.kind == "f":
         return bool(np.any(chunk != 0))
     sign = {1: 0x7F, 2: 0x7FFF}[chunk.dtype.itemsize]  # raw BF16 / FP8 bits: ignore the sign (-0.0)
@@ -50,6 +53,24 @@ def scan_tensor(store: TensorStore, name: str, dtype: str, chunk_bytes: int,
         if on_bytes:
             on_bytes(chunk.nbytes)
     return count, first, nonzero
+
+
+def dtype_findings(read: ReadResult) -> list[Finding]:
+    """EC053 for a weight or bias stored as integers or BOOL: header facts only, so also without the scan.
+
+    Every canonical ``*.weight`` / ``*.bias`` (fc, norms, projections, lm_head, embed) is a float an engine
+    multiplies by; an integer one is a quantised tensor without its scales, or the wrong tensor.  Engines copy
+    it into their float parameter without complaint, so the drafter loads and computes with the integers.
+    """
+    out = []
+    for canonical in sorted(read.tensors):
+        info, stored = read.tensors[canonical], read.canonical[canonical]
+        if canonical.endswith((".weight", ".bias")) and info.dtype not in FLOAT_DTYPES:
+            out.append(Finding(code="EC053", severity="error", tensor=stored,
+                               message=f"{stored} is stored as {info.dtype}, not a float dtype: engines copy its "
+                                       "integers into a float parameter and run them as weights (a quantised tensor "
+                                       "without its scales, or the wrong tensor)"))
+    return out
 
 
 def scanned_bytes(read: ReadResult) -> int:

@@ -14,7 +14,7 @@ REFERENCE_PATH = Path(__file__).with_name("FINDINGS.md")
 
 # Codes the engine-independent checks (structural, vocab, target, numeric, trainer semantics) emit.
 ENGINE_INDEPENDENT = {"EC001", "EC002", "EC003", "EC004", "EC005", "EC020", "EC021", "EC023", "EC030", "EC050",
-                      "EC052", "EC060", "EC061", "EC062"}
+                      "EC052", "EC053", "EC060", "EC061", "EC062"}
 
 # Codes only the pre-upload checks of `eagleconv push` emit.
 PUBLISH = {"EC080"}
