@@ -56,6 +56,10 @@ class UsageError(EagleconvError):
     """Bad arguments: unknown format, destination inside the source, and the like."""
 
 
+class ArgumentTypeError(UsageError, TypeError):
+    """A library argument of the wrong type (named in the message); also a TypeError for library callers."""
+
+
 class FindingsError(EagleconvError):
     """The input is readable but inconsistent (a shape field missing, an unmapped tensor...).
 
