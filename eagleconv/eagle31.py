@@ -226,8 +226,10 @@ def upgrade(source: str | Path, destination: str | Path, *, style: str = "fc_nor
     #692).  ``fc_norm=False`` adds no normalisation; with ``norm_output`` also
     off the output computes exactly what the input did (tensors byte-identical,
     ``exact`` true).  New norm weights preserve each input's typical scale when
-    aux states are given (``calibration``: a safetensors file with
-    ``aux_hidden_states``; or ``target`` + ``prompts``), else they are 1.0.
+    aux states are given (``calibration``: the file :func:`capture_aux_states`
+    ``save_to=`` writes, see :mod:`eagleconv.transforms`; or ``target`` +
+    ``prompts``), else they are 1.0, and the divergence is measured on those
+    states (``target`` with ``calibration`` lends the borrowed rows).
     The result is a starting point for EAGLE-3.1 fine-tuning, not a trained 3.1 drafter.
     """
     chosen: Style = check_style(style)

@@ -218,3 +218,13 @@ def test_ignore_of_the_wrong_type_is_a_type_error_naming_it(drafter, ignore, mes
     src = drafter(producer="vllm")
     with pytest.raises(TypeError, match=message):
         eagleconv.validate(src, numeric=False, ignore=ignore)
+
+
+def test_downgrade_measures_on_the_calibration_states_too(captured, tmp_path):
+    path, _, _ = captured
+    eagle31 = PAIR / "eagle31"
+    by_file = eagleconv.downgrade(eagle31, tmp_path / "file", allow_lossy=True, calibration=path, target=TARGET)
+    by_target = eagleconv.downgrade(eagle31, tmp_path / "target", allow_lossy=True, target=TARGET, prompts=PROMPTS)
+    assert by_file.divergence == by_target.divergence and len(by_file.divergence) == 4
+    assert stored(tmp_path / "file") == stored(tmp_path / "target")
+    assert "on the calibration states (all 48 tokens, 4 sequence(s)) with their token ids" in " ".join(by_file.notes)

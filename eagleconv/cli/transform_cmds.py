@@ -14,14 +14,16 @@ from ..report import TransformReport
 from .app import FORMATS, _progress, cli, run_command
 from .options import verifier_option
 
-CALIBRATION_HELP = ("safetensors file with 'aux_hidden_states' [..., K x target_hidden] captured from the target, "
-                    "to set norm weights that preserve each input's scale.")
+CALIBRATION_HELP = ("safetensors file with 'aux_hidden_states' [..., K x target_hidden] captured from the target "
+                    "(optionally 'input_ids', 'next_token_ids', 'sequence_lengths'), to set norm weights that preserve "
+                    "each input's scale; the divergence is measured on these states.")
 F = TypeVar("F", bound=Callable[..., object])
 
 
 _SHARED_OPTIONS = (
     click.option("--calibration", type=click.Path(path_type=str), help=CALIBRATION_HELP),
-    click.option("--target", type=click.Path(path_type=str), help="Target model directory to capture aux states from."),
+    click.option("--target", type=click.Path(path_type=str), help="Target model directory to capture aux states from (with --calibration: only lends the "
+                      "embedding / LM head rows the drafter borrows)."),
     click.option("--prompts", type=click.Path(path_type=str), help="JSON list of token-id lists to run the target on."),
     click.option("--to", "to", type=click.Choice(FORMATS), help="Destination layout (default: the source's)."),
     click.option("--max-shard-size", metavar="SIZE", help="Split the output into shards of at most SIZE (e.g. 2GB)."),
