@@ -126,6 +126,8 @@ class Calibration:
         """From ``Target.run`` per prompt (states by layer id, greedy next token): the states in ascending layer order."""
         import torch
 
+        if not runs:
+            raise UsageError("no prompts: there are no states to capture")
         ids = tuple(sorted(layer_ids))
         states = torch.cat([torch.cat([got[i] for i in ids], -1) for got, _ in runs], 0)
         tokens = [torch.tensor([*prompt, nxt], dtype=torch.int64) for prompt, (_, nxt) in zip(prompts, runs, strict=True)]
@@ -166,6 +168,9 @@ def write_calibration(path: str | Path, calibration: Calibration, *, overwrite: 
             f.flush()
             os.fsync(f.fileno())
         os.replace(staged, path)
+    except OSError as exc:
+        staged.unlink(missing_ok=True)
+        raise UsageError(f"cannot write the calibration file: {exc.strerror or exc}", path) from None
     except BaseException:
         staged.unlink(missing_ok=True)
         raise

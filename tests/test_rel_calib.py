@@ -228,3 +228,12 @@ def test_downgrade_measures_on_the_calibration_states_too(captured, tmp_path):
     assert by_file.divergence == by_target.divergence and len(by_file.divergence) == 4
     assert stored(tmp_path / "file") == stored(tmp_path / "target")
     assert "on the calibration states (all 48 tokens, 4 sequence(s)) with their token ids" in " ".join(by_file.notes)
+
+
+def test_save_to_an_unwritable_place_is_one_clear_error(tmp_path):
+    with pytest.raises(UsageError, match="cannot write the calibration file") as info:
+        eagleconv.capture_aux_states(TARGET, [[1, 2, 3]], LAYERS, save_to=tmp_path / "missing" / "calib.safetensors")
+    assert info.value.path == str(tmp_path / "missing" / "calib.safetensors")
+    with pytest.raises(UsageError, match="no prompts"):
+        eagleconv.capture_aux_states(TARGET, [], LAYERS, save_to=tmp_path / "calib.safetensors")
+    assert list(tmp_path.iterdir()) == []
