@@ -15,17 +15,20 @@ from .conversion import Transform, convert
 from .errors import ConversionError, UsageError, start_worker_pools
 from .formats import get_layout
 from .report import FlagsView, StepDivergence, TransformChange, TransformReport
-from .transforms import Plan, Style, check_style, load_calibration, plan_downgrade, plan_upgrade
+from .transforms import (TOKENS_KEY, Calibration, Plan, Style, check_style, load_calibration, plan_downgrade,
+                         plan_upgrade)
 
 if TYPE_CHECKING:
     import torch
 
     from .drafter import DrafterSpec
     from .forward import Target
+    from .forward.model import DraftInputs
     from .forward.run import StepProgress
     from .loading import LoadedDrafter
 
 MEASURE_STEPS = 4
+MEASURE_TOKENS = 1024  # calibration rows the divergence is measured on (whole sequences first): bounds its cost
 
 
 def _flags(spec: DrafterSpec) -> FlagsView:
@@ -52,49 +55,89 @@ class _OneTarget:
 
 
 def _calibration(loaded: LoadedDrafter, calibration: str | Path | None, target: _OneTarget,
-                 prompts: str | Path | None) -> tuple[torch.Tensor | None, str | None]:
+                 prompts: str | Path | None) -> tuple[Calibration | None, str | None]:
+    """The calibration states, from the file or captured from the target on the prompts, and how they were got."""
     spec = loaded.require_spec()
-    if calibration is not None and (target.path is not None or prompts is not None):
-        raise UsageError("pass either --calibration or --target with --prompts, not both")
+    if calibration is not None and prompts is not None:
+        raise UsageError("pass either --calibration or --target with --prompts, not both (with --calibration, "
+                         "--target only lends the rows the drafter borrows)")
     if calibration is not None:
         states = load_calibration(calibration, spec)
-        return states, f"{calibration} ({states.shape[0]} tokens)"
+        return states, f"{calibration} ({states.states.shape[0]} tokens)"
     if target.path is not None or prompts is not None:
         if target.path is None or prompts is None:
-            raise UsageError("--target and --prompts go together (the target is run on the prompts to capture aux states)")
+            raise UsageError("--target and --prompts go together (the target is run on the prompts to capture aux "
+                             "states)")
         return _capture(spec, target, prompts)
     return None, None
 
 
-def _capture(spec: DrafterSpec, target: _OneTarget, prompts: str | Path) -> tuple[torch.Tensor, str]:
-    """Aux states of a transformers target on the prompts, in the drafter's aux order: [N, K, Ht]."""
-    import torch
-
-    from .forward import capture_aux_states, default_aux_ids, read_prompts
+def _capture(spec: DrafterSpec, target: _OneTarget, prompts: str | Path) -> tuple[Calibration, str]:
+    """The target's aux states on the prompts at the drafter's layers, with the tokens: what a calibration file holds."""
+    from .forward import default_aux_ids, read_prompts
 
     tgt = target.load()
     prompt_list = read_prompts(prompts, tgt.vocab_size)
     ids = sorted(default_aux_ids(spec, tgt.num_layers))
-    captured = capture_aux_states(tgt, prompt_list, ids)
-    states = torch.cat([torch.cat([c[i] for i in ids], -1) for c in captured], 0)
+    captured = Calibration.from_runs(prompt_list, [tgt.run(p, ids) for p in prompt_list], ids,
+                                     origin=f"target {target.path} on {prompts}")
     K, Ht = spec.aux.count, spec.target_hidden_size
-    if states.shape[-1] != K * Ht:
-        raise UsageError(f"the target's aux states are {states.shape[-1]} wide; this drafter needs {K} x {Ht}")
-    return states.double().reshape(-1, K, Ht), f"{target.path} on {prompts} ({states.shape[0]} tokens, layers {ids})"
+    width = captured.states.shape[-1]
+    if width != K * Ht:
+        raise UsageError(f"the target's aux states are {width} wide; this drafter needs {K} x {Ht}")
+    return captured, f"{target.path} on {prompts} ({captured.states.shape[0]} tokens, layers {ids})"
+
+
+def _calibration_inputs(calibration: Calibration, vocab_size: int, seed: int,
+                        aux_ids: tuple[int, ...]) -> tuple[list[DraftInputs], str]:
+    """The calibration states as draft-round inputs, one per sequence, up to MEASURE_TOKENS rows in all.
+
+    A sequence is its T states and the T+1 tokens x_0..x_T the drafter embeds beside them (x_{t+1} with
+    state t); without token ids in the file they are seeded random ids, and the description says so.
+    """
+    import torch
+
+    from .forward.model import DraftInputs
+
+    g = torch.Generator().manual_seed(seed)
+    inputs: list[DraftInputs] = []
+    start = used = 0
+    for n, length in enumerate(calibration.lengths):
+        take = min(length, MEASURE_TOKENS - used)
+        if take <= 0:
+            break
+        if calibration.tokens is not None:
+            tokens = calibration.tokens[n][:take + 1]
+        else:
+            tokens = torch.randint(0, vocab_size, (take + 1,), generator=g)
+        aux = calibration.states[start:start + take].float()
+        inputs.append(DraftInputs(tokens.unsqueeze(0), aux.unsqueeze(0), "calibration", aux_ids))
+        start += length
+        used += take
+    total = calibration.states.shape[0]
+    where = f"{used} of {total}" if used < total else f"all {total}"
+    ids = ("their token ids" if calibration.tokens is not None
+           else f"seeded random token ids (seed {seed}; the calibration has no {TOKENS_KEY})")
+    return inputs, (f"the calibration states ({where} tokens, {len(inputs)} sequence(s)) with {ids}; from "
+                    f"{calibration.origin}")
 
 
 class _Measurer:
-    """Source and transformed drafter on identical inputs (eagleconv.forward, float32), compared per draft step."""
+    """Source and transformed drafter on identical inputs (eagleconv.forward, float32), compared per draft step.
+
+    The inputs are the calibration states when there are any (the states the new weights were fitted to),
+    else the target on the prompts, else seeded synthetic inputs; the target, when given, lends its rows.
+    """
 
     def __init__(self, loaded: LoadedDrafter, target: Target | str | Path | None, prompts: str | Path | None,
-                 seed: int, progress: StepProgress | None = None):
+                 seed: int, calibration: Calibration | None = None, progress: StepProgress | None = None):
         from .forward.api import default_aux_ids
         from .forward.model import Drafter
         from .forward.run import InputFactory, _target_and_prompts, run_all
         from .forward.weights import CheckpointSource
 
         spec = loaded.require_spec()
-        tgt, prompt_list, layers = _target_and_prompts(target, prompts)
+        tgt, prompt_list, layers = _target_and_prompts(target, None if calibration is not None else prompts)
         self.loaded, self.seed, self.progress = loaded, seed, progress
         self.borrowed: dict[str, Any] = {}
         if tgt is not None:
@@ -103,11 +146,15 @@ class _Measurer:
             if spec.lm_head == "target":
                 self.borrowed["target_lm_head"] = tgt.lm_head
         factory = InputFactory(spec.vocab_size, spec.target_hidden_size, target=tgt, prompts=prompt_list, seed=seed)
-        self.inputs = factory.make(default_aux_ids(spec, layers))
-        self.description = factory.description
+        ids = tuple(sorted(default_aux_ids(spec, layers)))
+        if calibration is not None:
+            self.inputs, self.description = _calibration_inputs(calibration, spec.vocab_size, seed, ids)
+        else:
+            self.inputs, self.description = factory.make(ids), factory.description
         source = Drafter(spec, CheckpointSource(loaded), dtype="float32", seed=seed, **self.borrowed)
         self.compute_dtype = source.compute_dtype
         self.reference = run_all(source, self.inputs, MEASURE_STEPS, progress, "divergence: the source drafter")
+        self.notes = source.borrowed()  # rows the drafter borrows that no --target supplied: seeded synthetic
 
     def divergence(self, spec: DrafterSpec, tensors: dict[str, Any], what: str) -> list[StepDivergence]:
         from .forward.model import Drafter
@@ -120,15 +167,19 @@ class _Measurer:
         return list(steps)
 
 
+# (the plan, the calibration states it used, how they were got)
+Built = tuple[Plan, "Calibration | None", "str | None"]
+
+
 def _run(source: str | Path, destination: str | Path, *, operation: str, to: str | None,
-         build: Callable[[LoadedDrafter], Plan], target: _OneTarget, prompts: str | Path | None,
+         build: Callable[[LoadedDrafter], Built], target: _OneTarget, prompts: str | Path | None,
          seed: int, measure_unit: bool, progress: StepProgress | None, **convert_kwargs: Any) -> TransformReport:
     state: dict[str, Any] = {}
     start_worker_pools()  # before the plan and the measurement create them from the main thread
 
     def transform(loaded: LoadedDrafter) -> Transform:
         spec = loaded.require_spec()
-        plan = build(loaded)
+        plan, calibration, label = build(loaded)
         new = plan.transform.spec
         dst = get_layout(to or loaded.layout.name)
         unsupported = [f for f, info in type(new.flags).model_fields.items()
@@ -136,12 +187,14 @@ def _run(source: str | Path, destination: str | Path, *, operation: str, to: str
         if unsupported:
             raise ConversionError(f"the {dst.name} layout cannot express {', '.join(unsupported)}; pass --to with a "
                                   "layout that can (e.g. --to vllm)", loaded.store.path)
-        state.update(plan=plan, before=spec)
+        state.update(plan=plan, before=spec, calibration=label)
         if not plan.transform.exact:
-            measurer = _Measurer(loaded, target.loaded_or_path(), prompts, seed, progress)
+            measurer = _Measurer(loaded, target.loaded_or_path(), prompts, seed, calibration=calibration,
+                                 progress=progress)
             plan.transform.divergence = measurer.divergence(new, plan.new_tensors, f"divergence: the {operation}d drafter")
             state["compute_dtype"] = measurer.compute_dtype
             plan.transform.notes.append(f"divergence measured over {MEASURE_STEPS} draft steps on {measurer.description}")
+            plan.transform.notes += measurer.notes
             if measure_unit and plan.unit_variant is not None:
                 state["unit"] = measurer.divergence(new, {**plan.new_tensors, **plan.unit_variant},
                                                     "divergence: unit norm weights")
@@ -176,25 +229,26 @@ def upgrade(source: str | Path, destination: str | Path, *, style: str = "fc_nor
     #692).  ``fc_norm=False`` adds no normalisation; with ``norm_output`` also
     off the output computes exactly what the input did (tensors byte-identical,
     ``exact`` true).  New norm weights preserve each input's typical scale when
-    aux states are given (``calibration``: a safetensors file with
-    ``aux_hidden_states``; or ``target`` + ``prompts``), else they are 1.0.
+    aux states are given (``calibration``: the file :func:`capture_aux_states`
+    ``save_to=`` writes, see :mod:`eagleconv.transforms`; or ``target`` +
+    ``prompts``), else they are 1.0, and the divergence is measured on those
+    states (``target`` with ``calibration`` lends the borrowed rows).
     The result is a starting point for EAGLE-3.1 fine-tuning, not a trained 3.1 drafter.
     ``progress(what, done, total)`` is told how the divergence measurement advances (see forward.run.run_all).
     """
     chosen: Style = check_style(style)
     state_style = chosen if fc_norm else None
-    calibration_label: list[str | None] = [None]
     one_target = _OneTarget(target)
 
-    def build(loaded: LoadedDrafter) -> Plan:
+    def build(loaded: LoadedDrafter) -> Built:
         states, label = _calibration(loaded, calibration, one_target, prompts) if fc_norm else (None, None)
-        calibration_label[0] = label
-        return plan_upgrade(loaded, style=chosen, fc_norm=fc_norm, norm_output=norm_output, calibration=states)
+        per_state = states.per_state(loaded.require_spec().aux.count) if states is not None else None
+        plan = plan_upgrade(loaded, style=chosen, fc_norm=fc_norm, norm_output=norm_output, calibration=per_state)
+        return plan, states, label
 
     report = _run(source, destination, operation="upgrade", to=to, build=build, target=one_target, prompts=prompts,
                   seed=seed, measure_unit=True, progress=progress, **convert_kwargs)
     report.style = state_style
-    report.calibration = calibration_label[0]
     return report
 
 
@@ -211,17 +265,14 @@ def downgrade(source: str | Path, destination: str | Path, *, allow_lossy: bool 
     measured ``divergence``.  Captured aux states (``calibration``, or
     ``target`` + ``prompts``) let the removed fc_norm's scale be folded into fc.  ``progress``: as in upgrade.
     """
-    calibration_label: list[str | None] = [None]
     one_target = _OneTarget(target)
 
-    def build(loaded: LoadedDrafter) -> Plan:
-        states, label = (None, None)
-        if loaded.require_spec().flags.fc_norm:
-            states, label = _calibration(loaded, calibration, one_target, prompts)
-        calibration_label[0] = label
-        return plan_downgrade(loaded, allow_lossy=allow_lossy, calibration=states)
+    def build(loaded: LoadedDrafter) -> Built:
+        spec = loaded.require_spec()
+        states, label = _calibration(loaded, calibration, one_target, prompts) if spec.flags.fc_norm else (None, None)
+        per_state = states.per_state(spec.aux.count) if states is not None else None
+        return plan_downgrade(loaded, allow_lossy=allow_lossy, calibration=per_state), states, label
 
     report = _run(source, destination, operation="downgrade", to=to, build=build, target=one_target, prompts=prompts,
                   seed=seed, measure_unit=False, progress=progress, **convert_kwargs)
-    report.calibration = calibration_label[0]
     return report

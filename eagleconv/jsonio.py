@@ -10,11 +10,12 @@ is kept, so the rest of the file is still judged.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .errors import UnsafeInputError
+from .errors import ArgumentTypeError, FormatError, UnsafeInputError
 
 MAX_JSON_BYTES = 16 * 1024 * 1024
 
@@ -74,6 +75,32 @@ def load_json(path: str | Path, max_bytes: int = MAX_JSON_BYTES, duplicates: lis
     if len(data) > max_bytes:
         raise UnsafeInputError(f"JSON file is larger than {max_bytes} bytes", path)
     return loads_strict(data, path, duplicates)
+
+
+def config_dict(config: Any, *, argument: str = "config", duplicates: list[str] | None = None) -> dict[str, Any]:
+    """A config argument as a dict, whichever form the caller holds: a mapping, a config.json path (or its
+    directory), or a config object with ``to_dict()`` (a transformers ``PretrainedConfig``, as training code
+    has it).  Another type is an ArgumentTypeError naming ``argument``; a file that is not a JSON object is a
+    FormatError naming the file.  ``duplicates``: see :func:`loads_strict` (files only)."""
+    if isinstance(config, Mapping):
+        return dict(config)
+    if isinstance(config, str | os.PathLike):
+        path = Path(config)
+        if path.is_dir():
+            path = path / "config.json"
+        value = load_json(path, duplicates=duplicates)
+        if not isinstance(value, dict):
+            raise FormatError("config is not a JSON object", path)
+        return value
+    to_dict = getattr(config, "to_dict", None)
+    if callable(to_dict):
+        value = to_dict()
+        if isinstance(value, Mapping):
+            return dict(value)
+        raise ArgumentTypeError(f"{argument}: {type(config).__name__}.to_dict() returned {type(value).__name__}, "
+                                "not a dict")
+    raise ArgumentTypeError(f"{argument} must be a dict, a config.json path or a config object with to_dict() (a "
+                            f"transformers PretrainedConfig), not {type(config).__name__}")
 
 
 def dump_json(obj: Any) -> str:

@@ -14,11 +14,13 @@ from ..report import TransformReport
 from .app import FORMATS, _progress, cli, run_command
 from .options import parse_size, verifier_option
 
-_CAPTURED = "safetensors file with 'aux_hidden_states' [..., K x target_hidden] captured from the target"
+_CAPTURED = ("safetensors file with 'aux_hidden_states' [..., K x target_hidden] captured from the target "
+             "(optionally 'input_ids', 'next_token_ids', 'sequence_lengths')")
 CALIBRATION_HELP = {
-    "upgrade": f"{_CAPTURED}, to set the new norm weights so that each aux state keeps its typical scale.",
+    "upgrade": f"{_CAPTURED}, to set the new norm weights so that each aux state keeps its typical scale; the "
+               "divergence is measured on these states.",
     "downgrade": f"{_CAPTURED}, to fold each aux state's typical 1/RMS into fc when the fc_norm is removed (with "
-                 "--allow-lossy).",
+                 "--allow-lossy); the divergence is measured on these states.",
 }
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -29,7 +31,8 @@ def _calibration_option(command: str) -> Callable[[F], F]:
 
 
 _SHARED_OPTIONS = (
-    click.option("--target", type=click.Path(path_type=str), help="Target model directory to capture aux states from."),
+    click.option("--target", type=click.Path(path_type=str), help="Target model directory to capture aux states from (with --calibration: only lends the "
+                      "embedding / LM head rows the drafter borrows)."),
     click.option("--prompts", type=click.Path(path_type=str), help="JSON list of token-id lists to run the target on."),
     click.option("--to", "to", type=click.Choice(FORMATS), help="Destination layout (default: the source's)."),
     click.option("--max-shard-size", metavar="SIZE", help="Split the output into shards of at most SIZE (e.g. 2GB)."),

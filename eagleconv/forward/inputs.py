@@ -178,11 +178,18 @@ def open_target(directory: str | Path, runtime: str = "auto") -> Any:
 
 
 def capture_aux_states(target_dir: str | Path | Target, prompts: Sequence[Sequence[int]],
-                       layer_ids: Sequence[int]) -> list[dict[int, torch.Tensor]]:
+                       layer_ids: Sequence[int], *, save_to: str | Path | None = None,
+                       overwrite: bool = False) -> list[dict[int, torch.Tensor]]:
     """Per prompt, the target's hidden states [T, Ht] at ``layer_ids`` (hidden_state_index numbering).
 
-    Also usable for calibration (e.g. the typical scale of each aux chunk).
+    ``save_to``: also write them as the calibration file ``upgrade --calibration`` reads (states in
+    ascending layer order, each prompt's token ids and the target's greedy next token, the layer ids),
+    staged and renamed into place; an existing file is refused unless ``overwrite``.
     """
     target = target_dir if isinstance(target_dir, Target) else Target(target_dir)
-    return [target.run(p, layer_ids)[0] for p in prompts]
+    runs = [target.run(p, layer_ids) for p in prompts]
+    if save_to is not None:
+        from ..transforms import Calibration, write_calibration
 
+        write_calibration(save_to, Calibration.from_runs(prompts, runs, layer_ids), overwrite=overwrite)
+    return [states for states, _ in runs]

@@ -10,6 +10,7 @@ enough to judge.  Unreadable or unsafe input still raises (exit 2).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from ..errors import ArgumentTypeError, EagleconvError, FormatError, UsageError
 from ..formats import detect_layout, get_layout, read_drafter
 from ..formats.base import Layout, ReadResult, architectures_of
 from ..io.reader import CHUNK_BYTES, TensorStore
-from ..jsonio import load_json
+from ..jsonio import config_dict
 from ..report import Finding, FlagsView, ValidationReport
 from .structural import flag_findings, read_findings, shape_findings, vocab_findings
 
@@ -176,7 +177,7 @@ def _family(subject) -> str | None:
     return family_of(subject)
 
 
-def apply_ignore(report: ValidationReport, ignore: Iterable[str]) -> ValidationReport:
+def apply_ignore(report: ValidationReport, ignore: str | Iterable[str] | None) -> ValidationReport:
     """Move warnings and infos whose code is in ``ignore`` to ``report.ignored``.
 
     An ignored code is a judgement the user made (EC023 on every SpecForge 3.1
@@ -185,7 +186,7 @@ def apply_ignore(report: ValidationReport, ignore: Iterable[str]) -> ValidationR
     """
     from .codes import CODES
 
-    codes = {c.strip().upper() for c in ignore if c.strip()}
+    codes = {c.strip().upper() for c in ignore_codes(ignore) if c.strip()}
     unknown = sorted(codes - set(CODES))
     if unknown:
         raise UsageError(f"--ignore: unknown finding code(s) {', '.join(unknown)} (see `eagleconv findings`)")
@@ -196,11 +197,26 @@ def apply_ignore(report: ValidationReport, ignore: Iterable[str]) -> ValidationR
     return report.model_copy(update={"findings": kept, "ignored": [*report.ignored, *dropped]})
 
 
-def validate(source: str | Path | Mapping[str, Any], config: Mapping[str, Any] | str | Path | None = None, *,
+def ignore_codes(ignore: str | Iterable[str] | None) -> list[str]:
+    """``ignore`` as a list of codes: one code (a string, not iterated by character), an iterable of them, or None."""
+    if ignore is None:
+        return []
+    if isinstance(ignore, str):
+        return [ignore]
+    if isinstance(ignore, Iterable) and not isinstance(ignore, bytes | Mapping):
+        codes = list(ignore)
+        bad = [c for c in codes if not isinstance(c, str)]
+        if not bad:
+            return codes
+        raise ArgumentTypeError(f"ignore: finding codes are strings, not {type(bad[0]).__name__} ({bad[0]!r})")
+    raise ArgumentTypeError(f"ignore must be a finding code or an iterable of codes, not {type(ignore).__name__}")
+
+
+def validate(source: str | Path | Mapping[str, Any], config: Any = None, *,
              engines: Any = ("vllm",), target: str | Path | None = None, numeric: bool = True, tp: int | None = None,
              from_format: str | None = None, allow_pickle: bool = False,
              chunk_bytes: int = CHUNK_BYTES, progress: Progress | None = None,
-             ignore: Iterable[str] = (), forward: bool = False,
+             ignore: str | Iterable[str] = (), forward: bool = False,
              forward_options: Mapping[str, Any] | None = None) -> ValidationReport:
     """Validate a drafter checkpoint directory, or an in-memory state dict with its config, for ``engines``.
 
@@ -259,14 +275,15 @@ def add_forward(report: ValidationReport, path: str | Path, *, engines: Any = ("
     return report
 
 
-def _validate(source: str | Path | Mapping[str, Any], config: Mapping[str, Any] | str | Path | None = None, *,
+def _validate(source: str | Path | Mapping[str, Any], config: Any = None, *,
               engines: Any = ("vllm",), target: str | Path | None = None, numeric: bool = True, tp: int | None = None,
               from_format: str | None = None, allow_pickle: bool = False,
               chunk_bytes: int = CHUNK_BYTES, progress: Progress | None = None) -> ValidationReport:
     """Validate a drafter checkpoint directory, or an in-memory state dict with its config, for ``engines``.
 
     ``source``: a checkpoint directory, or ``{name: torch.Tensor}`` (then
-    ``config`` is required: a dict or a config.json path).  ``engines``:
+    ``config`` is required: a dict, a config.json path or a transformers
+    ``PretrainedConfig``; see :func:`eagleconv.jsonio.config_dict`).  ``engines``:
     profile names ("vllm", "vllm:0.32", "sglang", "all"...).  ``target``: the
     target model's directory or config.json.  ``numeric=False`` reads headers
     and the small vectors (d2t, t2d) only.  ``progress``: optional
@@ -281,14 +298,15 @@ def _validate(source: str | Path | Mapping[str, Any], config: Mapping[str, Any] 
         if config is None:
             raise FormatError("validating a state dict needs its config (a dict or a config.json path)")
         keys: list[str] = []
-        cfg = dict(config) if isinstance(config, Mapping) else load_json(config, duplicates=keys)
-        if not isinstance(cfg, dict):
-            raise FormatError("config is not a JSON object", str(config))
+        cfg = config_dict(config, duplicates=keys)
         return check(cfg, StateDictTensors(source), path=None, layout_name=from_format, engines=engines,
                      target=target, tp=tp, numeric=numeric, chunk_bytes=chunk_bytes, progress=progress,
                      prior=duplicate_findings(str(config), keys))
     from ..io.reader import open_checkpoint
 
+    if not isinstance(source, str | os.PathLike):
+        raise ArgumentTypeError(f"source must be a checkpoint directory or a state dict {{name: tensor}}, not "
+                                f"{type(source).__name__}")
     duplicates: list[tuple[Path, str]] = []
     try:
         store = open_checkpoint(source, allow_pickle=allow_pickle, duplicates=duplicates)
@@ -307,30 +325,25 @@ def _validate(source: str | Path | Mapping[str, Any], config: Mapping[str, Any] 
         store.close()
 
 
-def lint(config: str | Path | Mapping[str, Any], *, engines: Any = ("vllm",), target: str | Path | None = None,
-         from_format: str | None = None, tp: int | None = None, ignore: Iterable[str] = ()) -> ValidationReport:
+def lint(config: Any, *, engines: Any = ("vllm",), target: str | Path | None = None,
+         from_format: str | None = None, tp: int | None = None, ignore: str | Iterable[str] = ()) -> ValidationReport:
     """Check a drafter config.json alone (no tensors): what each engine will make of it.
 
-    ``config``: a dict, a config.json path, or a directory (its config.json is read).
+    ``config``: a dict, a config.json path, a directory (its config.json is read) or a transformers
+    ``PretrainedConfig`` (anything with ``to_dict()``).
     """
     return apply_ignore(_lint(config, engines=engines, target=target, from_format=from_format, tp=tp), ignore)
 
 
-def _lint(config: str | Path | Mapping[str, Any], *, engines: Any = ("vllm",), target: str | Path | None = None,
+def _lint(config: Any, *, engines: Any = ("vllm",), target: str | Path | None = None,
           from_format: str | None = None, tp: int | None = None) -> ValidationReport:
     path = None
-    if not isinstance(config, Mapping):
-        if Path(config).is_dir():
-            config = Path(config) / "config.json"
-        path = str(config)
-        keys: list[str] = []
-        config = load_json(config, duplicates=keys)
-        if not isinstance(config, dict):
-            raise FormatError("config is not a JSON object", path)
-        prior = duplicate_findings(path, keys)
-    else:
-        prior = []
-    return check(dict(config), None, path=path, layout_name=from_format, engines=engines, target=target, tp=tp,
+    keys: list[str] = []
+    if isinstance(config, str | os.PathLike):
+        path = str(Path(config) / "config.json" if Path(config).is_dir() else config)
+    cfg = config_dict(config, duplicates=keys)
+    prior = duplicate_findings(path, keys) if path is not None else []
+    return check(cfg, None, path=path, layout_name=from_format, engines=engines, target=target, tp=tp,
                  numeric=False, chunk_bytes=CHUNK_BYTES, prior=prior)
 
 
