@@ -396,7 +396,8 @@ def build_benches(src: Path, work: Path, validate: bool, shard: str) -> list[Ben
         # Like for like with plain `cp -r`, which neither fsyncs nor looks at the bytes.
         Bench("convert --to vllm --no-fsync --no-numeric",
               [*ec, "convert", str(src), str(out), "--to", "vllm", "--no-fsync", "--no-numeric"], out, verify=True),
-        Bench("convert --to speculators", [*ec, "convert", str(src), str(out), "--to", "speculators"], out, verify=True),
+        Bench("convert --to speculators", [*ec, "convert", str(src), str(out), "--to", "speculators", "--verifier",
+                                           "meta-llama/Llama-3.1-8B-Instruct"], out, verify=True),
         Bench(f"convert --to vllm --max-shard-size {shard}",
               [*ec, "convert", str(src), str(out), "--to", "vllm", "--max-shard-size", shard], out, sharded=True,
               verify=True),

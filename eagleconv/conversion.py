@@ -239,6 +239,16 @@ def plan_conversion(loaded: LoadedDrafter, to: str, *, drop: Iterable[str] = (),
     return report, out, config
 
 
+def refuse_without_verifier(loaded: LoadedDrafter, to: str, verifier: str | Verifier | None) -> None:
+    """A speculators output that names no verifier cannot be loaded by speculators (EC043): stop before writing."""
+    spec = loaded.spec
+    if not get_layout(to).carries_verifier or verifier is not None or (spec and spec.verifier and spec.verifier.name_or_path):
+        return
+    raise ConversionError(f"the {to} output would name no verifier, and speculators' loader needs one (EC043): pass "
+                          "--verifier ORG/NAME (the target model), or --allow-no-verifier to write it anyway; "
+                          "nothing was written", loaded.store.path, code="EC043")
+
+
 def output_findings(dst: type[Layout], spec: DrafterSpec) -> list[Finding]:
     """What the destination's own loader will refuse in the output (the source had no say in it)."""
     out: list[Finding] = []
@@ -377,8 +387,13 @@ def convert(source: str | Path, destination: str | Path, to: str | None, *, from
             verifier: str | Verifier | None = None, max_shard_size: int | None = None, allow_pickle: bool = False,
             durable: bool = True, numeric: bool = True, on_bytes: Callable[[int], None] | None = None,
             on_total: Callable[[int], None] | None = None,
-            transform: Callable[[LoadedDrafter], Transform] | None = None) -> ConvertReport:
+            transform: Callable[[LoadedDrafter], Transform] | None = None,
+            require_verifier: bool = False) -> ConvertReport:
     """Convert ``source`` to layout ``to`` (None: the source's own) at ``destination``.  See the module docstring.
+
+    ``require_verifier``: refuse (ConversionError, nothing written) an output whose layout names a verifier
+    (speculators) when neither ``verifier`` nor the source names one; the CLI sets it unless
+    ``--allow-no-verifier``.  Otherwise such an output gets an EC043 warning.
 
     ``transform``: builds the :class:`Transform` (upgrade, downgrade) from the
     opened source; its computed tensors go through the same plan, staging and
@@ -408,6 +423,8 @@ def convert(source: str | Path, destination: str | Path, to: str | None, *, from
                 f"source has {len(errors)} error finding(s), first: [{first.code}] {first.message} "
                 "(run `eagleconv validate` for all; --force converts anyway)", loaded.store.path, code=first.code)
         to = to or loaded.layout.name
+        if require_verifier:
+            refuse_without_verifier(loaded, to, verifier)
         changed = transform(loaded) if transform is not None else None
         report, tensors, config = plan_conversion(loaded, to, drop=drop, aux_layer_ids=aux_layer_ids,
                                                   aux_convention=aux_convention, transform=changed, verifier=verifier)

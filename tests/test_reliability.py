@@ -62,13 +62,13 @@ def test_convert_refuses_a_nonfinite_weight_unless_forced(drafter, tmp_path, dty
 def test_convert_cli_nan_exit_1_one_line_and_no_numeric_exit_0(drafter, tmp_path):
     src = drafter(producer="vllm")
     poke(src, "lm_head.weight", (0, 0), float("nan"))
-    refused = CliRunner().invoke(cli, ["convert", str(src), str(tmp_path / "out"), "--to", "speculators"])
+    refused = CliRunner().invoke(cli, ["convert", str(src), str(tmp_path / "out"), "--to", "speculators", "--verifier", "org/target"])
     assert refused.exit_code == 1
     assert refused.stderr.count("\n") == 1 and "[EC060]" in refused.stderr and "lm_head.weight" in refused.stderr
-    as_json = CliRunner().invoke(cli, ["convert", str(src), str(tmp_path / "out"), "--to", "speculators", "--json"])
+    as_json = CliRunner().invoke(cli, ["convert", str(src), str(tmp_path / "out"), "--to", "speculators", "--verifier", "org/target", "--json"])
     assert as_json.exit_code == 1 and json.loads(as_json.stdout)["code"] == "EC060"
     assert not (tmp_path / "out").exists()
-    ok = CliRunner().invoke(cli, ["convert", str(src), str(tmp_path / "out"), "--to", "speculators", "--no-numeric"])
+    ok = CliRunner().invoke(cli, ["convert", str(src), str(tmp_path / "out"), "--to", "speculators", "--verifier", "org/target", "--no-numeric"])
     assert ok.exit_code == 0, ok.output
     # validate on the same source agrees with convert's refusal
     assert CliRunner().invoke(cli, ["validate", str(src)]).exit_code == 1

@@ -15,7 +15,7 @@ import click
 
 from ..errors import raise_on_termination
 from .app import FORMATS, _console, _progress, cli, run_command
-from .options import parse_size, verifier_option
+from .options import allow_no_verifier_option, parse_size, verifier_option
 
 if TYPE_CHECKING:
     from ..drafter import AuxConvention
@@ -65,10 +65,12 @@ def inspect(ctx: click.Context, path: str, from_format: str | None, allow_pickle
 @click.option("--allow-pickle", is_flag=True, help="Load .bin/.pt pickles with torch.load(weights_only=True).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @verifier_option
+@allow_no_verifier_option
 @click.pass_context
 def convert(ctx: click.Context, src: str, dst: str, to: str, from_format: str | None, dry_run: bool, drop: tuple[str, ...],
             aux_layer_ids: str | None, aux_convention: AuxConvention, max_shard_size: str | None, overwrite: bool, force: bool,
-            no_numeric: bool, no_fsync: bool, allow_pickle: bool, as_json: bool, verifier: str | None = None) -> None:
+            no_numeric: bool, no_fsync: bool, allow_pickle: bool, as_json: bool, verifier: str | None = None,
+            allow_no_verifier: bool = False) -> None:
     """Convert drafter SRC to layout --to at DST, exactly (tensor bytes are preserved)."""
     from ..conversion import convert as convert_checkpoint
 
@@ -86,7 +88,8 @@ def convert(ctx: click.Context, src: str, dst: str, to: str, from_format: str | 
                                         overwrite=overwrite, drop=drop, aux_layer_ids=ids,
                                         aux_convention=aux_convention, verifier=verifier, max_shard_size=shard,
                                         allow_pickle=allow_pickle, durable=not no_fsync,
-                                        numeric=not no_numeric, on_bytes=bar.on_bytes, on_total=bar.on_total)
+                                        numeric=not no_numeric, on_bytes=bar.on_bytes, on_total=bar.on_total,
+                                        require_verifier=not allow_no_verifier)
         if as_json:
             click.echo(report.model_dump_json(indent=2))
         else:

@@ -21,6 +21,21 @@ def verifier_option(func: F) -> F:
     )(func)
 
 
+def allow_no_verifier_option(func: F) -> F:
+    """``--allow-no-verifier``: write a speculators output without a verifier (passed on as ``require_verifier``)."""
+    return click.option(
+        "--allow-no-verifier", "allow_no_verifier", is_flag=True,
+        help="Write a speculators output that names no verifier (speculators' loader then fails, EC043). "
+             "Without it, --to speculators needs --verifier unless the source names one.",
+    )(func)
+
+
+def hide_info_option(func: F) -> F:
+    """``--hide-info``: validate, lint (the human table only; --json keeps every finding)."""
+    return click.option("--hide-info", "hide_info", is_flag=True,
+                        help="Leave info findings out of the table (they are counted; --json keeps them).")(func)
+
+
 ENGINE_HELP = ("Engine profile to check against (repeatable): vllm, sglang, trtllm, tokenspeed, speculators (the "
                "training library's loader; named only, not in all), a release such as vllm:0.32 or vllm:52a31cc, or "
                "all. Default: vllm.")

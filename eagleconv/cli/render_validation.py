@@ -11,7 +11,8 @@ from ..report import ValidationReport
 STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
 
 
-def render_validation(report: ValidationReport, console: Console) -> None:
+def render_validation(report: ValidationReport, console: Console, hide_info: bool = False) -> None:
+    """The summary, the findings table (without infos under ``hide_info``) and the verdict line."""
     summary = Table.grid(padding=(0, 2))
     summary.add_column(style="bold", overflow="fold")
     summary.add_column(overflow="fold")
@@ -27,11 +28,12 @@ def render_validation(report: ValidationReport, console: Console) -> None:
         summary.add_row("aux layer ids", ids)
     summary.add_row("engines", ", ".join(report.engines) + ("" if report.numeric_scan else "  (no numeric scan)"))
     console.print(summary)
-    if report.findings:
+    shown = [f for f in report.findings if not (hide_info and f.severity == "info")]
+    if shown:
         table = Table(show_lines=False)
         for col in ("severity", "code", "engine", "finding"):
             table.add_column(col, overflow="fold")
-        for f in report.findings:
+        for f in shown:
             table.add_row(f"[{STYLE[f.severity]}]{f.severity}[/]", f.code, f.engine or "-", escape(f.message))
         console.print(table)
     if report.ignored:
@@ -40,4 +42,6 @@ def render_validation(report: ValidationReport, console: Console) -> None:
     errors = sum(f.severity == "error" for f in report.findings)
     warnings = sum(f.severity == "warning" for f in report.findings)
     verdict = "[bold green]ok[/]" if report.ok else "[bold red]FAILED[/]"
-    console.print(f"{verdict}: {errors} error(s), {warnings} warning(s)")
+    hidden = len(report.findings) - len(shown)
+    console.print(f"{verdict}: {errors} error(s), {warnings} warning(s)"
+                  + (f", {hidden} info(s) hidden (--hide-info; --json lists them)" if hidden else ""))

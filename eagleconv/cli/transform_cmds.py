@@ -12,7 +12,7 @@ import click
 
 from ..report import TransformReport
 from .app import FORMATS, _progress, cli, run_command
-from .options import parse_size, verifier_option
+from .options import allow_no_verifier_option, parse_size, verifier_option
 
 _CAPTURED = ("safetensors file with 'aux_hidden_states' [..., K x target_hidden] captured from the target "
              "(optionally 'input_ids', 'next_token_ids', 'sequence_lengths')")
@@ -42,6 +42,7 @@ _SHARED_OPTIONS = (
     click.option("--no-numeric", is_flag=True, help="Skip the NaN/Inf check of the written weights."),
     click.option("--json", "as_json", is_flag=True, help="Print the report as JSON."),
     verifier_option,
+    allow_no_verifier_option,
 )
 
 
@@ -92,7 +93,7 @@ def _emit(report: TransformReport, as_json: bool) -> tuple[TransformReport, int]
 def upgrade(ctx: click.Context, src: str, dst: str, style: str, fc_norm: bool, norm_output: bool,
             calibration: str | None, target: str | None, prompts: str | None, to: str | None,
             max_shard_size: str | None, overwrite: bool, force: bool, no_numeric: bool, as_json: bool,
-            verifier: str | None = None) -> None:
+            verifier: str | None = None, allow_no_verifier: bool = False) -> None:
     """EAGLE-3 -> EAGLE-3.1: a starting point for 3.1 fine-tuning.
 
     With --no-fc-norm --no-norm-output the tensors are copied byte for byte ("exact": true).
@@ -105,7 +106,7 @@ def upgrade(ctx: click.Context, src: str, dst: str, style: str, fc_norm: bool, n
             report = run(src, dst, style=style, fc_norm=fc_norm, norm_output=norm_output, calibration=calibration,
                          target=target, prompts=prompts, to=to, overwrite=overwrite, force=force, verifier=verifier,
                          max_shard_size=shard, numeric=not no_numeric, on_total=bar.on_total, on_bytes=bar.on_bytes,
-                         progress=bar.step)
+                         progress=bar.step, require_verifier=not allow_no_verifier)
         return _emit(report, as_json)
 
     run_command(ctx, as_json, body)
@@ -119,7 +120,7 @@ def upgrade(ctx: click.Context, src: str, dst: str, style: str, fc_norm: bool, n
 @click.pass_context
 def downgrade(ctx: click.Context, src: str, dst: str, allow_lossy: bool, calibration: str | None, target: str | None,
               prompts: str | None, to: str | None, max_shard_size: str | None, overwrite: bool, force: bool,
-              no_numeric: bool, as_json: bool, verifier: str | None = None) -> None:
+              no_numeric: bool, as_json: bool, verifier: str | None = None, allow_no_verifier: bool = False) -> None:
     """EAGLE-3.1 -> EAGLE-3 for engines without 3.1 support.
 
     Exact folds always; a change to what the drafter computes exits 1 and writes nothing unless --allow-lossy.
@@ -132,7 +133,7 @@ def downgrade(ctx: click.Context, src: str, dst: str, allow_lossy: bool, calibra
             report = run(src, dst, allow_lossy=allow_lossy, calibration=calibration, target=target, prompts=prompts,
                          to=to, overwrite=overwrite, force=force, verifier=verifier, max_shard_size=shard,
                          numeric=not no_numeric, on_total=bar.on_total, on_bytes=bar.on_bytes,
-                         progress=bar.step)
+                         progress=bar.step, require_verifier=not allow_no_verifier)
         return _emit(report, as_json)
 
     run_command(ctx, as_json, body)

@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from .app import FORMATS, _console, _progress, cli, run_command
-from .options import STRICT_HELP, engines_option, ignore_option
+from .options import STRICT_HELP, engines_option, hide_info_option, ignore_option
 
 
 def _passive_omp() -> None:
@@ -44,14 +44,14 @@ class _status:
             self._s.__exit__(None, None, None)
 
 
-def _emit(report, as_json: bool, strict: bool = False) -> tuple[object, int]:
+def _emit(report, as_json: bool, strict: bool = False, hide_info: bool = False) -> tuple[object, int]:
     """Print the report; exit 1 on error findings (or, with --strict, on warnings too)."""
     if as_json:
         click.echo(report.model_dump_json(indent=2))
     else:
         from .render_validation import render_validation
 
-        render_validation(report, _console())
+        render_validation(report, _console(), hide_info=hide_info)
         if getattr(report, "forward", None) is not None:
             from .render_forward import render_forward
 
@@ -85,12 +85,13 @@ def _emit(report, as_json: bool, strict: bool = False) -> tuple[object, int]:
                    "step with the torch backend (on CPU only through Triton's interpreter, TRITON_INTERPRET=1).")
 @click.option("--device", default="cpu", show_default=True, help="--forward: torch device to run on (cpu, cuda).")
 @ignore_option
+@hide_info_option
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def validate(ctx: click.Context, path: str, engines: tuple[str, ...], target: str | None, tp: int | None,
              no_numeric: bool, from_format: str | None, allow_pickle: bool, strict: bool, forward: bool, steps: int,
              prompts: str | None, seed: int, compute_dtype: str, recipe: str, backend: str, device: str,
-             ignore: tuple[str, ...], as_json: bool) -> None:
+             ignore: tuple[str, ...], hide_info: bool, as_json: bool) -> None:
     """Check drafter checkpoint PATH (a directory or hf://ORG/NAME[@REV]) against what each engine will do with it.
 
     Exit 0: no error finding; 1: error findings; 2: unreadable or unsafe input.
@@ -113,7 +114,7 @@ def validate(ctx: click.Context, path: str, engines: tuple[str, ...], target: st
                             from_format=from_format, steps=steps, prompts=prompts, seed=seed, dtype=compute_dtype,
                             recipe=recipe, backend=backend, device=device)
             report = apply_ignore(report, ignore)
-        return _emit(report, as_json, strict)
+        return _emit(report, as_json, strict, hide_info)
 
     run_command(ctx, as_json, body)
 
@@ -126,34 +127,43 @@ def validate(ctx: click.Context, path: str, engines: tuple[str, ...], target: st
 @click.option("--from", "from_format", type=click.Choice(FORMATS), help="Read CONFIG as this layout's config.")
 @click.option("--strict", is_flag=True, help=STRICT_HELP)
 @ignore_option
+@hide_info_option
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def lint(ctx: click.Context, config: str, engines: tuple[str, ...], target: str | None, tp: int | None,
-         from_format: str | None, strict: bool, ignore: tuple[str, ...], as_json: bool) -> None:
+         from_format: str | None, strict: bool, ignore: tuple[str, ...], hide_info: bool, as_json: bool) -> None:
     """Check a drafter config.json alone, without tensors (missing shape fields are findings)."""
     from ..validation import lint as lint_config
 
     run_command(ctx, as_json, lambda: _emit(lint_config(config, engines=engines, target=target, tp=tp,
-                                                         from_format=from_format, ignore=ignore), as_json, strict))
+                                                         from_format=from_format, ignore=ignore), as_json, strict,
+                                                   hide_info))
 
 
 @cli.command()
+@click.argument("codes", nargs=-1, metavar="[CODE]...")
 @click.option("--json", "as_json", is_flag=True, help="Print the code table as JSON.")
-def findings(as_json: bool) -> None:
-    """Print the findings reference: every code, its meaning, severity policy and engines."""
-    if as_json:
-        import json
-        from dataclasses import asdict
+@click.pass_context
+def findings(ctx: click.Context, codes: tuple[str, ...], as_json: bool) -> None:
+    """Print the findings reference: every code (or only CODE...), its meaning, severity policy and engines."""
+    from ..validation.reference import render_codes, render_findings, select_codes
 
-        from ..validation.codes import CODES
-        from ..validation.reference import engines_by_code
+    def body():
+        wanted = select_codes(codes) if codes else None
+        if as_json:
+            import json
+            from dataclasses import asdict
 
-        engines = engines_by_code()
-        click.echo(json.dumps([{**asdict(c), "engines": engines[c.code]} for c in CODES.values()], indent=2))
-        return
-    from ..validation.reference import render_findings
+            from ..validation.codes import CODES
+            from ..validation.reference import engines_by_code
 
-    click.echo(render_findings(), nl=False)
+            engines = engines_by_code()
+            click.echo(json.dumps([{**asdict(CODES[c]), "engines": engines[c]} for c in wanted or CODES], indent=2))
+        else:
+            click.echo(render_codes(wanted) if wanted else render_findings(), nl=False)
+        return None, 0
+
+    run_command(ctx, as_json, body)
 
 
 @cli.command()

@@ -341,10 +341,58 @@ def _lint(config: Any, *, engines: Any = ("vllm",), target: str | Path | None = 
     keys: list[str] = []
     if isinstance(config, str | os.PathLike):
         path = str(Path(config) / "config.json" if Path(config).is_dir() else config)
-    cfg = config_dict(config, duplicates=keys)
+    config = config_dict(config, duplicates=keys)
     prior = duplicate_findings(path, keys) if path is not None else []
-    return check(cfg, None, path=path, layout_name=from_format, engines=engines, target=target, tp=tp,
-                 numeric=False, chunk_bytes=CHUNK_BYTES, prior=prior)
+    report = check(config, None, path=path, layout_name=from_format, engines=engines, target=target, tp=tp,
+                   numeric=False, chunk_bytes=CHUNK_BYTES, prior=prior)
+    if from_format is not None or report.format is None or report.aux_layer_ids is None:
+        return report
+    for other in numbering_alternatives(config, get_layout(report.format), report.architecture or "llama"):
+        alt = check(config, None, path=path, layout_name=other.name, engines=engines, target=target, tp=tp,
+                    numeric=False, chunk_bytes=CHUNK_BYTES, prior=prior)
+        report = explain_layout_doubt(report, alt)
+    return report
+
+
+DECISIVE_SCORE = 50  # config-only detection at or above this is a marker (speculators_model_type, _torchspec_version...)
+
+
+def numbering_alternatives(config: Mapping[str, Any], chosen: type[Layout], family: str) -> list[type[Layout]]:
+    """Layouts a config alone cannot rule out that number its aux ids differently from ``chosen``.
+
+    A config without a layout marker is read as vLLM's (the HF-style fallback), but SpecForge writes the same
+    keys with ``layer_output`` ids: only the tensor names (midlayer.*) tell them apart, and lint has none.
+    """
+    from ..formats import LAYOUTS
+    from ..formats.base import Seen
+
+    if chosen.detect(Seen(config, None))[0] >= DECISIVE_SCORE:
+        return []
+    archs = set(architectures_of(config))
+    return [layout for layout in LAYOUTS.values() if layout is not chosen
+            and (not archs or archs & {a for names in layout.architectures.values() for a in names})
+            and layout.aux_convention_for(family) != chosen.aux_convention_for(family)]
+
+
+def explain_layout_doubt(report: ValidationReport, alt: ValidationReport) -> ValidationReport:
+    """Say which of lint's verdicts depend on the layout it guessed, and what reading ``alt``'s layout changes."""
+    def verdicts(r: ValidationReport) -> dict[tuple[str, str | None, str], Finding]:
+        return {(f.code, f.engine, f.severity): f for f in r.findings if f.severity != "info"}
+
+    mine, theirs = verdicts(report), verdicts(alt)
+    gone, new = [k for k in mine if k not in theirs], [k for k in theirs if k not in mine]
+    if not gone and not new:
+        return report
+    how = (f"lint sees no tensor names, and a config alone cannot tell {report.format} from {alt.format} (the tensor "
+           f"names do); as {alt.format}, whose aux ids are {alt.aux_layer_convention}-numbered")
+    fix = f"`eagleconv validate` the checkpoint, or pass --from {alt.format}"
+    findings = [f.model_copy(update={"message": f"{f.message} [{how}, this finding goes away: {fix}]"})
+                if (f.code, f.engine, f.severity) in gone else f for f in report.findings]
+    changes = [f"{k[2]} {k[0]}" + (f" ({k[1]})" if k[1] else "") for k in new]
+    findings.append(Finding(code="EC012", severity="info", message=(
+        f"{how}, the verdicts differ: " + (f"that reading adds {', '.join(changes)}" if changes else "it adds none")
+        + (f" and drops the {len(gone)} finding(s) marked so" if gone else "") + f"; {fix}")))
+    return report.model_copy(update={"findings": _dedupe_sorted(findings)})
 
 
 def _profiles(engines: Any):

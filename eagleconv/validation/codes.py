@@ -38,6 +38,13 @@ CODES: dict[str, Code] = {c.code: c for c in sorted([
     Code("EC005", "invalid config value",
          "A config value has the wrong type or an impossible value (e.g. draft_vocab_size > vocab_size).",
          severity='error'),
+    Code("EC006", "config key no reader uses",
+         "A config key that neither eagleconv's reader of the layout nor any engine it profiles reads, and that is "
+         "not a known harmless extra (transformers' bookkeeping, a trainer's own keys). A misspelt key reads as "
+         "absent, so the reader silently uses its default (transformers' AutoConfig: hidden_size 4096). The "
+         "finding names the closest known key (\"did you mean\").",
+         severity="error when the key it is close to changes the drafter's math (EAGLE-3.1 flags, dims, RoPE, eps, "
+                  "aux ids) and is absent; warning otherwise"),
     Code("EC010", "aux layer ids absent",
          "The config does not say which target layers feed the drafter, so the engine guesses "
          "(vLLM: (2, L//2, L-3)). A wrong guess silently collapses acceptance.",

@@ -6,6 +6,7 @@ and a test fails when the shipped file differs from it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from .codes import CODES
@@ -13,8 +14,8 @@ from .codes import CODES
 REFERENCE_PATH = Path(__file__).with_name("FINDINGS.md")
 
 # Codes the engine-independent checks (structural, vocab, target, numeric, trainer semantics) emit.
-ENGINE_INDEPENDENT = {"EC001", "EC002", "EC003", "EC004", "EC005", "EC020", "EC021", "EC023", "EC030", "EC050",
-                      "EC052", "EC053", "EC060", "EC061", "EC062"}
+ENGINE_INDEPENDENT = {"EC001", "EC002", "EC003", "EC004", "EC005", "EC006", "EC020", "EC021", "EC023", "EC030",
+                      "EC050", "EC052", "EC053", "EC060", "EC061", "EC062"}
 
 # Codes only the pre-upload checks of `eagleconv push` emit.
 PUBLISH = {"EC080"}
@@ -30,6 +31,38 @@ def engines_by_code() -> dict[str, list[str]]:
                 if profile.label not in out[code]:
                     out[code].append(profile.label)
     return out
+
+
+def checked_for(code: str, engines: dict[str, list[str]]) -> list[str]:
+    """Where ``code`` is checked: engine-independent, push, and the engine profiles that emit it."""
+    where = ["engine-independent"] if code in ENGINE_INDEPENDENT else []
+    if code in PUBLISH:
+        where.append("eagleconv push (pre-upload)")
+    return where + engines[code]
+
+
+def code_entry(code: str, engines: dict[str, list[str]]) -> list[str]:
+    """One code's section of the reference, as lines."""
+    c = CODES[code]
+    return [f"## {c.code}: {c.title}", "", c.explanation, "",
+            f"- severity: {c.severity}", f"- checked for: {', '.join(checked_for(code, engines)) or 'none yet'}", ""]
+
+
+def select_codes(codes: Iterable[str]) -> list[str]:
+    """``codes`` normalised (ec012 -> EC012), in the order given; UsageError names the unknown ones."""
+    from ..errors import UsageError
+
+    wanted = list(dict.fromkeys(c.strip().upper() for c in codes if c.strip()))
+    unknown = [c for c in wanted if c not in CODES]
+    if unknown:
+        raise UsageError(f"unknown finding code(s) {', '.join(unknown)}; known: {', '.join(CODES)}")
+    return wanted
+
+
+def render_codes(codes: Iterable[str]) -> str:
+    """The reference entries of ``codes`` only (``eagleconv findings EC012 EC043``)."""
+    engines = engines_by_code()
+    return "\n".join(line for code in select_codes(codes) for line in code_entry(code, engines)).rstrip() + "\n"
 
 
 def render_findings() -> str:
@@ -49,15 +82,8 @@ def render_findings() -> str:
         "unreadable input (exit 2).",
         "",
     ]
-    for code in CODES.values():
-        where = []
-        if code.code in ENGINE_INDEPENDENT:
-            where.append("engine-independent")
-        if code.code in PUBLISH:
-            where.append("eagleconv push (pre-upload)")
-        where += engines[code.code]
-        lines += [f"## {code.code}: {code.title}", "", code.explanation, "",
-                  f"- severity: {code.severity}", f"- checked for: {', '.join(where) or 'none yet'}", ""]
+    for code in CODES:
+        lines += code_entry(code, engines)
     lines += ["# Engine profiles", ""]
     for profile in PROFILES.values():
         lines += [f"## {profile.label}", "", profile.summary, ""]

@@ -13,6 +13,7 @@ from ..io.reader import TensorStore
 from ..report import Finding
 from ..rope import ROPE_KEYS, reader_disagreement
 from ..vocab import check_d2t, check_t2d
+from .unknown_keys import unknown_key_findings
 
 
 def _f(code: str, severity: str, message: str, tensor: str | None = None) -> Finding:
@@ -20,14 +21,14 @@ def _f(code: str, severity: str, message: str, tensor: str | None = None) -> Fin
 
 
 def read_findings(read: ReadResult) -> list[Finding]:
-    """Problems found while reading the layout: unmapped names, missing fields, bad values."""
+    """Problems found while reading the layout: unmapped names, missing fields, bad values, unread keys."""
     out = []
     for problem in read.errors:
         code = "EC005" if problem.startswith("config does not describe") else "EC003"
         out.append(_f(code, "error", problem))
     for name in read.missing:
         out.append(_f("EC004", "error", f"{name} is absent from config and cannot be derived exactly from the tensors"))
-    return out + rope_findings(read)
+    return out + rope_findings(read) + unknown_key_findings(read.layout, read.config)
 
 
 TRANSFORMERS_ROPE_THETA = 10000.0  # LlamaConfig, Qwen3Config, DeepseekV3Config, in transformers 4.57 and 5.x
