@@ -140,6 +140,8 @@ CODES: dict[str, Code] = {c.code: c for c in sorted([
     Code("EC080", "verifier is a local path in a config about to be published",
          "The config names its target model (verifier) by a local path (absolute, '~', '/proving-grounds/...', "
          "'./...') instead of a Hub id. Published, it leaks the trainer's file system, nobody can resolve the "
-         "target from it, and the model card cannot set base_model (checked by `eagleconv push`).",
-         severity="warning (loading is unaffected; pass --base-model ORG/NAME for the card, or --ignore EC080)"),
+         "target from it, and the model card cannot set base_model (checked by `eagleconv push`, which refuses it "
+         "even without --strict: rewrite the config with `eagleconv convert PATH OUT --verifier ORG/NAME` and push "
+         "OUT).",
+         severity="warning (loading is unaffected; push refuses it unless --ignore EC080)"),
 ], key=lambda c: c.code)}
