@@ -77,7 +77,7 @@ def test_float8_nan_is_found_by_validate_and_convert(drafter, tmp_path, name):
     [nan] = findings(result, "EC060")
     assert nan["tensor"] == "fc.weight" and "1 NaN/Inf" in nan["message"] and "index 37" in nan["message"]
     out = tmp_path / "out"
-    converted = cli("convert", str(src), str(out), "--to", "speculators")
+    converted = cli("convert", str(src), str(out), "--to", "speculators", "--verifier", "org/target")
     assert converted.returncode == 1 and "EC060" in converted.stderr and not out.exists()
 
 
@@ -250,7 +250,7 @@ def test_allow_pickle_reads_only_the_indexed_shards(drafter, tmp_path):
     weight_map = {n: f"pytorch_model-0000{1 if i < half else 2}-of-00002.bin" for i, n in enumerate(names)}
     (src / "pytorch_model.bin.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
     out = tmp_path / "out"
-    result = cli("convert", str(src), str(out), "--to", "speculators", "--allow-pickle")
+    result = cli("convert", str(src), str(out), "--to", "speculators", "--verifier", "org/target", "--allow-pickle")
     assert result.returncode == 0, result.stderr
     assert "left out (not the weights, not read): optimizer.pt, rng_state.pth, training_args.bin" in result.stdout
 
