@@ -453,7 +453,7 @@ class StagedDirectory:
     def _ours(self, name: str | bytes | None) -> bool:
         """Whether an OSError's file name is the destination, its parents, or a sibling this run made."""
         if name is None:
-            return True
+            return False
         path = Path(os.path.abspath(os.fsdecode(name)))
         return (path == self.destination or self.destination.is_relative_to(path)
                 or (path.parent == self.destination.parent and ".eagleconv-" in path.name)
@@ -502,7 +502,7 @@ class StagedDirectory:
             return f"a file of the output is larger than the file size limit (this process's or the filesystem's); {done}"
         if code == errno.EROFS:
             return f"the filesystem is read-only ({_existing(parent)}); {done}"
-        if not self._ours(name):
+        if name is None or not self._ours(name):  # no file name: maybe the source's (an EIO while copying)
             return None
         where = self._place(name)
         if code in (errno.EACCES, errno.EPERM):
@@ -512,7 +512,7 @@ class StagedDirectory:
         if code in (errno.ENOTDIR, errno.EEXIST) and name is not None and self.destination.is_relative_to(
                 os.path.abspath(os.fsdecode(name))):
             return f"{os.fsdecode(name)} exists and is not a directory; {done}"
-        if code is None:
+        if code is None:  # an OSError without an errno is not the filesystem's word
             return None
         return f"cannot write: {exc.strerror or exc} (in {where}); {done}"
 

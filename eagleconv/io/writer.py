@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
