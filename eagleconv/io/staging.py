@@ -394,6 +394,22 @@ class StagedDirectory:
             raise aimed from exc
         # otherwise the original exception propagates unchanged
 
+    def publish(self, staging: Path) -> None:
+        """Publish a staging directory the caller made and filled itself (``staging_name`` beside the destination).
+
+        For code that predates the ``with`` form (``hub.pull``): the same
+        checks, swap and error messages; the caller still removes ``staging`` on failure.
+        """
+        self.path = Path(os.path.abspath(staging))
+        try:
+            self._publish()
+        except BaseException as exc:
+            self.path = None
+            aimed = self._aimed(exc)
+            if aimed is exc:
+                raise
+            raise aimed from exc
+
     def _publish(self) -> None:
         """Move the complete staging directory into place; the previous output is never lost.
 

@@ -284,6 +284,10 @@ class CheckpointWriter:
                 verify(staging)  # the staging directory is fsynced and published when the block ends
         return written
 
+    def _publish(self, staging: Path) -> None:
+        """Publish a staging directory the caller filled (``hub.pull`` copies files into one); see StagedDirectory.publish."""
+        self._staged.publish(staging)
+
     @staticmethod
     def _write_shard(path: Path, shard: Sequence[OutputTensor], metadata: dict[str, str] | None,
                      on_bytes: Callable[[int], None] | None, writeback: _Writeback,
