@@ -342,7 +342,7 @@ def _verify_output(staged: Path, tensors: Sequence[OutputTensor], dst_layout: st
         errors = [f for f in checkpoint_findings(written.read, written.store) if f.severity == "error"] if clean else []
         if errors:
             raise ConversionError(f"the converted drafter would have {len(errors)} error finding(s), first: "
-                                  f"[{errors[0].code}] {errors[0].message}; nothing was written", staged.parent,
+                                  f"[{errors[0].code}] {errors[0].message}; nothing was written", staged,
                                   code=errors[0].code)
     finally:
         written.close()

@@ -71,6 +71,22 @@ class ArgumentTypeError(UsageError, TypeError):
             raise cls(f"{argument} must be a str or os.PathLike, not {type(value).__name__} ({value!r:.80})")
 
 
+class DestinationError(EagleconvError, OSError):
+    """The destination could not be written (no space, read-only, busy, permission): exit 2, nothing written.
+
+    Also an OSError carrying the failed call's ``errno``, so a library caller's
+    ``except OSError`` keeps working; the message names the destination, never a staging path.
+    """
+
+    def __init__(self, message: str, path: str | Path | None = None, errno: int | None = None):
+        super().__init__(message, path)
+        self.errno = errno
+        self.filename = self.path
+
+    def __str__(self) -> str:
+        return self.one_line()
+
+
 class FindingsError(EagleconvError):
     """The input is readable but inconsistent (a shape field missing, an unmapped tensor...).
 

@@ -30,10 +30,10 @@ SHARD = "1MB"
 
 _CHILD = """
 import sys
-from eagleconv.io import writer
+from eagleconv.io import staging
 from eagleconv.cli.main import main
 if sys.argv[1] == "fallback":
-    writer.exchange = lambda a, b: False  # as on a filesystem without renameat2(RENAME_EXCHANGE)
+    staging.exchange = lambda a, b: False  # as on a filesystem without renameat2(RENAME_EXCHANGE)
 sys.argv = ["eagleconv"] + sys.argv[2:]
 main()
 """

@@ -183,9 +183,9 @@ def test_every_shard_is_fsynced_before_index_and_rename(drafter, tmp_path, monke
             events.append(("create", Path(path).name))
         return real_open(path, flags, *args, **kwargs)
 
-    from eagleconv.io import writer
+    from eagleconv.io import staging
 
-    real_publish = writer.rename_noreplace
+    real_publish = staging.rename_noreplace
 
     def publish(a, b):  # the writer publishes with renameat2(RENAME_NOREPLACE) where it can
         events.append(("rename", Path(b).name))
@@ -194,7 +194,7 @@ def test_every_shard_is_fsynced_before_index_and_rename(drafter, tmp_path, monke
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "rename", rename)
     monkeypatch.setattr(os, "open", open_)
-    monkeypatch.setattr(writer, "rename_noreplace", publish)
+    monkeypatch.setattr(staging, "rename_noreplace", publish)
     src = drafter(producer="specforge")
     out = tmp_path / "out"
     convert(src, out, "vllm", max_shard_size=2048)

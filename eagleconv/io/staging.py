@@ -1,4 +1,4 @@
-"""Staging names that say who owns them, recovery after a crash, and what --overwrite may replace.
+"""Staging directories: names that say who owns them, recovery after a crash, what --overwrite may replace.
 
 A staging directory (``.NAME.eagleconv-HOST-PID-START-RAND.partial``) and the
 previous output set aside during a non-atomic --overwrite
@@ -9,13 +9,21 @@ is certain the owner is dead: same host, and no process with that pid, or
 one with a different start time (the pid was reused).  A live owner's
 staging, another host's (a shared filesystem), and names without an owner
 (eagleconv 0.1.0's ``.NAME.eagleconv-XXXXXXXX.partial``) are left alone and
-reported.
+reported.  Every write cleans the dead owners' debris of *every* name in its
+parent directory (:func:`clean_dead_debris`), so a retry under another name
+does not leave a killed run's gigabytes behind.
 
---overwrite replaces only a directory that is recognisably a checkpoint:
-regular files (or links to them) with the names trainers and the Hub use,
-at least one of them a config or weights; an empty directory is fine too.
-Anything else (a ``.git``, a notes file, a subdirectory) is refused before
-any byte is written.
+--overwrite replaces only a directory whose content eagleconv recognises as a
+drafter checkpoint (or its own output, which names its layout in config.json):
+a drafter config, and weights whose safetensors headers (or index) parse or
+that are torch files; nothing but files with the names trainers and the Hub
+use.  An empty directory is fine too.  Anything else is refused before any
+byte is written.
+
+:class:`StagedDirectory` is the one way eagleconv builds a directory: in a
+staging sibling, published by one rename; on failure nothing is left (not the
+parent directories it created either), and an OSError becomes one line that
+names the destination (:class:`~eagleconv.errors.DestinationError`).
 """
 
 from __future__ import annotations
@@ -31,8 +39,9 @@ import uuid
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
 
-from ..errors import UsageError
+from ..errors import DestinationError, EagleconvError, UsageError
 
 _CHECKPOINT_FILE = re.compile(
     r"^(?:config\.json|generation_config\.json|MANIFEST\.json|README\.md|\.gitattributes"
@@ -121,16 +130,21 @@ def recover(destination: Path) -> list[str]:
     If the destination is absent and a dead process set the previous output
     aside (an interrupted non-atomic --overwrite), that output is renamed back
     first.  Then every other staging or set-aside entry of a dead owner is removed.
+    Another process cleaning the same debris at once is harmless: what it moved first is skipped.
     """
     notes: list[str] = []
     debris = find_debris(destination)
     dead = [d for d in debris if d.owner_dead]
-    olds = sorted((d for d in dead if d.kind == "old"), key=lambda d: d.path.stat().st_mtime, reverse=True)
+    olds = sorted((d for d in dead if d.kind == "old"), key=lambda d: _mtime(d.path), reverse=True)
     if olds and not os.path.lexists(destination):
-        os.rename(olds[0].path, destination)
-        dead.remove(olds[0])
-        notes.append(f"restored the previous output from {olds[0].path.name} (an interrupted --overwrite, "
-                     f"process {olds[0].pid}, had set it aside)")
+        dead.remove(olds[0])  # put back, or (if that fails) left for the next run: never removed here
+        try:
+            rename_noreplace(olds[0].path, destination)
+        except (FileNotFoundError, FileExistsError):
+            pass
+        else:
+            notes.append(f"restored the previous output from {olds[0].path.name} (an interrupted --overwrite, "
+                         f"process {olds[0].pid}, had set it aside)")
     for d in dead:
         remove_tree(d.path)
         notes.append(f"removed {d.path.name}, left by process {d.pid}, which is no longer running")
@@ -138,6 +152,36 @@ def recover(destination: Path) -> list[str]:
         if d.host is None:
             notes.append(f"left {d.path.name} alone: its owner is not recorded (an older eagleconv); "
                          "remove it yourself if no conversion is running")
+    return notes
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+_STAGED = re.compile(r"^\..+\.eagleconv-[0-9a-f-]+\.(?:partial|old)$")
+_ANY_DEBRIS = re.compile(r"^\.(.+)\.eagleconv-(?:[0-9a-f]{8}-\d+-\d+-[0-9a-f]+|[0-9a-f]{8})\.(?:partial|old)$")
+
+
+def clean_dead_debris(parent: str | Path) -> list[str]:
+    """Clean what dead eagleconv runs left in ``parent``, whatever destination they wrote; returns notes.
+
+    For each NAME with staging or set-aside entries there, what :func:`recover`
+    does for ``parent/NAME``: a set-aside previous output whose NAME is absent is
+    renamed back, every other entry of a certainly dead owner is removed; live
+    owners', other hosts' and unowned entries stay.  A missing or unreadable parent has nothing to clean.
+    """
+    try:
+        entries = os.listdir(parent)
+    except OSError:
+        return []
+    names = sorted({m.group(1) for m in map(_ANY_DEBRIS.match, entries) if m})
+    notes: list[str] = []
+    for name in names:
+        notes += recover(Path(parent) / name)
     return notes
 
 
@@ -152,24 +196,357 @@ def remove_tree(path: Path) -> None:
             pass
 
 
-def check_replaceable(destination: Path) -> None:
-    """Raise UsageError (exit 2) unless --overwrite may replace ``destination``; nothing is touched."""
+def check_replaceable(destination: Path, shown: str | Path | None = None) -> None:
+    """Raise UsageError (exit 2) unless --overwrite may replace ``destination``; nothing is touched.
+
+    ``shown``: the destination as the user spelled it, for the message.
+    """
+    shown = destination if shown is None else shown
     if destination.is_symlink():
         raise UsageError("destination is a symbolic link; --overwrite replaces only a real checkpoint directory, "
-                         "nothing was deleted", destination)
+                         "nothing was deleted", shown)
     if not destination.is_dir():
-        raise UsageError("destination exists and is not a directory; nothing was deleted", destination)
+        raise UsageError("destination exists and is not a directory; nothing was deleted", shown)
     entries = sorted(os.scandir(destination), key=lambda e: e.name)
     foreign = [e.name + ("/" if e.is_dir(follow_symlinks=False) else "") for e in entries
                if not (_CHECKPOINT_FILE.match(e.name) and stat.S_ISREG(e.stat().st_mode))]
     if foreign:
-        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
-        raise UsageError(f"destination is not a checkpoint directory (it holds {shown}); --overwrite replaces only "
-                         "a checkpoint or an eagleconv output, nothing was deleted", destination)
-    if entries and not any(_CORE_FILE.match(e.name) for e in entries):
-        raise UsageError("destination has no config.json or weights, so it is not recognisably a checkpoint; "
-                         "--overwrite replaces only a checkpoint or an eagleconv output, nothing was deleted",
-                         destination)
+        shown_names = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise _not_a_checkpoint(f"it holds {shown_names}", shown)
+    if entries:
+        _recognise_checkpoint(destination, [e.name for e in entries], shown)
+
+
+def _not_a_checkpoint(why: str, shown: str | Path) -> UsageError:
+    return UsageError(f"destination is not a checkpoint directory ({why}); --overwrite replaces only a drafter "
+                      "checkpoint or an eagleconv output, nothing was deleted", shown)
+
+
+# How torch.save files begin: a zip archive (torch >= 1.6), or a pickle (protocol 2-5) in the legacy format.
+_TORCH_MAGIC = (b"PK\x03\x04", b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")
+
+
+def _recognise_checkpoint(directory: Path, names: list[str], shown: str | Path) -> None:
+    """Refuse unless ``directory`` is a drafter checkpoint by content, not by file names.
+
+    A drafter config (a layout detected from it and the tensor names, with a
+    hidden_size and vocab_size), and weights: safetensors whose headers (and
+    index) parse, or torch files by their first bytes.  Pickles are never
+    loaded: their tensor names stay unknown, so only the config speaks for them.
+    eagleconv's own output names its layout in config.json, so it is recognised too.
+    """
+    from ..formats import detect_layout, get_layout
+    from ..errors import AmbiguousLayoutError
+    from ..formats.base import read_fields
+    from ..jsonio import load_json
+    from .reader import SAFETENSORS_INDEX, open_checkpoint
+
+    if "config.json" not in names:
+        raise _not_a_checkpoint("no config.json", shown)
+    torch_files = [n for n in names if n.endswith((".bin", ".pt", ".pth"))]
+    for name in torch_files:
+        with open(directory / name, "rb") as f:
+            if not f.read(4).startswith(_TORCH_MAGIC):
+                raise _not_a_checkpoint(f"{name} is not a torch file", shown)
+    tensor_names: set[str] | None = None
+    metadata: dict[str, str] = {}
+    try:
+        if SAFETENSORS_INDEX in names or any(n.endswith(".safetensors") for n in names):
+            checkpoint = open_checkpoint(directory)
+            config, tensor_names, metadata = checkpoint.config, set(checkpoint.tensors), dict(checkpoint.metadata)
+            kind = "safetensors"
+        elif torch_files:
+            config, kind = load_json(directory / "config.json"), "pickle"
+        else:
+            raise _not_a_checkpoint("no weights", shown)
+        if not isinstance(config, dict):
+            raise _not_a_checkpoint("config.json is not a JSON object", shown)
+        try:
+            layout = detect_layout(config, tensor_names, metadata, kind)[0]
+        except AmbiguousLayoutError as exc:  # still a drafter: only which layout is unclear
+            layout = get_layout(exc.candidates[0])
+    except UsageError:
+        raise
+    except EagleconvError as exc:
+        where = f"{Path(exc.path).name}: " if exc.path and Path(exc.path) != directory else ""
+        raise _not_a_checkpoint(f"{where}{exc.message}", shown) from exc
+    fields = read_fields(layout, config)[0]
+    if not {"hidden_size", "vocab_size"} <= fields.keys():
+        raise _not_a_checkpoint("config.json is not a drafter config: no hidden_size and vocab_size", shown)
+
+
+def make_parents(directory: Path) -> list[Path]:
+    """Create ``directory`` and its missing ancestors; return the ones created, deepest first."""
+    missing = []
+    probe = directory
+    while not os.path.lexists(probe) and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
+    directory.mkdir(parents=True, exist_ok=True)
+    return missing
+
+
+def remove_parents(created: list[Path]) -> None:
+    """Remove what :func:`make_parents` created, deepest first, stopping at one that is no longer empty."""
+    for directory in created:
+        try:
+            os.rmdir(directory)
+        except OSError:
+            return
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _bytes(n: int) -> str:
+    return f"{n:,} bytes"
+
+
+class StagedDirectory:
+    """A directory built under an owned sibling name and published at its destination by one rename.
+
+    ::
+
+        staged = StagedDirectory(dest, overwrite=False)  # refuses an existing DEST; cleans dead debris
+        with staged as path:                             # creates missing parents, then the staging directory
+            (path / "config.json").write_text(...)
+        # on leaving the block normally: published at DEST (atomically; --overwrite swaps)
+        # on an exception: the staging directory and the parents it created are gone, DEST is untouched
+
+    Construction refuses an existing destination (UsageError) unless
+    ``overwrite`` and :func:`check_replaceable` allow it, or it is the current
+    directory.  ``notes``: what was cleaned up beside it.  ``size``: the bytes
+    the output needs, if known, for the message on a full disk.  Every OSError
+    about the destination (its parents, the staging directory, the renames, a
+    write with no file name: full disk, read-only, busy, permission) becomes a
+    :class:`~eagleconv.errors.DestinationError` naming the destination; an
+    EagleconvError naming a staged file is re-aimed at the destination (the
+    staged file is gone by then).  ``durable=False`` skips the fsyncs of the
+    staging directory and the parent.
+    """
+
+    def __init__(self, destination: str | Path, *, overwrite: bool = False, durable: bool = True):
+        self.destination = Path(os.path.abspath(destination))
+        self.shown = Path(destination) if Path(destination).name not in ("", "..") else self.destination
+        self.overwrite, self.durable = overwrite, durable
+        self.size: int | None = None
+        self.path: Path | None = None
+        self._created: list[Path] = []
+        self._set_aside: Path | None = None
+        try:
+            # What killed runs left in the parent goes first (a set-aside previous output is put back).
+            self.notes = clean_dead_debris(self.destination.parent)
+            if os.path.lexists(self.destination):
+                if not overwrite:
+                    raise UsageError("destination already exists (pass --overwrite to replace it)", self.shown)
+                self._check_replaceable()
+        except BaseException as exc:
+            aimed = self._aimed(exc)
+            if aimed is exc:
+                raise
+            raise aimed from exc
+
+    def _check_replaceable(self) -> None:
+        try:
+            in_use = os.path.samefile(self.destination, os.getcwd())
+        except OSError:
+            in_use = False
+        if in_use:
+            raise DestinationError("destination is the current directory, which a rename cannot replace while it "
+                                   "is in use (busy); write elsewhere or run from another directory, nothing was "
+                                   "deleted", self.shown, errno.EBUSY)
+        check_replaceable(self.destination, self.shown)
+
+    def __enter__(self) -> Path:
+        try:
+            self._created = make_parents(self.destination.parent)
+            path = self.destination.parent / staging_name(self.destination, "partial")
+            path.mkdir()
+            self.path = path
+        except BaseException as exc:
+            self._discard()
+            aimed = self._aimed(exc)
+            if aimed is exc:
+                raise
+            raise aimed from exc
+        return path
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if exc is None:
+            try:
+                self._publish()
+            except BaseException as failed:
+                self._discard()
+                aimed = self._aimed(failed)
+                if aimed is failed:
+                    raise
+                raise aimed from failed
+            return
+        self._discard()
+        aimed = self._aimed(exc)
+        if aimed is not exc:
+            raise aimed from exc
+        # otherwise the original exception propagates unchanged
+
+    def publish(self, staging: Path) -> None:
+        """Publish a staging directory the caller made and filled itself (``staging_name`` beside the destination).
+
+        For code that predates the ``with`` form (``hub.pull``): the same
+        checks, swap and error messages; the caller still removes ``staging`` on failure.
+        """
+        self.path = Path(os.path.abspath(staging))
+        try:
+            self._publish()
+        except BaseException as exc:
+            self.path = None
+            aimed = self._aimed(exc)
+            if aimed is exc:
+                raise
+            raise aimed from exc
+
+    def _publish(self) -> None:
+        """Move the complete staging directory into place; the previous output is never lost.
+
+        With --overwrite the two directories are swapped in one atomic
+        renameat2(RENAME_EXCHANGE), after which the staging name holds the old
+        output and is removed.  Where that is unsupported, the old output is
+        renamed aside under an owned ``.old`` name first; a crash between the two
+        renames leaves it there and the next run renames it back (``recover``).
+        SIGINT/SIGTERM/SIGHUP are held during the swap.
+        """
+        from ..errors import termination_signals_blocked
+
+        assert self.path is not None, "publish outside the with block"
+        staging, parent = self.path, self.path.parent
+        if self.durable:
+            fsync_dir(staging)
+        with termination_signals_blocked():
+            if not os.path.lexists(self.destination):
+                try:
+                    rename_noreplace(staging, self.destination)
+                except FileExistsError:
+                    raise UsageError("destination appeared while writing; not replacing it", self.shown) from None
+            else:
+                if not self.overwrite:
+                    raise UsageError("destination appeared while writing; not replacing it", self.shown)
+                self._check_replaceable()
+                if not exchange(staging, self.destination):
+                    self._set_aside = parent / staging_name(self.destination, "old")
+                    os.rename(self.destination, self._set_aside)
+                    try:
+                        os.rename(staging, self.destination)
+                    except BaseException:
+                        os.rename(self._set_aside, self.destination)
+                        self._set_aside = None
+                        raise
+            if self.durable:
+                fsync_dir(parent)
+        # The old output (now under the staging name, or set aside) goes last, outside the held signals.
+        remove_tree(staging)
+        if self._set_aside is not None:
+            remove_tree(self._set_aside)
+            self._set_aside = None
+        self.path, self._created = None, []
+
+    def _discard(self) -> None:
+        """Remove what this run made: the staging directory, a set-aside output already replaced, new parents."""
+        if self.path is not None:
+            remove_tree(self.path)
+            self.path = None
+        if self._set_aside is not None and os.path.lexists(self.destination):
+            remove_tree(self._set_aside)
+            self._set_aside = None
+        if not os.path.lexists(self.destination):
+            remove_parents(self._created)
+        self._created = []
+
+    def _ours(self, name: str | bytes | None) -> bool:
+        """Whether an OSError's file name is the destination, its parents, or a sibling this run made."""
+        if name is None:
+            return False
+        path = Path(os.path.abspath(os.fsdecode(name)))
+        return (path == self.destination or self.destination.is_relative_to(path)
+                or (path.parent == self.destination.parent and ".eagleconv-" in path.name)
+                or (self.path is not None and path.is_relative_to(self.path)))
+
+    def _aimed(self, exc: BaseException) -> BaseException:
+        """``exc`` as it should reach the user: naming the destination, never a staging path."""
+        if isinstance(exc, EagleconvError):
+            if exc.path and any(_STAGED.match(part) for part in Path(exc.path).parts):
+                self._reaim(exc)
+            return exc
+        if isinstance(exc, OSError):
+            message = self._describe(exc)
+            return DestinationError(message, self.shown, exc.errno) if message else exc
+        return exc
+
+    def _reaim(self, exc: EagleconvError) -> None:
+        """Point an error about a staged file at the destination (the staged file is removed by now)."""
+        assert exc.path is not None
+        parts = Path(exc.path).parts
+        inside = next(i for i, part in enumerate(parts) if _STAGED.match(part))
+        rel = Path(*parts[inside + 1:]) if inside + 1 < len(parts) else None
+        if rel is not None:
+            exc.message = f"the output failed its check before publishing: {rel}: {exc.message}"
+        if "nothing was written" not in exc.message:
+            exc.message += "; nothing was written"
+        exc.path = str(self.shown)
+        exc.args = (exc.one_line(),)
+
+    def _describe(self, exc: OSError) -> str | None:
+        """One line for an OSError about the destination; None for one about another file (the source)."""
+        code, name = exc.errno, exc.filename
+        parent = self.destination.parent
+        done = "nothing was written" + (", the previous output is unchanged" if self.overwrite
+                                        and os.path.lexists(self.destination) else "")
+        if code in (errno.ENOSPC, errno.EDQUOT):
+            try:
+                free = os.statvfs(_existing(parent))
+                room = f"{_bytes(free.f_bavail * free.f_frsize)} free"
+            except OSError:
+                room = "free space unknown"
+            need = f"the output needs {_bytes(self.size)}, " if self.size else ""
+            what = "no space left on the device" if code == errno.ENOSPC else "disk quota exceeded"
+            return f"{what} ({need}{room} in {parent}); {done}"
+        if code == errno.EFBIG:
+            return f"a file of the output is larger than the file size limit (this process's or the filesystem's); {done}"
+        if code == errno.EROFS:
+            return f"the filesystem is read-only ({_existing(parent)}); {done}"
+        if name is None or not self._ours(name):  # no file name: maybe the source's (an EIO while copying)
+            return None
+        where = self._place(name)
+        if code in (errno.EACCES, errno.EPERM):
+            return f"permission denied: cannot create or replace entries in {where}; {done}"
+        if code == errno.EBUSY:
+            return f"busy: a mount point or a directory in use cannot be replaced by a rename; {done}"
+        if code in (errno.ENOTDIR, errno.EEXIST) and name is not None and self.destination.is_relative_to(
+                os.path.abspath(os.fsdecode(name))):
+            return f"{os.fsdecode(name)} exists and is not a directory; {done}"
+        if code is None:  # an OSError without an errno is not the filesystem's word
+            return None
+        return f"cannot write: {exc.strerror or exc} (in {where}); {done}"
+
+    def _place(self, name: str | bytes | None) -> Path:
+        """The directory an OSError is about, as something the user can look at (never a staging path)."""
+        if name is None:
+            return self.destination.parent
+        path = Path(os.path.abspath(os.fsdecode(name)))
+        if path == self.destination or ".eagleconv-" in str(path):
+            return self.destination.parent
+        return path.parent
+
+
+def _existing(path: Path) -> Path:
+    """``path`` or its nearest existing ancestor."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
 
 
 _RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2

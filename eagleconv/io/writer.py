@@ -1,10 +1,13 @@
 """Atomic, streaming checkpoint writer.
 
 Everything is written into a staging directory beside the destination
-(``.NAME.eagleconv-XXXX.partial``): shards first, each fsynced, then config and
-the index last; then the staging directory is fsynced and renamed into place
-and the parent directory fsynced.  On any failure the staging directory is
-removed, so a destination is either complete or absent.  Tensor bytes are
+(``.NAME.eagleconv-HOST-PID-START-RAND.partial``, a
+:class:`~eagleconv.io.staging.StagedDirectory`): shards first, each fsynced,
+then config and the index last; then the staging directory is fsynced and
+renamed into place and the parent directory fsynced.  On any failure the
+staging directory (and any parent directory created for it) is removed, so a
+destination is either complete or absent, and an I/O error is one line naming
+the destination.  Tensor bytes are
 copied by the kernel from the source file (see ``copy_range``), so peak memory
 does not grow with checkpoint size.  ``durable=False`` (``--no-fsync``) skips
 the fsyncs but keeps the staging and the rename.
@@ -14,7 +17,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +28,7 @@ from .dtypes import DTYPE_SIZES
 from .finite import SCANNED_DTYPES, ValueScan, scan_file_range
 from .reader import SAFETENSORS_INDEX
 from .safetensors_header import build_header
-from .staging import check_replaceable, exchange, recover, remove_tree, rename_noreplace, staging_name
+from .staging import StagedDirectory
 
 SINGLE_FILE = "model.safetensors"
 
@@ -69,14 +71,6 @@ def shard_tensors(tensors: Sequence[OutputTensor], max_shard_size: int | None) -
         shards[-1].append(tensor)
         size += tensor.nbytes
     return shards
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 WRITEBACK_MIN_BYTES = 32 * 1024 * 1024
@@ -227,14 +221,10 @@ class CheckpointWriter:
         self.destination = Path(destination)
         self.durable = durable
         check_not_overlapping(sources, self.destination)
-        # What a killed run left beside this destination goes first (a set-aside previous output is put back).
-        self.notes: list[str] = recover(self.destination)
-        if os.path.lexists(self.destination):
-            if not overwrite:
-                raise UsageError("destination already exists (pass --overwrite to replace it)", self.destination)
-            check_replaceable(self.destination)
+        # Cleans what killed runs left in the parent, and refuses an existing destination --overwrite may not replace.
+        self._staged = StagedDirectory(self.destination, overwrite=overwrite, durable=durable)
+        self.notes: list[str] = self._staged.notes
         self.overwrite = overwrite
-        self._set_aside: Path | None = None
 
     def write(
         self,
@@ -256,12 +246,9 @@ class CheckpointWriter:
         NaN/Inf scan, read back from the staged file while it is still in the page
         cache; raising there stops the write and publishes nothing.
         """
-        parent = self.destination.absolute().parent
-        parent.mkdir(parents=True, exist_ok=True)
-        staging = parent / staging_name(self.destination, "partial")
-        staging.mkdir()
         written: list[str] = []
-        try:
+        self._staged.size = sum(t.nbytes for t in tensors) + sum(len(c) for c in files.values())
+        with self._staged as staging:
             shards = shard_tensors(tensors, max_shard_size)
             names = (
                 [SINGLE_FILE]
@@ -293,17 +280,13 @@ class CheckpointWriter:
                 index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
                 _write_file(staging / SAFETENSORS_INDEX, dump_json(index).encode(), self.durable)
                 written.append(SAFETENSORS_INDEX)
-            if self.durable:
-                _fsync_dir(staging)
             if verify is not None:
-                verify(staging)
-            self._publish(staging)
-        except BaseException:
-            remove_tree(staging)
-            if self._set_aside is not None and os.path.lexists(self.destination):
-                remove_tree(self._set_aside)
-            raise
+                verify(staging)  # the staging directory is fsynced and published when the block ends
         return written
+
+    def _publish(self, staging: Path) -> None:
+        """Publish a staging directory the caller filled (``hub.pull`` copies files into one); see StagedDirectory.publish."""
+        self._staged.publish(staging)
 
     @staticmethod
     def _write_shard(path: Path, shard: Sequence[OutputTensor], metadata: dict[str, str] | None,
@@ -340,43 +323,6 @@ class CheckpointWriter:
             writeback.drain()
             os.close(fd)
 
-    def _publish(self, staging: Path) -> None:
-        """Move the complete staging directory into place; the previous output is never lost.
-
-        With --overwrite the two directories are swapped in one atomic
-        renameat2(RENAME_EXCHANGE), after which the staging name holds the old
-        output and is removed.  Where that is unsupported, the old output is
-        renamed aside under an owned ``.old`` name first; a crash between the two
-        renames leaves it there and the next run renames it back (``recover``).
-        SIGINT/SIGTERM/SIGHUP are held during the swap.
-        """
-        parent = staging.parent
-        with termination_signals_blocked():
-            if not os.path.lexists(self.destination):
-                try:
-                    rename_noreplace(staging, self.destination)
-                except FileExistsError:
-                    raise UsageError("destination appeared while writing; not replacing it", self.destination) from None
-            else:
-                if not self.overwrite:
-                    raise UsageError("destination appeared while writing; not replacing it", self.destination)
-                check_replaceable(self.destination)
-                if not exchange(staging, self.destination):
-                    self._set_aside = parent / staging_name(self.destination, "old")
-                    os.rename(self.destination, self._set_aside)
-                    try:
-                        os.rename(staging, self.destination)
-                    except BaseException:
-                        os.rename(self._set_aside, self.destination)
-                        self._set_aside = None
-                        raise
-            if self.durable:
-                _fsync_dir(parent)
-        # The old output (now under the staging name, or set aside) goes last, outside the held signals.
-        remove_tree(staging)
-        if self._set_aside is not None:
-            remove_tree(self._set_aside)
-            self._set_aside = None
 
 
 class _Scanner:
