@@ -11,8 +11,10 @@ refused too, naming the field: text that is not UTF-8 or starts with a byte-orde
 mark (transformers and safetensors' serde_json refuse it, Python's ``json``
 guesses UTF-16), lone UTF-16 surrogates (serde_json refuses them, and Python
 cannot even print or encode them), numbers beyond a double (``1e999`` would be
-read as ``inf``) and nesting deeper than :data:`MAX_DEPTH` (transformers and
-Python's own recursion give up at a few hundred; serde_json at 128).
+read as ``inf``), transformers' spelling of a non-finite float
+(``{"__float__": "NaN"}``, which its config reader decodes) and nesting deeper
+than :data:`MAX_DEPTH` (transformers and Python's own recursion give up at a few
+hundred; serde_json at 128).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ MAX_JSON_BYTES = 16 * 1024 * 1024
 MAX_DEPTH = 64  # a drafter config nests 3 deep; serde_json's limit is 128
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_FLOAT_TAGS = frozenset({"NaN", "Infinity", "-Infinity"})  # transformers' PretrainedConfig._decode_special_floats
 
 
 class DuplicateKeyError(ValueError):
@@ -95,6 +98,11 @@ def _portable_scalar(item: Any) -> bool:
     return type(item) is not float or math.isfinite(item)
 
 
+def _float_tag(item: dict[str, Any]) -> str | None:
+    tag = item.get("__float__") if len(item) == 1 else None
+    return tag if isinstance(tag, str) and tag in _FLOAT_TAGS else None
+
+
 def _is_portable(value: Any) -> bool:
     """No lone surrogate, no inf, at most MAX_DEPTH deep: the fast check, which builds no paths."""
     stack = [(0, value)]
@@ -103,7 +111,7 @@ def _is_portable(value: Any) -> bool:
         if depth >= MAX_DEPTH:
             return False
         values = item.values() if type(item) is dict else item
-        if type(item) is dict and not all(_portable_scalar(key) for key in item):
+        if type(item) is dict and (not all(_portable_scalar(key) for key in item) or _float_tag(item)):
             return False
         for child in values:
             if type(child) is dict or type(child) is list:
@@ -124,6 +132,9 @@ def _refuse_unportable(value: Any, source: str | Path) -> None:
             if len(path) >= MAX_DEPTH:
                 raise UnsafeInputError(f"invalid JSON: nested deeper than {MAX_DEPTH} levels at "
                                        f"{json_path(path, limit=4)}", source)
+            if isinstance(item, dict) and _float_tag(item):
+                raise UnsafeInputError(f"invalid JSON: {json_path(path)} is transformers' spelling of the "
+                                       f"non-finite number {_float_tag(item)}", source)
             children = item.items() if isinstance(item, dict) else enumerate(item)
             for key, child in children:
                 if isinstance(key, str) and _SURROGATE.search(key):

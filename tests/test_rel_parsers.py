@@ -279,3 +279,37 @@ def test_sharded_and_config_symlink_loops_are_input_errors(drafter, tmp_path):
     config.unlink()
     config.symlink_to("config.json")  # was read as "no config.json"
     check_every_command_refuses(src, config, tmp_path, "symlink loop")
+
+
+# -- the AutoConfig property's findings: values transformers' config classes refuse are EC005 -----------
+
+@pytest.mark.parametrize("field,value", [("torch_dtype", "float8"), ("torch_dtype", "auto"), ("rms_norm_eps", 1),
+                                         ("tie_word_embeddings", None), ("max_position_embeddings", None),
+                                         ("bos_token_id", "1"), ("layer_types", ["x"]), ("use_cache", 1)])
+def test_values_autoconfig_refuses_are_ec005(drafter, field, value):
+    src = drafter(producer="vllm")
+    config = json.loads((src / "config.json").read_text())
+    config[field] = value
+    (src / "config.json").write_text(json.dumps(config))
+    with pytest.raises(Exception):  # noqa: B017 - AutoConfig's own refusal (several types), the ground truth
+        transformers_reads(src)
+    result = run("validate", src, "--no-numeric", "--json")
+    payload = json.loads(result.output)
+    assert result.exit_code == 1, result.output
+    assert any(f["code"] == "EC005" and field in f["message"] for f in payload["findings"]), payload["findings"]
+
+
+def test_every_dtype_name_accepted_is_one_autoconfig_reads(drafter):
+    """The table of torch dtype names is checked against torch and against AutoConfig itself."""
+    import torch
+
+    from eagleconv.formats.base import TORCH_DTYPE_NAMES
+
+    assert all(isinstance(getattr(torch, name, None), torch.dtype) for name in TORCH_DTYPE_NAMES)
+    src = drafter(producer="vllm")
+    config = json.loads((src / "config.json").read_text())
+    for name in sorted(TORCH_DTYPE_NAMES):
+        config["torch_dtype"] = name
+        (src / "config.json").write_text(json.dumps(config))
+        transformers_reads(src)
+    assert run("validate", src, "--no-numeric").exit_code == 0  # the last one, as a control

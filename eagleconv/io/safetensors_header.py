@@ -112,9 +112,6 @@ def parse_header_bytes(path: Path, prefix: bytes, header: bytes, file_size: int)
             raise _bad(path, f"tensor {name!r} has unknown dtype {_short(dtype)}")
         if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
             raise _bad(path, f"tensor {name!r} has an invalid shape {_short(shape)}")
-        if not _fits(shape):
-            raise _bad(path, f"tensor {name!r} has shape {_short(shape)}, whose element count overflows 64 bits "
-                             "(even with a dimension of 0, safetensors or torch refuses it)")
         if (
             not isinstance(offsets, list)
             or len(offsets) != 2
@@ -126,8 +123,12 @@ def parse_header_bytes(path: Path, prefix: bytes, header: bytes, file_size: int)
         if offsets[1] - offsets[0] != expected:
             raise _bad(
                 path,
-                f"tensor {name!r} occupies {offsets[1] - offsets[0]} bytes but shape {shape} x {dtype} needs {expected}",
+                f"tensor {name!r} occupies {offsets[1] - offsets[0]} bytes but shape {_short(shape)} x {dtype} "
+                f"needs {expected}",
             )
+        if not _fits(shape):  # only an empty tensor gets here with a huge shape: its size matched, 0
+            raise _bad(path, f"tensor {name!r} has shape {_short(shape)}, whose element count overflows 64 bits "
+                             "(even with a dimension of 0, safetensors or torch refuses it)")
         entries.append(HeaderEntry(name, dtype, tuple(shape), data_start + offsets[0], data_start + offsets[1]))
 
     # Offsets must tile [0, data_size) exactly: no holes, no overlaps, no trailing bytes.
