@@ -410,7 +410,7 @@ def transformers_type_problems(config: Mapping[str, Any]) -> list[tuple[str, str
                              f"({type(value).__name__}), not {must_be}; transformers' AutoConfig refuses it, so "
                              "every engine that loads the config through transformers fails"))
     head_dim = config.get("head_dim")
-    if _is_int(head_dim) and head_dim % 2:
+    if isinstance(head_dim, int) and _is_int(head_dim) and head_dim % 2:
         problems.append(("head_dim", f"config does not describe a valid drafter: head_dim is {head_dim}, odd; "
                          "transformers' AutoConfig refuses it (RoPE needs an even rotary dimension)"))
     return problems
