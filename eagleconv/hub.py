@@ -854,7 +854,14 @@ def _stat(directory: Path) -> dict[str, tuple[int, int]]:
     """(size, mtime_ns) of every regular file in ``directory`` (an empty dict when it is not one)."""
     if not directory.is_dir():
         return {}
-    return {e.name: (e.stat().st_size, e.stat().st_mtime_ns) for e in os.scandir(directory) if e.is_file()}
+    seen = {}
+    for entry in os.scandir(directory):
+        try:
+            if entry.is_file():
+                seen[entry.name] = (entry.stat().st_size, entry.stat().st_mtime_ns)
+        except OSError:  # a symlink loop: not a regular file, and validation names it
+            continue
+    return seen
 
 
 def _config_of(source: Path) -> dict[str, Any]:

@@ -1,16 +1,28 @@
-"""Strict JSON reading: duplicate keys are an error (EC001), sizes are capped.
+"""Strict JSON reading: only JSON that every reader parses the same way is accepted.
 
 Python's ``json`` silently keeps the last of two duplicate keys, while other
-parsers keep the first; a file that parses differently in two tools is refused.
-``validate`` and ``lint`` pass a ``duplicates`` list instead: the duplicates are
-recorded (and become EC001 findings) and the value the engines read, the last,
-is kept, so the rest of the file is still judged.
+parsers keep the first; a file that parses differently in two tools is refused
+(EC001).  ``validate`` and ``lint`` pass a ``duplicates`` list instead: the
+duplicates are recorded (and become EC001 findings) and the value the engines
+read, the last, is kept, so the rest of the file is still judged.
+
+Python's ``json`` is also more lenient than the readers downstream, so these are
+refused too, naming the field: text that is not UTF-8 or starts with a byte-order
+mark (transformers and safetensors' serde_json refuse it, Python's ``json``
+guesses UTF-16), lone UTF-16 surrogates (serde_json refuses them, and Python
+cannot even print or encode them), numbers beyond a double (``1e999`` would be
+read as ``inf``), transformers' spelling of a non-finite float
+(``{"__float__": "NaN"}``, which its config reader decodes) and nesting deeper
+than :data:`MAX_DEPTH` (transformers and Python's own recursion give up at a few
+hundred; serde_json at 128).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -18,6 +30,10 @@ from typing import Any
 from .errors import ArgumentTypeError, FormatError, UnsafeInputError
 
 MAX_JSON_BYTES = 16 * 1024 * 1024
+MAX_DEPTH = 64  # a drafter config nests 3 deep; serde_json's limit is 128
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_FLOAT_TAGS = frozenset({"NaN", "Infinity", "-Infinity"})  # transformers' PretrainedConfig._decode_special_floats
 
 
 class DuplicateKeyError(ValueError):
@@ -51,17 +67,137 @@ def _reject_constant(name: str) -> float:
     raise ValueError(f"non-standard JSON constant {name}")
 
 
-def loads_strict(text: str | bytes, source: str | Path = "<json>", duplicates: list[str] | None = None) -> Any:
-    """Parse JSON text, refusing NaN/Infinity literals and duplicate keys (or recording them into ``duplicates``)."""
-    hook = _reject_duplicates if duplicates is None else _recording_duplicates(duplicates)
+def json_path(parts: tuple[str | int, ...], limit: int = 8) -> str:
+    """``a.b[0]["x.y"]``: where a value sits, printable even when a key holds a surrogate (``limit`` parts)."""
+    out = ""
+    for part in parts[:limit]:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif _PLAIN_KEY.fullmatch(part):
+            out += f".{part}" if out else part
+        else:
+            out += f"[{json.dumps(part)}]"  # ensure_ascii: a lone surrogate prints as \udXXX
+    return (out + ("..." if len(parts) > limit else "")) or "the top level"
+
+
+def _decode(data: bytes, source: str | Path) -> str:
+    """UTF-8 without a byte-order mark, strictly (Python's json would guess UTF-16/32 and accept a BOM)."""
+    encoding = json.detect_encoding(data)
+    if encoding != "utf-8":
+        name = "UTF-8 with a byte-order mark" if encoding == "utf-8-sig" else encoding.upper()
+        raise UnsafeInputError(f"invalid JSON: the text is {name}; JSON files must be UTF-8 without a byte-order mark",
+                               source)
     try:
-        return json.loads(text, object_pairs_hook=hook, parse_constant=_reject_constant)
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UnsafeInputError(f"invalid JSON: not UTF-8 at byte {exc.start}", source) from exc
+
+
+def _portable_scalar(item: Any) -> bool:
+    if type(item) is str:
+        return item.isascii() or not _SURROGATE.search(item)
+    return type(item) is not float or math.isfinite(item)
+
+
+def _float_tag(item: dict[str, Any]) -> str | None:
+    tag = item.get("__float__") if len(item) == 1 else None
+    return tag if isinstance(tag, str) and tag in _FLOAT_TAGS else None
+
+
+def _is_portable(value: Any) -> bool:
+    """No lone surrogate, no inf, at most MAX_DEPTH deep: the fast check, which builds no paths."""
+    stack = [(0, value)]
+    while stack:
+        depth, item = stack.pop()
+        if depth >= MAX_DEPTH:
+            return False
+        values = item.values() if type(item) is dict else item
+        if type(item) is dict and (not all(_portable_scalar(key) for key in item) or _float_tag(item)):
+            return False
+        for child in values:
+            if type(child) is dict or type(child) is list:
+                stack.append((depth + 1, child))
+            elif not _portable_scalar(child):
+                return False
+    return True
+
+
+def _refuse_unportable(value: Any, source: str | Path) -> None:
+    """Refuse what Python's json accepts and other readers do not: lone surrogates, inf, deep nesting."""
+    if _is_portable(value) if type(value) is dict or type(value) is list else _portable_scalar(value):
+        return  # the common case; the walk below, which names the path, runs only for a refusal
+    stack: list[tuple[tuple[str | int, ...], Any]] = [((), value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, dict | list):
+            if len(path) >= MAX_DEPTH:
+                raise UnsafeInputError(f"invalid JSON: nested deeper than {MAX_DEPTH} levels at "
+                                       f"{json_path(path, limit=4)}", source)
+            if isinstance(item, dict) and _float_tag(item):
+                raise UnsafeInputError(f"invalid JSON: {json_path(path)} is transformers' spelling of the "
+                                       f"non-finite number {_float_tag(item)}", source)
+            children = item.items() if isinstance(item, dict) else enumerate(item)
+            for key, child in children:
+                if isinstance(key, str) and _SURROGATE.search(key):
+                    raise UnsafeInputError(f"invalid JSON: key {json_path((*path, key))} holds a lone surrogate; "
+                                           "JSON text must be valid Unicode", source)
+                stack.append(((*path, key), child))
+        elif isinstance(item, str) and _SURROGATE.search(item):
+            raise UnsafeInputError(f"invalid JSON: {json_path(path)} holds a lone surrogate "
+                                   f"({json.dumps(item)[:40]}); JSON text must be valid Unicode", source)
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise UnsafeInputError(f"invalid JSON: {json_path(path)} is a number beyond a double's range "
+                                   f"(it would be read as {item})", source)
+
+
+def _depth_path(text: str) -> tuple[str | int, ...]:
+    """Where ``text`` first nests deeper than MAX_DEPTH: for text too deep for ``json`` itself to parse."""
+    frames: list[list[Any]] = []  # per open container: its bracket and the current key or index in it
+    path: list[str | int] = []
+    for token in re.finditer(r'"(?:[^"\\]|\\.)*"|[\[\]{},]', text):
+        t = token.group()
+        if t in "[{":
+            if frames:
+                path.append(frames[-1][1])
+            if len(path) >= MAX_DEPTH:
+                break
+            frames.append([t, 0 if t == "[" else ""])
+        elif t in "]}":
+            frames.pop()
+            if frames and path:
+                path.pop()
+        elif t == ",":
+            if frames and frames[-1][0] == "[":
+                frames[-1][1] += 1
+        elif frames and frames[-1][0] == "{":  # a key (or a value, which the next key replaces)
+            try:
+                frames[-1][1] = json.loads(t)
+            except ValueError:
+                frames[-1][1] = t
+    return tuple(path)
+
+
+def loads_strict(text: str | bytes, source: str | Path = "<json>", duplicates: list[str] | None = None,
+                 parse_int: Callable[[str], Any] | None = None) -> Any:
+    """Parse JSON text, refusing what other readers would read differently or not at all (see the module doc).
+
+    Duplicate keys are refused (EC001) or recorded into ``duplicates``.  ``parse_int`` is
+    ``json``'s hook, for a caller with a stricter reader downstream (safetensors' headers).
+    """
+    hook = _reject_duplicates if duplicates is None else _recording_duplicates(duplicates)
+    if isinstance(text, bytes | bytearray):
+        text = _decode(bytes(text), source)
+    try:
+        value = json.loads(text, object_pairs_hook=hook, parse_constant=_reject_constant, parse_int=parse_int)
     except DuplicateKeyError as exc:
         raise UnsafeInputError(f"JSON has a {exc}", source, code="EC001") from exc
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise UnsafeInputError(f"invalid JSON: {exc}", source) from exc
     except RecursionError as exc:
-        raise UnsafeInputError("JSON is nested too deeply", source) from exc
+        raise UnsafeInputError(f"invalid JSON: nested deeper than {MAX_DEPTH} levels at "
+                               f"{json_path(_depth_path(text), limit=4)}", source) from exc
+    except ValueError as exc:
+        raise UnsafeInputError(f"invalid JSON: {exc}", source) from exc
+    _refuse_unportable(value, source)
+    return value
 
 
 def load_json(path: str | Path, max_bytes: int = MAX_JSON_BYTES, duplicates: list[str] | None = None) -> Any:

@@ -1,6 +1,11 @@
 """Property tests (hypothesis): random tiny drafters round-trip bit-exactly through every layout, validate
 only ever reports, and the header/index/config parsers only ever raise eagleconv's input error.
 
+The parsers' promise is one way and asserted by construction: every header the pre-parser accepts opens
+with safetensors' ``safe_open`` and loads with ``load_file``; every JSON text it accepts reads the same in
+transformers' config reader; and every drafter config validate accepts (no error finding) loads with
+transformers' ``AutoConfig`` when transformers knows its model_type.
+
 Profiles: ``ci`` (default; 200 examples per property, derandomized so CI is reproducible; about 30 s for
 the file on two cores) ``dev`` (25 random examples, a quick look) and ``soak`` (2000 random examples, minutes).  Choose with
 ``HYPOTHESIS_PROFILE=dev``.
@@ -202,6 +207,61 @@ def test_validate_never_raises_it_reports(recipe, data, drop):
         assert report.ok == (not any(f.severity == "error" for f in report.findings))
         linted = lint(src / "config.json", engines="all")
         assert linted.ok == (not any(f.severity == "error" for f in linted.findings))
+        if report.ok:  # accepted: then transformers must load it too (when it knows the model type at all)
+            event("accepted")
+            assert_autoconfig_loads(src)
+
+
+def assert_autoconfig_loads(directory: Path) -> None:
+    """What engines built on transformers do first: AutoConfig.from_pretrained on the drafter directory."""
+    from transformers import AutoConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    model_type = json.loads((directory / "config.json").read_text()).get("model_type")
+    if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
+        event("AutoConfig skipped: model_type unknown to transformers")  # speculators, kimi_k2: not read by it
+        return
+    try:
+        AutoConfig.from_pretrained(str(directory), local_files_only=True, trust_remote_code=False)
+    except Exception as exc:  # noqa: BLE001 - any refusal breaks the promise
+        raise AssertionError(f"validate accepted a config AutoConfig refuses: {type(exc).__name__}: {exc}") from exc
+
+
+AUTOCONFIG_FIELDS = ["torch_dtype", "dtype", "head_dim", "hidden_act", "rope_scaling", "rope_parameters", "rope_theta",
+                     "num_key_value_heads", "max_position_embeddings", "tie_word_embeddings", "bos_token_id",
+                     "eos_token_id", "pad_token_id", "attention_bias", "mlp_bias", "rms_norm_eps", "hidden_size",
+                     "num_attention_heads", "layer_types", "initializer_range", "use_cache", "attention_dropout",
+                     "pretraining_tp", "sliding_window", "use_sliding_window", "max_window_layers", "id2label",
+                     "intermediate_size", "vocab_size", "num_hidden_layers", "_name_or_path", "transformers_version"]
+PLAUSIBLE = st.sampled_from([None, True, False, 0, 1, 2, 3, 7, 8, 16, 64, -1, 1.0, 1.5, 1e-6, 10000, 10000.0, "",
+                             "bfloat16", "float16", "float8", "auto", "BF16", "torch.float16", "int8", "float8_e4m3fn",
+                             "silu", "gelu", "foo", "full_attention", ["full_attention"], ["x"], [1, 2], [], {},
+                             {"rope_type": "default", "rope_theta": 10000.0}, {"rope_type": "linear", "factor": 2.0},
+                             {"rope_type": "linear"}, {"rope_type": "yarn", "factor": 4.0,
+                                                       "original_max_position_embeddings": 1024},
+                             {"rope_type": "foo"}, {"type": "dynamic", "factor": 2.0}, {"0": "a"}])
+
+
+@given(recipe=recipes(), changes=st.dictionaries(st.sampled_from(AUTOCONFIG_FIELDS), PLAUSIBLE | JSON_VALUES,
+                                                 min_size=1, max_size=3))
+def test_configs_validate_accepts_load_with_autoconfig(recipe, changes):
+    """Plausible edits of the fields transformers' config classes check: accepted means AutoConfig loads it."""
+    with Scratch() as tmp:
+        src = make_drafter(tmp / "src", recipe)
+        config = json.loads((src / "config.json").read_text())
+        config.update(changes)
+        (src / "config.json").write_text(json.dumps(config))
+        try:
+            report = validate(src, engines="all", numeric=False, allow_pickle=True)
+        except EagleconvError as exc:
+            assert exc.exit_code in (1, 2), exc
+            event("refused")
+            return
+        if not report.ok:
+            event("reported")
+            return
+        event("accepted")
+        assert_autoconfig_loads(src)
 
 
 def _drop_tensors(path: Path, seed: int, count: int) -> None:
@@ -267,11 +327,19 @@ def _header_only_raises_input_error(data: bytes) -> None:
             event("refused")
             return
         event("accepted")
-        # what the pre-parser accepts, the reference parser must accept as well
-        from safetensors import safe_open
+        assert_safetensors_loads(path, header)
 
-        with safe_open(str(path), framework="numpy") as f:
-            assert set(f.keys()) == set(header.entries)
+
+def assert_safetensors_loads(path: Path, header) -> None:
+    """What the pre-parser accepts, the reference parser opens and loads, with the same names and shapes."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    with safe_open(str(path), framework="pt") as f:
+        assert set(f.keys()) == set(header.entries)
+        assert (f.metadata() or {}) == header.metadata
+    loaded = load_file(str(path))
+    assert {n: tuple(t.shape) for n, t in loaded.items()} == {n: e.shape for n, e in header.entries.items()}
 
 
 @given(data=st.binary(max_size=256) | st.builds(lambda n, rest: struct.pack("<Q", n) + rest,
@@ -285,17 +353,86 @@ def test_header_parser_on_mutated_headers(data):
     _header_only_raises_input_error(data)
 
 
+HEADER_DTYPES = ["BOOL", "U8", "I8", "F8_E4M3", "F8_E5M2", "F8_E8M0", "I16", "U16", "F16", "BF16", "I32", "U32",
+                 "F32", "I64", "U64", "F64"]
+DIMS = st.integers(0, 3) | st.sampled_from([0, 2**31, 2**32, 2**61, 2**62, 2**63 - 1, 2**63, 2**64 - 1, 2**64, 2**70])
+
+
+@st.composite
+def structured_headers(draw) -> bytes:
+    """Headers that are valid JSON with plausible structure, so the field checks, not the JSON syntax, are hit.
+
+    The sizes are mostly made consistent with the shapes (so a file can be accepted), and then some field is
+    given a value of any JSON type: a metadata that is a list, a dtype that is a map, a dimension past a u64.
+    """
+    header: dict[str, object] = {}
+    if draw(st.booleans()):
+        header["__metadata__"] = draw(st.none() | st.dictionaries(st.text(max_size=4), st.text(max_size=4), max_size=2)
+                                      | JSON_VALUES)
+    position, data = 0, b""
+    for i in range(draw(st.integers(0, 3))):
+        dtype = draw(st.sampled_from(HEADER_DTYPES))
+        shape = draw(st.lists(DIMS, max_size=3))
+        from eagleconv.io.dtypes import DTYPE_SIZES
+
+        count = 1
+        for d in shape:
+            count *= d
+        size = count * DTYPE_SIZES[dtype] if count * DTYPE_SIZES[dtype] <= 64 else draw(st.integers(0, 64))
+        info: dict[str, object] = {"dtype": dtype, "shape": shape, "data_offsets": [position, position + size]}
+        if draw(st.integers(0, 4)) == 0:  # one field gets any JSON value
+            info[draw(st.sampled_from(["dtype", "shape", "data_offsets", "extra"]))] = draw(JSON_VALUES)
+        header[draw(st.sampled_from([f"t{i}", "", "__metadata__", "\ud800", f"t{i}.weight"]))] = info
+        position += size
+        data += bytes(size)
+    text = json.dumps(header)  # ensure_ascii: the lone surrogate name is written as the escape \\ud800
+    if draw(st.integers(0, 9)) == 0:  # a -0, where serde_json reads a float
+        text = text.replace(": [0, ", ": [-0, ", 1)
+    raw = text.encode()
+    raw = draw(st.sampled_from([b"", b"\xef\xbb\xbf"])) + raw + b" " * (-len(raw) % 8)
+    return struct.pack("<Q", len(raw)) + raw + data + bytes(draw(st.sampled_from([0, 0, 0, 1])))
+
+
+@given(data=structured_headers())
+def test_header_parser_on_structured_headers(data):
+    _header_only_raises_input_error(data)
+
+
 def _json_only_raises_input_error(data: bytes) -> None:
     try:
-        loads_strict(data, "config.json")
+        value = loads_strict(data, "config.json")
     except UnsafeInputError:
         event("refused")
+        return
+    event("accepted")
+    assert_transformers_reads_json(data, value)
+
+
+def assert_transformers_reads_json(data: bytes, value: object) -> None:
+    """Accepted JSON reads the same in transformers' config reader, and a config holding it loads."""
+    from transformers import AutoConfig, PretrainedConfig
+
+    with Scratch() as tmp:
+        path = tmp / "config.json"
+        path.write_bytes(data)
+        assert PretrainedConfig._dict_from_json_file(str(path)) == value
+        json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")  # no surrogate, no inf
+        path.write_text(json.dumps({"model_type": "llama", "eagleconv_payload": value}))
+        assert AutoConfig.from_pretrained(str(tmp), local_files_only=True).eagleconv_payload == value
+
+
+JSON_EDGES = st.sampled_from([b'"\\ud800"', b'"\\udc00x"', b'"\\ud83d\\ude00"', b"1e999", b"-1e400", b"1e308",
+                              b"-0", b"[" * 65 + b"]" * 65, b"[" * 64 + b"]" * 64, b"\xef\xbb\xbf{}",
+                              '{"a": 1}'.encode("utf-16"), b'{"a": "\xed\xa0\x80"}', b'{"__float__": "NaN"}',
+                              b'{"__float__": "nan"}', b'{"__float__": 1}'])
 
 
 VALID_CONFIG = json.dumps(json.loads(json.dumps({"a": [1, 2.5, None], "hidden_size": 32, "eagle_config": {"x": True}}))).encode()
 
 
-@given(data=st.binary(max_size=200) | mutated_bytes(VALID_CONFIG, len(VALID_CONFIG)))
+@given(data=st.binary(max_size=200) | mutated_bytes(VALID_CONFIG, len(VALID_CONFIG))
+       | st.builds(lambda value, edge: json.dumps({"a": value}).encode()[:-1] + b', "e": ' + edge + b"}",
+                   JSON_VALUES, JSON_EDGES) | JSON_EDGES)
 def test_json_parser_only_raises_input_error(data):
     _json_only_raises_input_error(data)
 

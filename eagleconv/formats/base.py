@@ -356,6 +356,67 @@ TOP_LEVEL_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
+def _is_float(value: Any) -> bool:
+    return isinstance(value, float)
+
+
+def _is_int_or_none(value: Any) -> bool:
+    return value is None or _is_int(value)
+
+
+# transformers' config classes are strict dataclasses (transformers 5): AutoConfig raises on a value of another
+# JSON type, on a null where the class allows none, and on a float field written as an integer ("rms_norm_eps": 1).
+# Every engine that reads a drafter config through AutoConfig then fails to load it.  key -> (test, must be).
+# Found by the AutoConfig property in tests/test_properties.py; tests/test_rel_parsers.py checks the dtype names
+# against torch and AutoConfig.
+TRANSFORMERS_MODEL_TYPES = frozenset({"llama", "qwen3", "deepseek_v3"})
+TORCH_DTYPE_NAMES = frozenset({
+    "float16", "half", "bfloat16", "float32", "float", "float64", "double", "complex64", "cfloat", "complex128",
+    "cdouble", "uint8", "int8", "int16", "short", "int32", "int", "int64", "long", "uint16", "uint32", "uint64",
+    "bool", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu"})
+LAYER_TYPES = frozenset({"full_attention", "sliding_attention", "chunked_attention"})  # what drafters could hold
+_TORCH_DTYPE = (lambda v: v is None or (isinstance(v, str) and v in TORCH_DTYPE_NAMES),
+                'null or a torch dtype name such as "bfloat16"')
+TRANSFORMERS_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    **{key: (lambda v: isinstance(v, bool), "true or false") for key in (
+        "tie_word_embeddings", "attention_bias", "mlp_bias", "use_cache", "use_sliding_window")},
+    **{key: (_is_int, "an integer") for key in ("max_position_embeddings", "max_window_layers")},
+    **{key: (_is_float, "a number written with a decimal point or an exponent") for key in (
+        "rms_norm_eps", "initializer_range")},
+    **{key: (_is_int_or_none, "null or an integer") for key in (
+        "bos_token_id", "pad_token_id", "pretraining_tp", "sliding_window")},
+    "eos_token_id": (lambda v: _is_int_or_none(v) or (isinstance(v, list) and all(_is_int(i) for i in v)),
+                     "null, an integer or a list of integers"),
+    "attention_dropout": (lambda v: isinstance(v, int | float) and not isinstance(v, bool), "a number"),
+    "hidden_act": (lambda v: isinstance(v, str), "a string"),
+    "id2label": (lambda v: v is None or isinstance(v, dict), "null or an object"),
+    "layer_types": (lambda v: v is None or (isinstance(v, list) and all(t in LAYER_TYPES for t in v)),
+                    f"null or a list of {', '.join(sorted(LAYER_TYPES))}"),
+    "torch_dtype": _TORCH_DTYPE,
+    "dtype": _TORCH_DTYPE,
+}
+
+
+def transformers_type_problems(config: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(path, message) for values transformers' AutoConfig refuses, when it is the reader of this config."""
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or model_type not in TRANSFORMERS_MODEL_TYPES \
+            or "speculators_model_type" in config:
+        return []
+    problems = []
+    for key, (test, must_be) in TRANSFORMERS_TYPES.items():
+        if key in config and not test(config[key]):
+            value = config[key]
+            problems.append((key, f"config does not describe a valid drafter: {key} is {json.dumps(value)} "
+                             f"({type(value).__name__}), not {must_be}; transformers' AutoConfig refuses it, so "
+                             "every engine that loads the config through transformers fails"))
+    head_dim = config.get("head_dim")
+    if isinstance(head_dim, int) and _is_int(head_dim) and head_dim % 2:
+        problems.append(("head_dim", f"config does not describe a valid drafter: head_dim is {head_dim}, odd; "
+                         "transformers' AutoConfig refuses it (RoPE needs an even rotary dimension)"))
+    return problems
+
+
 def type_problems(layout: type[Layout], config: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(path, message) for config values of the wrong JSON type, at every path a field is read from.
 
@@ -377,7 +438,8 @@ def type_problems(layout: type[Layout], config: Mapping[str, Any]) -> list[tuple
             problems.append((path, f"config does not describe a valid drafter: {path} is {json.dumps(value)} "
                              f"({type(value).__name__}), not {want}; engines differ on such a value (some coerce "
                              "it, some fail at load, a string flag reads as true), so it is never coerced silently"))
-    return problems
+    reported = {path for path, _ in problems}
+    return problems + [(path, m) for path, m in transformers_type_problems(config) if path not in reported]
 
 
 def _wanted(key: str, value: Any) -> str | None:

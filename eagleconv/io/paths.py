@@ -46,8 +46,12 @@ def resolve_inside(directory: Path, name: str) -> Path:
     directory (or is a blob of the same Hugging Face cache repository).
     """
     candidate = directory / name
-    resolved = candidate.resolve()
-    home = directory.resolve()
+    try:
+        resolved = candidate.resolve()
+        home = directory.resolve()
+    except (OSError, RuntimeError) as exc:  # Python < 3.13 raises RuntimeError for a symlink loop
+        raise UnsafeInputError("cannot read: symlink loop" if "loop" in str(exc).lower()
+                               else f"cannot read: {getattr(exc, 'strerror', None) or exc}", candidate) from exc
     if not (resolved.is_relative_to(home) or _is_hf_cache_blob(resolved, directory.absolute())):
         raise UnsafeInputError(f"{name} resolves outside the checkpoint directory (to {resolved})", candidate)
     try:

@@ -292,7 +292,7 @@ def _load_json_noting(path: Path, duplicates: Duplicates | None) -> Any:
 
 def _load_config(directory: Path, duplicates: Duplicates | None = None) -> dict[str, Any] | None:
     path = directory / "config.json"
-    if not path.exists():
+    if not os.path.lexists(path):  # a dangling or looping symlink is there, and unreadable: resolve_inside says so
         return None
     config = _load_json_noting(resolve_inside(directory, "config.json"), duplicates)
     if not isinstance(config, dict):
@@ -346,6 +346,8 @@ def open_checkpoint(path: str | Path, *, allow_pickle: bool = False, duplicates:
         path = local_path(path)
     directory = Path(path)
     if not directory.exists():
+        if os.path.lexists(directory):
+            raise UnsafeInputError("cannot read: a symlink that loops or leads nowhere", directory)
         hint = (f" (a Hub repository is written hf://{path})"
                 if isinstance(path, str) and path.count("/") == 1 and not path.startswith((".", "/", "~")) else "")
         raise UnsafeInputError(f"no such file or directory{hint}", directory)

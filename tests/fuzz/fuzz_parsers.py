@@ -1,7 +1,10 @@
 """Fuzz harness for eagleconv's input parsers: safetensors headers, sharded-checkpoint indexes, configs.
 
 Contract under test: given any bytes, a parser returns or raises an ``EagleconvError`` (one line, exit 1
-or 2).  Any other exception is a bug and stops the fuzzer with the input that caused it.
+or 2), and what it accepts loads downstream: an accepted header opens with safetensors' ``safe_open`` and
+loads with ``load_file`` (same names, shapes and metadata); accepted JSON reads the same in transformers'
+config reader; an accepted config lint finds no error in loads with ``AutoConfig`` when transformers knows
+its model_type.  Any other exception, or a downstream refusal, is a bug and stops the fuzzer with the input.
 
     python tests/fuzz/fuzz_parsers.py -max_total_time=60 CORPUS_DIR     # atheris (libFuzzer), coverage-guided
     python tests/fuzz/fuzz_parsers.py --hypothesis --seconds 60          # no atheris: hypothesis, random bytes
@@ -52,16 +55,53 @@ def one_input(data: bytes) -> None:
         if target == "header":
             path = WORK / "model.safetensors"
             path.write_bytes(body)
-            read_header(path)
+            header = read_header(path)
+            safetensors_loads(path, header)
         elif target == "index":
             (WORK / "model.safetensors.index.json").write_bytes(body)
             _read_index(WORK, "model.safetensors.index.json", ".safetensors")
         else:
             config = loads_strict(body, "config.json")
-            if isinstance(config, dict):
-                lint(config, engines="all")
+            transformers_reads(body, config)
+            if isinstance(config, dict) and lint(config, engines="all").ok:
+                autoconfig_loads(config)
     except EagleconvError:
         pass
+
+
+def safetensors_loads(path: Path, header) -> None:
+    """The pre-parser accepted it: the reference parser must open and load it, the same."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    with safe_open(str(path), framework="pt") as f:
+        assert set(f.keys()) == set(header.entries), "safe_open sees other tensors"
+        assert (f.metadata() or {}) == header.metadata, "safe_open sees other metadata"
+    shapes = {name: tuple(t.shape) for name, t in load_file(str(path)).items()}
+    assert shapes == {name: e.shape for name, e in header.entries.items()}, "load_file sees other shapes"
+
+
+def transformers_reads(body: bytes, value: object) -> None:
+    """Accepted JSON: transformers' config reader (UTF-8 text, json.loads, its float tags) reads the same value."""
+    from transformers import PretrainedConfig
+
+    path = WORK / "config.json"
+    path.write_bytes(body)
+    assert PretrainedConfig._dict_from_json_file(str(path)) == value, "transformers reads other JSON"
+
+
+def autoconfig_loads(config: dict) -> None:
+    """lint found no error: AutoConfig must load it when transformers knows the model_type."""
+    from transformers import AutoConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING or "speculators_model_type" in config:
+        return
+    directory = WORK / "autoconfig"
+    directory.mkdir(exist_ok=True)
+    (directory / "config.json").write_text(json.dumps(config))
+    AutoConfig.from_pretrained(str(directory), local_files_only=True, trust_remote_code=False)
 
 
 def make_corpus(directory: Path) -> None:
@@ -111,10 +151,19 @@ class _Done(Exception):
     pass
 
 
+def _import_readers() -> None:
+    """Import the downstream readers once, up front: torch and transformers take seconds, which the first
+    accepted input would otherwise spend inside the fuzzing time (and be reported as a slow unit)."""
+    import safetensors.torch  # noqa: F401
+    from transformers import AutoConfig, PretrainedConfig  # noqa: F401
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING  # noqa: F401
+
+
 def main(argv: list[str]) -> int:
     if argv[1:2] == ["--make-corpus"]:
         make_corpus(Path(argv[2]))
         return 0
+    _import_readers()
     if argv[1:2] == ["--hypothesis"] or atheris is None:
         seconds = float(argv[argv.index("--seconds") + 1]) if "--seconds" in argv else 60.0
         hypothesis_fuzz(seconds)
