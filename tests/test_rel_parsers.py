@@ -313,3 +313,12 @@ def test_every_dtype_name_accepted_is_one_autoconfig_reads(drafter):
         (src / "config.json").write_text(json.dumps(config))
         transformers_reads(src)
     assert run("validate", src, "--no-numeric").exit_code == 0  # the last one, as a control
+
+
+def test_convert_of_a_source_directory_symlinked_to_itself_is_an_input_error(tmp_path):
+    """The overlap check resolves the source before anything is read: a loop there was an internal RuntimeError."""
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop.name)
+    out = tmp_path / "out"
+    assert_refused(run("convert", loop, out, "--to", "vllm"), loop, "symlink loop")
+    assert not out.exists()

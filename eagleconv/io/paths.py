@@ -39,6 +39,15 @@ def _is_hf_cache_blob(resolved: Path, directory: Path) -> bool:
     return False
 
 
+def resolve_path(path: str | Path) -> Path:
+    """``Path.resolve()``, with a symlink loop (or an unreadable link) an input error naming ``path``."""
+    try:
+        return Path(path).resolve()
+    except (OSError, RuntimeError) as exc:  # Python < 3.13 raises RuntimeError for a symlink loop
+        raise UnsafeInputError("cannot read: symlink loop" if "loop" in str(exc).lower()
+                               else f"cannot read: {getattr(exc, 'strerror', None) or exc}", path) from exc
+
+
 def resolve_inside(directory: Path, name: str) -> Path:
     """Check that ``directory/name`` is a regular file that resolves inside ``directory``; return it unresolved.
 
@@ -46,12 +55,8 @@ def resolve_inside(directory: Path, name: str) -> Path:
     directory (or is a blob of the same Hugging Face cache repository).
     """
     candidate = directory / name
-    try:
-        resolved = candidate.resolve()
-        home = directory.resolve()
-    except (OSError, RuntimeError) as exc:  # Python < 3.13 raises RuntimeError for a symlink loop
-        raise UnsafeInputError("cannot read: symlink loop" if "loop" in str(exc).lower()
-                               else f"cannot read: {getattr(exc, 'strerror', None) or exc}", candidate) from exc
+    resolved = resolve_path(candidate)
+    home = resolve_path(directory)
     if not (resolved.is_relative_to(home) or _is_hf_cache_blob(resolved, directory.absolute())):
         raise UnsafeInputError(f"{name} resolves outside the checkpoint directory (to {resolved})", candidate)
     try:

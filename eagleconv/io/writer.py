@@ -26,6 +26,7 @@ from ..errors import UsageError, start_helper_thread, termination_signals_blocke
 from ..jsonio import dump_json
 from .dtypes import DTYPE_SIZES
 from .finite import SCANNED_DTYPES, ValueScan, scan_file_range
+from .paths import resolve_path
 from .reader import SAFETENSORS_INDEX
 from .safetensors_header import build_header
 from .staging import StagedDirectory
@@ -46,9 +47,9 @@ class OutputTensor:
 
 def check_not_overlapping(sources: Sequence[str | Path], destination: str | Path) -> None:
     """Refuse a destination equal to, inside, or containing any source (after resolving symlinks)."""
-    dst = Path(destination).resolve()
+    dst = resolve_path(destination)
     for source in sources:
-        src = Path(source).resolve()
+        src = resolve_path(source)
         if dst == src:
             raise UsageError(f"destination is the source {src}; eagleconv never writes where it reads", destination)
         if dst.is_relative_to(src):
