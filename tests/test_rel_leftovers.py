@@ -148,6 +148,13 @@ def test_a_closed_stdout_ends_quietly_with_exit_1(args):
     assert result.returncode == 1
 
 
+def test_a_json_failure_into_a_closed_stdout_keeps_its_stderr_line_and_exit_code(tmp_path):
+    """The error object cannot reach stdout; the one line on stderr and exit 2 still do (before: exit 1, silent)."""
+    result = run_into_closed_pipe("inspect", str(tmp_path / "absent"), "--json")
+    assert result.returncode == 2
+    assert result.stderr == f"eagleconv: error: {tmp_path / 'absent'}: no such file or directory\n"
+
+
 def test_head_through_bash_gets_its_line_and_nothing_on_stderr():
     script = f'"{sys.executable}" -m eagleconv findings --json | head -c 10; exit "${{PIPESTATUS[0]}}"'
     result = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=ENV, timeout=600)

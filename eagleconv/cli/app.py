@@ -7,6 +7,7 @@ Nothing here imports torch.
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -121,7 +122,14 @@ def _json_error(message: str, code: str | None, exit_code: int) -> None:
     """The --json failure object (schemas/error.schema.json), on stdout where the report would have been."""
     from ..report import ErrorReport
 
-    click.echo(ErrorReport(ok=False, error=message, code=code, exit_code=exit_code).model_dump_json())
+    try:
+        click.echo(ErrorReport(ok=False, error=message, code=code, exit_code=exit_code).model_dump_json())
+    except BrokenPipeError:
+        if not _stdout_closed():
+            raise
+        # Nobody reads stdout: the error still goes to stderr with its own exit code.  What stays
+        # buffered goes to /dev/null at exit (Python's "Note on SIGPIPE"), not into an 'Exception ignored'.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 class _Command(click.Command):
