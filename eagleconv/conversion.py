@@ -406,6 +406,8 @@ def convert(source: str | Path, destination: str | Path, to: str | None, *, from
     Raises ConversionError (exit 1) when the source has error findings (unless
     ``force``) or cannot be converted exactly; UsageError/UnsafeInputError
     (exit 2) for bad arguments or unsafe input.  Nothing is written on error.
+    A destination the writer would refuse (it exists without ``overwrite``, is not a checkpoint, is the
+    current directory) is refused before ``transform`` and the plan run, so no measurement is wasted on it.
     """
     from .hub import local_path
 
@@ -415,6 +417,10 @@ def convert(source: str | Path, destination: str | Path, to: str | None, *, from
     check_not_overlapping([source], destination)
     loaded = load_drafter(source, layout=from_format, allow_pickle=allow_pickle)
     try:
+        # Every check that can refuse the destination (it exists, --overwrite of a non-checkpoint, the
+        # current directory) runs here, before the transform (calibration, divergence) and the plan.
+        writer = None if dry_run else CheckpointWriter(destination, sources=[source], overwrite=overwrite,
+                                                       durable=durable)
         findings: list[Finding] = checkpoint_findings(loaded.read, loaded.store)
         errors = [f for f in findings if f.severity == "error"]
         if errors and not force:
@@ -435,7 +441,7 @@ def convert(source: str | Path, destination: str | Path, to: str | None, *, from
             if numeric:
                 report.notes.append("NaN/Inf check not run: --dry-run reads no tensor data (`eagleconv validate` does)")
             return report
-        writer = CheckpointWriter(destination, sources=[source], overwrite=overwrite, durable=durable)
+        assert writer is not None
         report.notes += writer.notes
         if on_total:
             on_total(sum(t.nbytes for t in tensors))

@@ -175,9 +175,10 @@ def _run(source: str | Path, destination: str | Path, *, operation: str, to: str
          build: Callable[[LoadedDrafter], Built], target: _OneTarget, prompts: str | Path | None,
          seed: int, measure_unit: bool, progress: StepProgress | None, **convert_kwargs: Any) -> TransformReport:
     state: dict[str, Any] = {}
-    start_worker_pools()  # before the plan and the measurement create them from the main thread
 
     def transform(loaded: LoadedDrafter) -> Transform:
+        # convert calls this after the destination checks, so a refused DST costs no torch import or measurement.
+        start_worker_pools()  # before the plan and the measurement create them from the main thread
         spec = loaded.require_spec()
         plan, calibration, label = build(loaded)
         new = plan.transform.spec

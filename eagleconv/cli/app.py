@@ -7,6 +7,7 @@ Nothing here imports torch.
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -76,24 +77,66 @@ def run_command(ctx: click.Context, as_json: bool, body: Callable[[], tuple[Any,
         ctx.exit(exc.exit_code)
     except (click.exceptions.Exit, click.ClickException):
         raise
+    except BrokenPipeError as exc:
+        if _stdout_closed():
+            raise  # click's main ends quietly (exit 1), as Python's "Note on SIGPIPE" does
+        _internal_error(ctx, exc, as_json, debug)
     except Exception as exc:  # noqa: BLE001 - the policy: one line, no traceback unless --debug
-        if debug:
-            traceback.print_exc()
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        line = f"internal error: {type(exc).__name__}: {first} (re-run with --debug for the traceback)"
-        if as_json:
-            _json_error(line, None, 2)
-        click.echo(f"eagleconv: {line}", err=True)
-        ctx.exit(2)
+        _internal_error(ctx, exc, as_json, debug)
     else:
         ctx.exit(code)
+
+
+def _internal_error(ctx: click.Context, exc: Exception, as_json: bool, debug: bool) -> None:
+    """An exception eagleconv did not expect: one line (a traceback with --debug), exit 2."""
+    if debug:
+        traceback.print_exc()
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    line = f"internal error: {type(exc).__name__}: {first} (re-run with --debug for the traceback)"
+    if as_json:
+        _json_error(line, None, 2)
+    click.echo(f"eagleconv: {line}", err=True)
+    ctx.exit(2)
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout's reader went away (``| head`` exited), so a BrokenPipeError is the reader's doing.
+
+    A pipe whose reading end is closed polls as POLLERR on its writing end; a BrokenPipeError
+    from another pipe (a child process, a socket) leaves stdout writable and stays an internal error.
+    """
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return False
+    if not hasattr(select, "poll"):  # no poll (Windows): a broken pipe there is most likely stdout's
+        return True
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & select.POLLERR for _, events in poller.poll(0))
 
 
 def _json_error(message: str, code: str | None, exit_code: int) -> None:
     """The --json failure object (schemas/error.schema.json), on stdout where the report would have been."""
     from ..report import ErrorReport
 
-    click.echo(ErrorReport(ok=False, error=message, code=code, exit_code=exit_code).model_dump_json())
+    try:
+        click.echo(ErrorReport(ok=False, error=message, code=code, exit_code=exit_code).model_dump_json())
+    except BrokenPipeError:
+        if not _stdout_closed():
+            raise
+        # Nobody reads stdout: the error still goes to stderr with its own exit code.  What stays
+        # buffered goes to /dev/null at exit (Python's "Note on SIGPIPE"), not into an 'Exception ignored'.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+class _Command(click.Command):
+    """A command whose summary in ``eagleconv --help`` is its whole first sentence, wrapped, never cut with '...'."""
+
+    def get_short_help_str(self, limit: int = 45) -> str:
+        return super().get_short_help_str(limit=10_000)  # click cuts at ~45-65 columns; the listing wraps instead
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -106,6 +149,9 @@ def cli(ctx: click.Context, debug: bool) -> None:
     Exit codes: 0 success, 1 error-severity findings, 2 bad usage or unreadable/unsafe input.
     """
     ctx.obj = Context(debug)
+
+
+cli.command_class = _Command  # every @cli.command() is one
 
 
 class _progress:
