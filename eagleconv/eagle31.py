@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._extras import need
 from .conversion import Transform, convert
 from .errors import ConversionError, UsageError, start_worker_pools
 from .formats import get_layout
@@ -123,6 +124,7 @@ def _run(source: str | Path, destination: str | Path, *, operation: str, to: str
          build: Callable[[LoadedDrafter], Plan], target: _OneTarget, prompts: str | Path | None,
          seed: int, measure_unit: bool, **convert_kwargs: Any) -> TransformReport:
     state: dict[str, Any] = {}
+    need("torch", operation)
     start_worker_pools()  # before the plan and the measurement create them from the main thread
 
     def transform(loaded: LoadedDrafter) -> Transform:

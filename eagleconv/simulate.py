@@ -177,6 +177,9 @@ def simulate(drafter: str | Path, target: str | Path, prompts: Sequence[Sequence
     forward when it understands every config field and tensor (no transformers import: most of simulate's time
     otherwise), else transformers; ``transformers`` or ``eagleconv`` force one (forward.inputs.open_target).
     """
+    from ._extras import need
+
+    need("torch", "simulate")
     import torch
 
     from .forward.inputs import check_prompts, read_prompts
