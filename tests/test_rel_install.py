@@ -1,5 +1,5 @@
 """Issue 17: the core install (no torch, no transformers) runs convert, inspect, validate and lint; what needs
-the `forward` extra says so in one line, exit 2; the declared floors (huggingface_hub 0.30, transformers 4.50) work.
+the `forward` extra says so in one line, exit 2; the declared floors (huggingface_hub 0.30, transformers 4.51) work.
 
 Self-contained (no conftest fixtures, no torch at import): `.ci/floors` runs this file with --noconftest in a
 virtualenv that holds only the core floors.
@@ -173,7 +173,7 @@ def test_offline_works_without_is_offline_mode(monkeypatch):
 
 
 def test_transformers_target_loads_in_float32_at_any_supported_transformers():
-    """At the transformers floor (4.50, `.ci/floors`) from_pretrained takes torch_dtype, not dtype."""
+    """At the transformers floor (4.51, `.ci/floors`) from_pretrained takes torch_dtype, not dtype."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     import warnings
