@@ -8,7 +8,7 @@ missing one is a typed error naming the extra (exit 2), not a ModuleNotFoundErro
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -19,14 +19,20 @@ EXTRA_OF = {"torch": "forward", "transformers": "forward", "triton": "kernels"}
 
 
 def need(module: str, feature: str, path: str | Path | None = None) -> None:
-    """Import ``module`` or raise MissingExtraError: "FEATURE needs MODULE: pip install 'eagleconv[EXTRA]'"."""
+    """Raise MissingExtraError ("FEATURE needs MODULE: pip install 'eagleconv[EXTRA]'") unless ``module`` is installed.
+
+    Finds it without importing it: callers import it when they are ready (upgrade first blocks the termination
+    signals, so that the threads torch and numpy start at import cannot take them; errors.start_worker_pools).
+    """
     if sys.modules.get(module) is not None:  # already imported
         return
     try:
-        importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name != module:  # installed, but something it imports is missing: a broken install, not an extra
+        found = importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError as exc:  # a meta-path finder that refuses it
+        if exc.name != module:
             raise
+        found = False
+    if not found:
         extra = EXTRA_OF[module]
         raise MissingExtraError(f"{feature} needs {module}, which is not installed: pip install 'eagleconv[{extra}]'",
                                 module, extra, path) from None
