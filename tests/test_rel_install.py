@@ -1,5 +1,5 @@
 """Issue 17: the core install (no torch, no transformers) runs convert, inspect, validate and lint; what needs
-the `forward` extra says so in one line, exit 2; the declared floors (huggingface_hub 0.30, transformers 4.51) work.
+the `forward` extra says so in one line, exit 2; the declared floors (huggingface_hub 0.30, transformers 4.51.3) work.
 
 Self-contained (no conftest fixtures, no torch at import): `.ci/floors` runs this file with --noconftest in a
 virtualenv that holds only the core floors.
@@ -100,7 +100,8 @@ def test_convert_inspect_validate_lint_run_without_torch_and_transformers(tmp_pa
 def test_validate_target_without_transformers_reads_the_same_numbers(tmp_path):
     """validate --target uses transformers' config classes when installed, the raw config.json when not."""
     pair = FIXTURES / "tiny-pair"
-    runs = [["validate", str(pair / name), "--target", str(pair / "target"), "--json"] for name in ("eagle3", "eagle31")]
+    runs = [["validate", str(pair / name), "--target", str(pair / "target"), "--json"]
+            for name in ("eagle3", "eagle31")]
     hidden, plain = batch(BLOCKED, runs, tmp_path), batch((), runs, tmp_path)
     assert "torch" not in hidden["imported"]
     for (code, output), (plain_code, plain_output) in zip(hidden["results"], plain["results"]):
@@ -173,7 +174,7 @@ def test_offline_works_without_is_offline_mode(monkeypatch):
 
 
 def test_transformers_target_loads_in_float32_at_any_supported_transformers():
-    """At the transformers floor (4.51, `.ci/floors`) from_pretrained takes torch_dtype, not dtype."""
+    """At the transformers floor (4.51.3, `.ci/floors`) from_pretrained takes torch_dtype, not dtype."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     import warnings

@@ -80,7 +80,7 @@ def check_prompts(data: Any, path: str | Path | None = None, vocab_size: int | N
 
 
 def _dtype_kwarg(dtype: torch.dtype) -> dict[str, torch.dtype]:
-    """from_pretrained's dtype argument: ``dtype`` from transformers 4.56, ``torch_dtype`` before (the floor is 4.51)."""
+    """from_pretrained's dtype argument: ``dtype`` from transformers 4.56, ``torch_dtype`` before (floor: 4.51.3)."""
     import transformers
     from packaging.version import Version
 
