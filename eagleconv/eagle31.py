@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._extras import need
 from .conversion import Transform, convert
 from .errors import ConversionError, UsageError, start_worker_pools
 from .formats import get_layout
@@ -175,6 +176,7 @@ def _run(source: str | Path, destination: str | Path, *, operation: str, to: str
          build: Callable[[LoadedDrafter], Built], target: _OneTarget, prompts: str | Path | None,
          seed: int, measure_unit: bool, progress: StepProgress | None, **convert_kwargs: Any) -> TransformReport:
     state: dict[str, Any] = {}
+    need("torch", operation)  # find_spec only: imports nothing
 
     def transform(loaded: LoadedDrafter) -> Transform:
         # convert calls this after the destination checks, so a refused DST costs no torch import or measurement.

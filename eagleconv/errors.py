@@ -87,6 +87,16 @@ class DestinationError(EagleconvError, OSError):
         return self.one_line()
 
 
+class MissingExtraError(EagleconvError, ImportError):
+    """An optional dependency is not installed; the message names the extra that installs it (eagleconv._extras)."""
+
+    def __init__(self, message: str, module: str, extra: str, path: str | Path | None = None):
+        self.extra = extra
+        super().__init__(message, path)
+        self.name = module  # ImportError's attributes: the missing module, and the file that needed it
+        self.path = str(path) if path is not None else None  # (ImportError.__init__ reset it)
+
+
 class FindingsError(EagleconvError):
     """The input is readable but inconsistent (a shape field missing, an unmapped tensor...).
 

@@ -212,7 +212,8 @@ def offline() -> bool:
     from huggingface_hub import constants
 
     env = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE")
-    return constants.is_offline_mode() or (env or "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+    hub_offline = getattr(constants, "is_offline_mode", lambda: constants.HF_HUB_OFFLINE)()  # before 1.0: a constant
+    return hub_offline or (env or "").strip().upper() in {"1", "ON", "YES", "TRUE"}
 
 
 def _hub_error(exc: BaseException, doing: str, where: str | None = None) -> HubError:

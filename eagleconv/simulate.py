@@ -181,6 +181,9 @@ def simulate(drafter: str | Path, target: str | Path, prompts: Sequence[Sequence
     otherwise), else transformers; ``transformers`` or ``eagleconv`` force one (forward.inputs.open_target).
     ``progress(what, done, total)``: told of the loading, then of the tokens generated of all prompts' max_tokens.
     """
+    from ._extras import need
+
+    need("torch", "simulate")
     import torch
 
     from .forward.inputs import check_prompts, read_prompts

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from . import architectures
+from ._extras import need
 
 PRODUCERS = ("eagle", "specforge", "torchspec", "vllm", "speculators", "automodel", "modelopt")
 
@@ -69,6 +70,7 @@ class DrafterRecipe:
 
 def canonical_tensors(recipe: DrafterRecipe) -> dict[str, Any]:
     """The drafter's tensors under canonical (vLLM) names, as torch tensors, seeded."""
+    need("torch", "eagleconv.synthetic")
     import torch
 
     d = recipe.dims
@@ -238,6 +240,7 @@ def producer_tensors(recipe: DrafterRecipe) -> dict[str, Any]:
 
 def make_drafter(directory: str | Path, recipe: DrafterRecipe | None = None, **overrides: Any) -> Path:
     """Write a tiny drafter checkpoint in its producer's layout; returns the directory."""
+    need("torch", "eagleconv.synthetic")
     import torch
     from safetensors.torch import save_file
 

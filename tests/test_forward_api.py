@@ -273,7 +273,9 @@ def test_capture_and_forward_with_a_transformers_target(drafter, tmp_path):
     states = eagleconv.capture_aux_states(target, prompts, [2, 8, 16])
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(target), dtype=torch.float32)
+    from eagleconv.forward.inputs import _dtype_kwarg  # dtype from transformers 4.56, torch_dtype before
+
+    model = AutoModelForCausalLM.from_pretrained(str(target), **_dtype_kwarg(torch.float32))
     with torch.no_grad():
         hs = model(torch.tensor([prompts[1]]), output_hidden_states=True).hidden_states
         assert torch.equal(states[1][8], hs[8][0])

@@ -19,7 +19,8 @@ REPO = Path(__file__).resolve().parents[1]
 def requirements() -> dict[str, Requirement]:
     tomllib = pytest.importorskip("tomllib")
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    return {Requirement(r).name.lower(): Requirement(r) for r in project["dependencies"]}
+    texts = [*project["dependencies"], *project["optional-dependencies"]["forward"]]  # torch: the forward extra
+    return {Requirement(r).name.lower(): Requirement(r) for r in texts}
 
 
 def test_torch_is_a_lower_bound_not_a_pin():
@@ -30,10 +31,15 @@ def test_torch_is_a_lower_bound_not_a_pin():
 
 
 def test_readme_commands_still_pin_the_cpu_build_first():
+    """The Tests command installs the CPU torch first; the Quickstart's core install needs no torch (issue 17)."""
     readme = (REPO / "README.md").read_text()
-    for section in ("## Quickstart", "## Tests"):
-        body = readme.split(section, 1)[1].split("\n## ", 1)[0]
-        assert "pip install torch==2.13.0 &&" in body, section
+
+    def body(section: str) -> str:
+        return readme.split(section, 1)[1].split("\n## ", 1)[0]
+
+    assert "pip install torch==2.13.0 &&" in body("## Tests")
+    quickstart = body("## Quickstart").split("```bash\n", 1)[1].split("```", 1)[0]
+    assert quickstart.startswith("pip install . &&") and "torch" not in quickstart
     torch = requirements()["torch"]
     assert torch.specifier.contains("2.13.0")  # the pinned CPU build satisfies the requirement
 

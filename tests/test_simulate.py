@@ -23,7 +23,9 @@ PROMPTS = json.loads((PAIR / "prompts.json").read_text())
 
 
 def plain_greedy(prompt: list[int], n: int) -> list[int]:
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(PAIR / "target"), dtype=torch.float32).eval()
+    from eagleconv.forward.inputs import _dtype_kwarg  # dtype from transformers 4.56, torch_dtype before
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(PAIR / "target"), **_dtype_kwarg(torch.float32)).eval()
     seq = list(prompt)
     with torch.no_grad():
         for _ in range(n):

@@ -103,6 +103,10 @@ def validate(ctx: click.Context, path: str, engines: tuple[str, ...], target: st
         raise click.UsageError("--prompts needs --forward")
 
     def body():
+        if forward:
+            from .._extras import need
+
+            need("torch", "validate --forward")  # before the scan, which can take minutes
         with _progress(enabled=not no_numeric, label="scanning") as bar:
             report = validate_checkpoint(path, engines=engines, target=target, tp=tp, numeric=not no_numeric,
                                          from_format=from_format, allow_pickle=allow_pickle, progress=bar.bytes,
@@ -185,9 +189,10 @@ def diff(ctx: click.Context, a: str, b: str, steps: int, target: str | None, pro
     Exit 0 when identical (same tokens, bit-identical logits at every step), 1 when they differ, 2 for bad input.
     """
     _passive_omp()
-    from ..forward import diff as diff_drafters
 
     def body():
+        from ..forward import diff as diff_drafters
+
         with _status(f"running {steps} draft steps of each drafter"):
             report = diff_drafters(a, b, steps=steps, target=target, prompts=prompts, seed=seed, dtype=compute_dtype,
                                    allow_pickle=allow_pickle)

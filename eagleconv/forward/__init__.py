@@ -8,7 +8,11 @@ Importing this package imports torch; the CLI imports it only when asked.
 
 from __future__ import annotations
 
-from .api import default_aux_ids, inputs_for, load
+from .._extras import need
+
+need("torch", "the forward pass (validate --forward, diff, eagleconv.forward)")
+
+from .api import default_aux_ids, inputs_for, load  # noqa: E402 (after the need() check)
 from .inputs import Target, capture_aux_states, check_prompts, read_prompts, synthetic_inputs
 from .model import COMPUTE_DTYPES, DraftInputs, DraftResult, Drafter, StepOutput, UnrunnableDrafter
 from .ops import BACKENDS, RECIPES, NormOps, get_ops

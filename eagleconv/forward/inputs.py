@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from .._extras import need
 from ..errors import FormatError, UsageError
 from .model import DraftInputs
 
@@ -78,6 +79,14 @@ def check_prompts(data: Any, path: str | Path | None = None, vocab_size: int | N
     return [list(prompt) for prompt in data]
 
 
+def _dtype_kwarg(dtype: torch.dtype) -> dict[str, torch.dtype]:
+    """from_pretrained's dtype argument: ``dtype`` from transformers 4.56, ``torch_dtype`` before (floor: 4.51.3)."""
+    import transformers
+    from packaging.version import Version
+
+    return {"dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype": dtype}
+
+
 class Target:
     """A Hugging Face target model run by transformers on CPU, float32."""
 
@@ -88,15 +97,13 @@ class Target:
         self.path = Path(directory)
         if not (self.path / "config.json").is_file():
             raise FormatError("no config.json in the target directory", self.path)
-        try:
-            from transformers import AutoModelForCausalLM
-            from transformers.utils import logging as hf_logging
-        except ImportError as exc:  # pragma: no cover
-            raise UsageError(f"--target needs transformers: {exc}") from None
+        need("transformers", "a target run by transformers (--target-runtime transformers, capture_aux_states)")
+        from transformers import AutoModelForCausalLM
+        from transformers.utils import logging as hf_logging
         hf_logging.disable_progress_bar()  # --json output stays clean; eagleconv draws its own status
         hf_logging.set_verbosity_error()
         try:
-            self.model: Any = AutoModelForCausalLM.from_pretrained(str(self.path), dtype=torch.float32,
+            self.model: Any = AutoModelForCausalLM.from_pretrained(str(self.path), **_dtype_kwarg(torch.float32),
                                                                    use_safetensors=True, local_files_only=True)
         except (OSError, ValueError) as exc:
             raise FormatError(f"transformers cannot load the target: {str(exc).splitlines()[0]}", self.path) from None

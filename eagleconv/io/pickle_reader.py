@@ -47,6 +47,9 @@ def refusal_reason(exc: BaseException) -> str:
 
 
 def load_pickle_state_dict(path: Path) -> dict[str, Any]:
+    from .._extras import need
+
+    need("torch", "--allow-pickle (loading a .bin/.pt pickle)", path)
     import torch
 
     version = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
