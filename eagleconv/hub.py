@@ -474,9 +474,9 @@ def _quiet_tqdm(progress: Step | None) -> Any:
     snapshot_download makes three: files fetched, bytes received, and bytes written to the cache
     ("Reconstructing ...", the total growing as each file starts); the last one is DOWNLOADING.
     """
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
-    class Quiet(tqdm):  # type: ignore[misc]
+    class Quiet(tqdm):
         def __init__(self, *args: Any, **kwargs: Any):
             self.reports = progress is not None and str(kwargs.get("desc", "")).startswith("Reconstructing")
             self.done = 0
@@ -781,7 +781,7 @@ def push(path: str | Path, repo_id: str, *, revision: str | None = None, create_
     (bytes; UPLOADING moves once, when the commit is answered), or the older
     (on_total, on_bytes) pair, which sees only the hashing.  The staging copy
     is built through io.staging.StagedDirectory: a failed copy (a full disk...)
-    is a DestinationError naming --stage-dir (or the staging under $TMPDIR).
+    is a DestinationError naming --stage-dir (else the kept copy, or $TMPDIR).
     """
     from .inspection import inspect
     from .io.staging import StagedDirectory, remove_tree
@@ -833,6 +833,8 @@ def push(path: str | Path, repo_id: str, *, revision: str | None = None, create_
     keep = dry_run or stage_dir is not None
     target = _stage_target(source, stage_dir, keep)
     staged = StagedDirectory(target, durable=False)  # cleans what killed pushes left beside it (dead owners only)
+    if not keep:  # an error names $TMPDIR, not the internal name of a copy the user never asked to see
+        staged.shown = target.parent
     result.notes[:0] = staged.notes
     staged.size = sum((source / n).stat().st_size for n in names)
     hashing = progress if isinstance(progress, tuple) else _bytes_step(step, HASHING)

@@ -62,6 +62,16 @@ def test_push_dry_run_staging_on_a_full_disk_is_one_line_naming_the_stage_dir(dr
         assert rerun.returncode == 0, rerun.stderr  # nothing blocks a rerun elsewhere
 
 
+def test_push_staging_on_a_full_tmpdir_names_tmpdir_and_sends_nothing(hub, drafter, tmp_path, monkeypatch):  # noqa: F811
+    src = good(drafter)
+    with mounted_tmpfs(tmp_path / "small", "size=16k") as disk:
+        monkeypatch.setenv("TMPDIR", str(disk))
+        result = piped("push", str(src), "org/d", "--no-forward")
+        err = assert_one_line_about(result, disk, "no space left on the device", "nothing was written")
+        assert "eagleconv-push" not in err  # $TMPDIR, not the name of a copy nobody asked to see
+        assert list(disk.iterdir()) == [] and hub.requests == []
+
+
 def test_pull_overwrite_publishes_through_the_staged_directory(hub, drafter, cache, tmp_path):  # noqa: F811
     """--overwrite refuses a destination that is not a checkpoint, before any request, and leaves it as it was."""
     published(hub, drafter)
