@@ -472,21 +472,28 @@ def _quiet_tqdm(progress: Step | None) -> Any:
     """A tqdm class for snapshot_download that draws nothing and reports its bytes bar to ``progress``.
 
     snapshot_download makes three: files fetched, bytes received, and bytes written to the cache
-    ("Reconstructing ...", the total growing as each file starts); the last one is DOWNLOADING.
+    ("Reconstructing ...", the total growing as each file starts); the last one is DOWNLOADING.  The bars
+    run as usual (huggingface_hub reads their counts and rates) but write into a sink.
     """
+    import io
+
     from tqdm.auto import tqdm  # type: ignore[import-untyped]
+
+    class Sink(io.TextIOBase):
+        def write(self, text: str) -> int:
+            return len(text)
 
     class Quiet(tqdm):
         def __init__(self, *args: Any, **kwargs: Any):
             self.reports = progress is not None and str(kwargs.get("desc", "")).startswith("Reconstructing")
-            self.done = 0
-            super().__init__(*args, **{**kwargs, "disable": True})
+            super().__init__(*args, **{**kwargs, "file": Sink(), "disable": False, "ncols": 80})
 
         def update(self, n: float | None = 1) -> bool | None:
-            self.done += int(n or 0)
+            shown = super().update(n)
             if self.reports and progress is not None:
-                progress(DOWNLOADING, self.done, max(int(self.total or 0), self.done))
-            return None
+                done = int(self.n)
+                progress(DOWNLOADING, done, max(int(self.total or 0), done))
+            return shown
 
     return Quiet
 
