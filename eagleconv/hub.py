@@ -985,7 +985,8 @@ def _verify_remote(result: PushReport, api: HfApi, commit: str, expected: Sequen
     with tempfile.TemporaryDirectory(prefix="eagleconv-verify-") as cache:
         for name in missing:
             try:
-                fetched = Path(api.hf_hub_download(result.repo_id, name, revision=commit, cache_dir=cache))
+                fetched = Path(api.hf_hub_download(result.repo_id, name, revision=commit, cache_dir=cache,
+                                                   tqdm_class=_quiet_tqdm(None)))  # not over the CLI's bars
                 sha = _hash_file(fetched)[0]
             except Exception as exc:  # noqa: BLE001 - fail closed: not verified is not ok
                 problems.append(f"{name}: unverified: the remote lists no hash and fetching it to hash it failed "

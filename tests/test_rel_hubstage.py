@@ -136,3 +136,4 @@ def test_push_and_pull_show_progress_on_a_terminal_and_nothing_in_a_pipe(hub, dr
     assert pushed.returncode == 0 and pushed.stderr == "", pushed.stderr
     pulled = piped("pull", "org/b", str(tmp_path / "q"))  # not in the cache yet: a real download
     assert pulled.returncode == 0 and pulled.stderr == "", pulled.stderr  # not even huggingface_hub's own bars
+
