@@ -61,13 +61,20 @@ DEFAULT_TIMEOUT = 60.0
 CONNECT_TIMEOUT = 10.0
 TIMEOUT_ENV = "EAGLECONV_HUB_TIMEOUT"
 # Without --stage-dir, push stages under $TMPDIR as owned `.eagleconv-push.eagleconv-HOST-PID-START-RAND.partial`
-# names, so the next push removes what a killed one left (io.staging.recover).
+# names (built through StagedDirectory, so under their own owned sibling while copying), so the next push removes
+# what a killed one left (io.staging.clean_dead_debris).
 TMP_STAGE = "eagleconv-push"
 LICENSE = "unknown"  # the Hub's identifier for "not stated": eagleconv cannot know a drafter's license
 LIBRARY = "vllm"  # what the card's serve command runs
 
 # (on_total, on_bytes) callbacks for the hashing pass, as in convert
 Progress = tuple[Callable[[int], None] | None, Callable[[int], None] | None]
+# step(what, done, total), in bytes: one call per advance of each named step (see STEPS); the CLI draws the bars
+Step = Callable[[str, int, int], None]
+# The names push and pull give their steps, in the order they run (each only where it applies).
+SCANNING, STAGING, HASHING, UPLOADING = "scanning", "copying to the staging directory", "hashing", "uploading"
+DOWNLOADING, PLACING = "downloading", "copying to the destination"
+STEPS = {"push": (SCANNING, STAGING, HASHING, UPLOADING), "pull": (DOWNLOADING, SCANNING, PLACING)}
 
 
 class HubError(EagleconvError):
@@ -434,8 +441,12 @@ def _repo_files(directory: Path) -> list[str]:
 # -- downloads -----------------------------------------------------------------------------
 
 def download(ref: HubRef, *, endpoint: str | None = None, token: str | bool | None = None,
-             timeout: float | None = None) -> tuple[Path, str | None]:
-    """Snapshot ``ref`` through huggingface_hub's cache; (snapshot dir, commit).  Honours HF_HUB_OFFLINE."""
+             timeout: float | None = None, progress: Step | None = None) -> tuple[Path, str | None]:
+    """Snapshot ``ref`` through huggingface_hub's cache; (snapshot dir, commit).  Honours HF_HUB_OFFLINE.
+
+    huggingface_hub's own bars are never drawn (they went to stderr even through a pipe); the bytes it
+    writes to the cache go to ``progress`` as the DOWNLOADING step instead.
+    """
     from huggingface_hub import snapshot_download
 
     check_repo_id(ref.repo_id)
@@ -447,7 +458,7 @@ def download(ref: HubRef, *, endpoint: str | None = None, token: str | bool | No
         with hub_timeouts(timeout):
             path = Path(snapshot_download(ref.repo_id, revision=ref.revision, repo_type="model",
                                           cache_dir=_cache_dir(), endpoint=_endpoint(endpoint), token=token,
-                                          local_files_only=local_only))
+                                          local_files_only=local_only, tqdm_class=_quiet_tqdm(progress)))
     except UsageError:
         raise
     except Exception as exc:  # noqa: BLE001 - every failure becomes one line naming the repository
@@ -456,6 +467,72 @@ def download(ref: HubRef, *, endpoint: str | None = None, token: str | bool | No
                            where) from exc
         raise _hub_error(exc, "download failed", where) from exc
     return path, path.name if re.fullmatch(r"[0-9a-f]{40}", path.name) else None
+
+
+def _quiet_tqdm(progress: Step | None) -> Any:
+    """A tqdm class for snapshot_download that draws nothing and reports its bytes bar to ``progress``.
+
+    snapshot_download makes three: files fetched, bytes received, and bytes written to the cache
+    ("Reconstructing ...", the total growing as each file starts); the last one is DOWNLOADING.  The bars
+    run as usual (huggingface_hub reads their counts and rates) but write into a sink.
+    """
+    import io
+
+    from tqdm.auto import tqdm  # type: ignore[import-untyped]
+
+    class Sink(io.TextIOBase):
+        def write(self, text: str) -> int:
+            return len(text)
+
+    class Quiet(tqdm):
+        def __init__(self, *args: Any, **kwargs: Any):
+            self.reports = progress is not None and str(kwargs.get("desc", "")).startswith("Reconstructing")
+            super().__init__(*args, **{**kwargs, "file": Sink(), "disable": False, "ncols": 80})
+
+        def update(self, n: float | None = 1) -> bool | None:
+            shown = super().update(n)
+            if self.reports and progress is not None:
+                done = int(self.n)
+                progress(DOWNLOADING, done, max(int(self.total or 0), done))
+            return shown
+
+    return Quiet
+
+
+def _bytes_step(progress: Step | None, what: str) -> Progress:
+    """The (on_total, on_bytes) pair that validate() and build_manifest() take, reporting to ``progress`` as ``what``."""
+    if progress is None:
+        return None, None
+    state = {"total": 0, "done": 0}
+
+    def on_total(total: int) -> None:
+        state.update(total=total, done=0)
+        progress(what, 0, total)
+
+    def on_bytes(n: int) -> None:
+        state["done"] += n
+        progress(what, min(state["done"], state["total"]), state["total"])
+
+    return on_total, on_bytes
+
+
+def _copy_files(source: Path, target: Path, names: Sequence[str], progress: Step | None, what: str,
+                durable: bool = False) -> None:
+    """Copy ``names`` from ``source`` into ``target`` (subdirectories made), reporting bytes after each file."""
+    from .io.staging import fsync_file
+
+    sizes = {name: (source / name).stat().st_size for name in names}
+    total, done = sum(sizes.values()), 0
+    if progress:
+        progress(what, 0, total)
+    for name in names:
+        (target / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source / name, target / name)  # follows the cache's blob symlinks
+        if durable:
+            fsync_file(target / name)
+        done += sizes[name]
+        if progress:
+            progress(what, done, total)
 
 
 def local_path(path: str | Path) -> Path:
@@ -469,17 +546,19 @@ def local_path(path: str | Path) -> Path:
 
 def pull(repo_id: str, destination: str | Path, *, revision: str | None = None, endpoint: str | None = None,
          token: str | bool | None = None, engines: Any = ("vllm",), force: bool = False,
-         ignore: Iterable[str] = (), overwrite: bool = False, timeout: float | None = None) -> PullReport:
+         ignore: Iterable[str] = (), overwrite: bool = False, timeout: float | None = None,
+         progress: Step | None = None) -> PullReport:
     """Download a drafter through the cache, verify its manifest, validate it, then copy it to ``destination``.
 
-    ``destination`` appears complete or not at all.  An existing one is
-    refused unless ``overwrite``, and then replaced only if it is recognisably
-    a checkpoint, in one atomic swap (convert's --overwrite).  Only the files
-    the manifest lists (without one: the checkpoint's own files and its card)
-    are copied.  With error findings nothing is written unless ``force``.
+    ``destination`` appears complete or not at all (io.staging.StagedDirectory,
+    as convert writes).  An existing one is refused unless ``overwrite``, and
+    then replaced only if it is recognisably a checkpoint, in one atomic swap.
+    Only the files the manifest lists (without one: the checkpoint's own files
+    and its card) are copied.  With error findings nothing is written unless
+    ``force``.  A failed copy (a full disk...) is a DestinationError naming
+    ``destination``.  ``progress(what, done, total)``: the steps of STEPS["pull"], in bytes.
     """
-    from .io.staging import remove_tree, staging_name
-    from .io.writer import CheckpointWriter
+    from .io.staging import StagedDirectory
     from .validation import validate
 
     if is_hf_url(repo_id):
@@ -491,45 +570,31 @@ def pull(repo_id: str, destination: str | Path, *, revision: str | None = None, 
     dest = Path(destination)
     if not dest.parent.is_dir():
         raise UsageError("the destination's parent directory does not exist", dest)
-    # convert's writer: removes a dead run's debris beside DEST, refuses an existing DEST without --overwrite
-    # and, with it, anything that is not recognisably a checkpoint; all before any request.
-    writer = CheckpointWriter(dest, overwrite=overwrite)
-    snapshot, commit = download(HubRef(repo_id, revision), endpoint=endpoint, token=token, timeout=timeout)
+    # Removes a dead run's debris beside DEST, refuses an existing DEST without --overwrite and, with it,
+    # anything that is not recognisably a checkpoint; all before any request.
+    staged = StagedDirectory(dest, overwrite=overwrite)
+    snapshot, commit = download(HubRef(repo_id, revision), endpoint=endpoint, token=token, timeout=timeout,
+                                progress=progress)
     verified, notes = verify_manifest(snapshot)
-    report = validate(snapshot, engines=engines, ignore=ignore)
+    report = validate(snapshot, engines=engines, ignore=ignore, progress=_bytes_step(progress, SCANNING))
     if verified:
         names = sorted({e.path for e in read_manifest(snapshot) or []} | {MANIFEST})
     else:  # no manifest: only what makes up the checkpoint, never a repository's scripts or optimizer state
         names = sorted({*checkpoint_files(snapshot)[0], *([CARD] if (snapshot / CARD).is_file() else [])})
     left_out = [n for n in _repo_files(snapshot) if n not in names and n != ".gitattributes"]
     result = PullReport(ok=report.ok, repo_id=repo_id, revision=revision, commit=commit, snapshot=str(snapshot),
-                        manifest_verified=verified, files=names, validation=report, notes=[*writer.notes, *notes])
+                        manifest_verified=verified, files=names, validation=report, notes=[*staged.notes, *notes])
     if left_out:
         result.notes.append("not copied (not part of the checkpoint" + (f" nor in {MANIFEST}" if verified else "")
                             + f"): {', '.join(left_out)}")
     if not report.ok and not force:
         result.notes.append("not written: the drafter has error findings (force=True / --force writes it anyway)")
         return result
-    staging = dest.absolute().parent / staging_name(dest, "partial")  # owned: a dead owner's is removed next time
-    staging.mkdir()
-    try:
-        for name in names:
-            (staging / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(snapshot / name, staging / name)  # follows the cache's blob symlinks
-            _fsync(staging / name)
-        writer._publish(staging)  # convert's publishing step: rename, or the atomic swap with --overwrite
-    finally:
-        remove_tree(staging)
+    staged.size = sum((snapshot / name).stat().st_size for name in names)
+    with staged as staging:  # published by one rename, or the atomic swap with --overwrite
+        _copy_files(snapshot, staging, names, progress, PLACING, durable=True)
     result.destination = str(dest)
     return result
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # -- the model card ------------------------------------------------------------------------
@@ -702,7 +767,7 @@ def push(path: str | Path, repo_id: str, *, revision: str | None = None, create_
          engines: Any = ("vllm",), strict: bool = False, ignore: Iterable[str] = (), numeric: bool = True,
          dry_run: bool = False, stage_dir: str | Path | None = None, base_model: str | None = None,
          forward: bool = True, license: str = LICENSE, timeout: float | None = None,  # noqa: A002 - the card field
-         commit_message: str | None = None, progress: Progress | None = None) -> PushReport:
+         commit_message: str | None = None, progress: Step | Progress | None = None) -> PushReport:
     """Validate the drafter at ``path`` and publish it to ``repo_id`` in one commit: the pre-upload gate.
 
     Validation runs the static and numeric checks and, unless ``forward`` is
@@ -719,8 +784,15 @@ def push(path: str | Path, repo_id: str, *, revision: str | None = None, create_
     never an exception and never retried.  Exceptions are for bad arguments
     and unreadable input (UsageError, UnsafeInputError...), raised before
     anything is sent.
+
+    ``progress``: ``progress(what, done, total)`` for every step of STEPS["push"]
+    (bytes; UPLOADING moves once, when the commit is answered), or the older
+    (on_total, on_bytes) pair, which sees only the hashing.  The staging copy
+    is built through io.staging.StagedDirectory: a failed copy (a full disk...)
+    is a DestinationError naming --stage-dir (else the kept copy, or $TMPDIR).
     """
     from .inspection import inspect
+    from .io.staging import StagedDirectory, remove_tree
     from .validation import validate
     from .validation.api import apply_ignore
 
@@ -733,7 +805,8 @@ def push(path: str | Path, repo_id: str, *, revision: str | None = None, create_
     revision = check_revision(revision or "main")
     hub_timeout(timeout)  # a bad --timeout / EAGLECONV_HUB_TIMEOUT is a usage error before the slow part
     seen = _stat(source)  # what validation reads; the staged copy must be of the same bytes
-    report = validate(source, engines=engines, numeric=numeric)
+    step = progress if callable(progress) else None
+    report = validate(source, engines=engines, numeric=numeric, progress=_bytes_step(step, SCANNING))
     if forward and report.ok:  # a drafter already refused is not run: its tensors may not even form a model
         from .validation.api import add_forward
 
@@ -765,13 +838,18 @@ def push(path: str | Path, repo_id: str, *, revision: str | None = None, create_
     result.base_model = base_model or (verifier if verifier and not is_local_path(verifier) else None)
     result.serve_command = serve_command(result.base_model, repo_id, speculative_tokens(config))
 
-    partial, final, recovered = _begin_stage(source, stage_dir, keep=dry_run or stage_dir is not None)
-    result.notes[:0] = recovered
+    keep = dry_run or stage_dir is not None
+    target = _stage_target(source, stage_dir, keep)
+    staged = StagedDirectory(target, durable=False)  # cleans what killed pushes left beside it (dead owners only)
+    if not keep:  # an error names $TMPDIR, not the internal name of a copy the user never asked to see
+        staged.shown = target.parent
+    result.notes[:0] = staged.notes
+    staged.size = sum((source / n).stat().st_size for n in names)
+    hashing = progress if isinstance(progress, tuple) else _bytes_step(step, HASHING)
     try:
-        on_total, on_bytes = progress or (None, None)
-        try:
-            for name in names:
-                shutil.copyfile(source / name, partial / name)
+        with staged as partial:  # a copy-time OSError: one DestinationError naming the target, nothing kept
+            _copy_files(source, partial, names, step, STAGING)
+            on_total, on_bytes = hashing
             if on_total:
                 on_total(sum((partial / n).stat().st_size for n in names))
             entries, git_ids = build_manifest(partial, names, on_bytes)
@@ -786,69 +864,49 @@ def push(path: str | Path, repo_id: str, *, revision: str | None = None, create_
             entries = sorted([*entries, *card_entries], key=lambda e: e.path)
             git_ids.update(card_git)
             (partial / MANIFEST).write_text(manifest_json(entries), encoding="utf-8")
-        except OSError as exc:  # a full disk, a vanished file: nothing is kept, the next run is not blocked
-            raise UsageError(f"staging failed: {exc.strerror or exc}; nothing was kept", partial.parent) from None
+        # complete: published at ``target`` by one rename (a kept copy appears whole or not at all)
         result.files, result.model_card = entries, card
         if others:
             result.notes.append(f"not published (not part of the checkpoint): {', '.join(others)}")
         if (source / CARD).exists():
             result.notes.append(f"the source's own {CARD} is replaced by the generated model card")
-        staged = partial
-        if final is not None:  # complete: the kept copy appears under its name at once, or not at all
-            _finish_stage(partial, final)
-            staged = final
-            result.staged = str(final)
+        if keep:
+            result.staged = str(target)
         if dry_run:
             result.ok = True
             return result
-        verify_manifest(staged)  # what is sent is what was hashed
+        verify_manifest(target)  # what is sent is what was hashed
         try:
             with hub_timeouts(timeout):
-                _upload(result, staged, entries, git_ids, token=token, commit_message=commit_message)
+                _upload(result, target, entries, git_ids, token=token, commit_message=commit_message, progress=step)
         except HubError as exc:  # the one failure contract: a Hub failure is the report's error, exit 2
             result.ok, result.error = False, exc.one_line()
         return result
     finally:
-        from .io.staging import remove_tree
+        if not keep:
+            remove_tree(target)
 
-        remove_tree(partial)  # gone already when it was renamed to the kept copy
 
+def _stage_target(source: Path, stage_dir: str | Path | None, keep: bool) -> Path:
+    """Where push's complete staging copy goes.
 
-def _begin_stage(source: Path, stage_dir: str | Path | None, keep: bool) -> tuple[Path, Path | None, list[str]]:
-    """(an owned ``.partial`` staging directory, the name it gets when complete or None, notes from recovery).
-
-    With --stage-dir DIR the staging is DIR's ``.partial`` sibling, renamed to
-    DIR when complete; otherwise it is under $TMPDIR, and a dry run's kept copy
-    becomes ``$TMPDIR/eagleconv-push-RAND``.  What a killed push left (its
-    owner dead) is removed first, as convert does, so a rerun is never blocked.
+    --stage-dir DIR: DIR, which must be new.  Otherwise under $TMPDIR: a dry
+    run's kept copy is ``eagleconv-push-RAND``; a copy that is only uploaded and
+    removed carries an owned ``.eagleconv-push.eagleconv-OWNER.partial`` name
+    even when complete, so if push is killed during the upload the next push
+    (StagedDirectory's clean_dead_debris) removes it.
     """
-    from .io.staging import recover, staging_name
+    from .io.staging import staging_name
     from .io.writer import check_not_overlapping
 
     if stage_dir is None:
-        anchor = Path(tempfile.gettempdir()) / TMP_STAGE
-        final = anchor.with_name(f"{TMP_STAGE}-{uuid.uuid4().hex[:12]}") if keep else None
-    else:
-        anchor = final = Path(stage_dir)
-        check_not_overlapping([source], anchor)
-    notes = recover(anchor)
-    if final is not None and os.path.lexists(final):
-        raise UsageError("the staging directory exists; push stages into a new directory", final)
-    anchor.absolute().parent.mkdir(parents=True, exist_ok=True)
-    partial = anchor.absolute().parent / staging_name(anchor, "partial")
-    partial.mkdir()
-    return partial, final, notes
-
-
-def _finish_stage(partial: Path, final: Path) -> None:
-    from .errors import termination_signals_blocked
-    from .io.staging import rename_noreplace
-
-    with termination_signals_blocked():
-        try:
-            rename_noreplace(partial, final)
-        except FileExistsError:
-            raise UsageError("the staging directory appeared while push staged; not replacing it", final) from None
+        tmp = Path(tempfile.gettempdir())
+        return tmp / (f"{TMP_STAGE}-{uuid.uuid4().hex[:12]}" if keep else staging_name(tmp / TMP_STAGE, "partial"))
+    target = Path(stage_dir)
+    check_not_overlapping([source], target)
+    if os.path.lexists(target):
+        raise UsageError("the staging directory exists; push stages into a new directory", target)
+    return target
 
 
 def _stat(directory: Path) -> dict[str, tuple[int, int]]:
@@ -935,7 +993,8 @@ def _verify_remote(result: PushReport, api: HfApi, commit: str, expected: Sequen
     with tempfile.TemporaryDirectory(prefix="eagleconv-verify-") as cache:
         for name in missing:
             try:
-                fetched = Path(api.hf_hub_download(result.repo_id, name, revision=commit, cache_dir=cache))
+                fetched = Path(api.hf_hub_download(result.repo_id, name, revision=commit, cache_dir=cache,
+                                                   tqdm_class=_quiet_tqdm(None)))  # not over the CLI's bars
                 sha = _hash_file(fetched)[0]
             except Exception as exc:  # noqa: BLE001 - fail closed: not verified is not ok
                 problems.append(f"{name}: unverified: the remote lists no hash and fetching it to hash it failed "
@@ -949,8 +1008,12 @@ def _verify_remote(result: PushReport, api: HfApi, commit: str, expected: Sequen
 
 
 def _upload(result: PushReport, staged: Path, entries: Sequence[ManifestEntry], git_ids: dict[str, str], *,
-            token: str | bool | None, commit_message: str | None) -> None:
-    """Create the repo/branch if needed, then ONE create_commit; verify or reconcile.  Fills ``result``."""
+            token: str | bool | None, commit_message: str | None, progress: Step | None = None) -> None:
+    """Create the repo/branch if needed, then ONE create_commit; verify or reconcile.  Fills ``result``.
+
+    ``progress`` sees UPLOADING at 0 when the commit starts and complete when it is answered: huggingface_hub
+    reports no bytes (a file object would, but turns off its xet upload), so the bar's clock shows it is alive.
+    """
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete
 
     if offline():
@@ -978,6 +1041,9 @@ def _upload(result: PushReport, staged: Path, entries: Sequence[ManifestEntry], 
     manifest_entry, manifest_git = build_manifest(staged, [MANIFEST])
     expected = [*entries, *manifest_entry]
     git_ids = {**git_ids, **manifest_git}
+    size = sum(e.size for e in expected)
+    if progress:
+        progress(UPLOADING, 0, size)
     try:
         info = api.create_commit(repo_id, operations, commit_message=message, revision=revision,
                                  create_pr=result.create_pr, parent_commit=parent)
@@ -985,6 +1051,8 @@ def _upload(result: PushReport, staged: Path, entries: Sequence[ManifestEntry], 
         result.error = _hub_error(exc, "the commit failed").message
         _reconcile(result, api, expected, git_ids)
         return
+    if progress:
+        progress(UPLOADING, size, size)
     result.commit_oid, result.commit_url, result.pr_url = info.oid, str(info.commit_url), info.pr_url
     try:
         result.remote = _remote(api, repo_id, info.oid)

@@ -114,7 +114,7 @@ def test_a_killed_real_push_leaves_no_copy_in_tmpdir(drafter, tmp_path, sig):
 
 def test_a_full_disk_while_staging_keeps_nothing_and_the_rerun_works(drafter, tmp_path, monkeypatch):
     import eagleconv
-    from eagleconv.errors import UsageError
+    from eagleconv.errors import DestinationError
 
     src = good(drafter)
     stage = tmp_path / "S"
@@ -127,8 +127,9 @@ def test_a_full_disk_while_staging_keeps_nothing_and_the_rerun_works(drafter, tm
         return real(a, b, *args, **kwargs)
 
     monkeypatch.setattr(shutil, "copyfile", copyfile)
-    with pytest.raises(UsageError, match="No space left on device"):
+    with pytest.raises(DestinationError, match="no space left on the device") as caught:  # issue 18: names S
         eagleconv.push(src, "org/d", dry_run=True, stage_dir=stage, forward=False)
+    assert caught.value.path == str(stage) and caught.value.errno == errno.ENOSPC
     assert not stage.exists() and _debris(tmp_path, "S") == []
     monkeypatch.setattr(shutil, "copyfile", real)
     report = eagleconv.push(src, "org/d", dry_run=True, stage_dir=stage, forward=False)

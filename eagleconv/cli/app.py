@@ -160,7 +160,8 @@ class _progress:
 
     ``with _progress(label) as bar``: ``bar.on_total``/``bar.on_bytes`` drive a bar over bytes (the library's
     ``on_total``/``on_bytes`` callbacks; ``bar.bytes`` is the pair), ``bar.step(what, done, total)`` a bar over
-    counted units (forward runs, simulate's tokens), one line per ``what``.  All None when not shown.
+    counted units (forward runs, simulate's tokens), one line per ``what``; ``bar.byte_step`` the same over bytes
+    (the Hub's copy, upload and download steps).  All None when not shown.
     Sizes are binary (KiB, MiB, GiB), as every size eagleconv prints.
     """
 
@@ -173,6 +174,7 @@ class _progress:
         self.on_total: Callable[[int], None] | None = None
         self.on_bytes: Callable[[int], None] | None = None
         self.step: Callable[[str, int, int], None] | None = None
+        self.byte_step: Callable[[str, int, int], None] | None = None
 
     @property
     def bytes(self) -> tuple[Callable[[int], None] | None, Callable[[int], None] | None]:
@@ -187,6 +189,7 @@ class _progress:
                             TimeElapsedColumn(), console=_console(stderr=True), transient=True)
         self.bar.start()
         self.on_total, self.on_bytes, self.step = self._on_total, self._on_bytes, self._step
+        self.byte_step = self._byte_step
         return self
 
     def _on_total(self, total: int) -> None:
@@ -196,10 +199,13 @@ class _progress:
         if self.task is not None:
             self.bar.advance(self.task, n)
 
-    def _step(self, what: str, done: int, total: int) -> None:
+    def _step(self, what: str, done: int, total: int, in_bytes: bool = False) -> None:
         if what not in self.steps:
-            self.steps[what] = self.bar.add_task(what, total=total, bytes=False)
+            self.steps[what] = self.bar.add_task(what, total=total, bytes=in_bytes)
         self.bar.update(self.steps[what], completed=done, total=total)
+
+    def _byte_step(self, what: str, done: int, total: int) -> None:
+        self._step(what, done, total, in_bytes=True)
 
     def __exit__(self, *exc: object) -> None:
         if self.bar is not None:

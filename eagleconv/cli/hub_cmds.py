@@ -98,12 +98,12 @@ def push(ctx: click.Context, path: str, repo_id: str, revision: str | None, crea
     from ..hub import push as push_drafter
 
     def body():
-        with _progress(label="hashing") as bar:
+        with _progress() as bar:  # one bar per step: scanning, staging copy, hashing, upload
             report = push_drafter(path, repo_id, revision=revision, create_pr=create_pr, private=private,
                                   endpoint=endpoint, engines=engines, strict=strict, ignore=ignore,
                                   numeric=not no_numeric, forward=not no_forward, dry_run=dry_run, stage_dir=stage_dir,
                                   base_model=base_model, license=license_id, timeout=timeout,
-                                  commit_message=commit_message, progress=bar.bytes)
+                                  commit_message=commit_message, progress=bar.byte_step)
         if as_json:
             click.echo(report.model_dump_json(indent=2))
         else:
@@ -139,8 +139,9 @@ def pull(ctx: click.Context, repo_id: str, dest: str, revision: str | None, endp
     from ..hub import pull as pull_drafter
 
     def body():
-        report = pull_drafter(repo_id, dest, revision=revision, endpoint=endpoint, engines=engines, force=force,
-                              ignore=ignore, overwrite=overwrite, timeout=timeout)
+        with _progress() as bar:  # one bar per step: download, scan, copy to DEST
+            report = pull_drafter(repo_id, dest, revision=revision, endpoint=endpoint, engines=engines, force=force,
+                                  ignore=ignore, overwrite=overwrite, timeout=timeout, progress=bar.byte_step)
         if as_json:
             click.echo(report.model_dump_json(indent=2))
         else:

@@ -15,7 +15,6 @@ the fsyncs but keeps the staging and the rename.
 
 from __future__ import annotations
 
-import errno
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from .finite import SCANNED_DTYPES, ValueScan, scan_file_range
 from .paths import resolve_path
 from .reader import SAFETENSORS_INDEX
 from .safetensors_header import build_header
-from .staging import StagedDirectory
+from .staging import StagedDirectory, fsync_file
 
 SINGLE_FILE = "model.safetensors"
 
@@ -181,24 +180,6 @@ def _start_writeback(fd: int, offset: int, length: int) -> None:
             pass
 
 
-def _fsync_file(path: Path) -> None:
-    """fsync a file that was written and closed (Linux flushes through a read-only fd too)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        return
-    except OSError as exc:
-        if exc.errno not in (errno.EBADF, errno.EINVAL):  # platforms that want a writable fd
-            raise
-    finally:
-        os.close(fd)
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _write_file(path: Path, data: bytes, durable: bool = True) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
@@ -272,7 +253,7 @@ class CheckpointWriter:
             # copying shard i+1 is not serialised behind the disk flushing shard i.
             if self.durable:
                 for shard_name in names:
-                    _fsync_file(staging / shard_name)
+                    fsync_file(staging / shard_name)
             for name, content in files.items():
                 _write_file(staging / name, content.encode() if isinstance(content, str) else content, self.durable)
                 written.append(name)
@@ -284,10 +265,6 @@ class CheckpointWriter:
             if verify is not None:
                 verify(staging)  # the staging directory is fsynced and published when the block ends
         return written
-
-    def _publish(self, staging: Path) -> None:
-        """Publish a staging directory the caller filled (``hub.pull`` copies files into one); see StagedDirectory.publish."""
-        self._staged.publish(staging)
 
     @staticmethod
     def _write_shard(path: Path, shard: Sequence[OutputTensor], metadata: dict[str, str] | None,
