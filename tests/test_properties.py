@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import HealthCheck, assume, event, example, given, settings
 from hypothesis import strategies as st
 
 from eagleconv.conversion import convert
@@ -473,6 +473,7 @@ def test_index_parser_only_raises_input_error(data):
                                                "transformer_layer_config", "eagle_aux_hidden_state_layer_ids",
                                                "fc_norm", "norm_before_fc", "vocab_size", "num_aux_hidden_states",
                                                "target_hidden_size", "eagleconv"]), JSON_VALUES, max_size=10))
+@example(config={"eagle_aux_hidden_state_layer_ids": [[]]})  # found by this property: unhashable ids crashed EC011
 def test_lint_of_random_configs_only_reports(config):
     try:
         report = lint(config, engines="all")

@@ -165,6 +165,8 @@ def check_capture(subject: Subject, view: EngineView) -> list[Finding]:
             if isinstance(value, list) and value:
                 ids, source, partial = tuple(value), path, note
                 break
+    if ids is not None and not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        return out  # mistyped ids are EC005 (structural); what the engine would capture from them is undefined
     guess = rules.default
     if target is not None and rules.default_ids is not None:
         guess += f" = {list(rules.default_ids(target.num_hidden_layers))} for this {target.num_hidden_layers}-layer target"
