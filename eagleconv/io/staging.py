@@ -40,6 +40,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import NoReturn
 
 from ..errors import DestinationError, EagleconvError, UsageError
 
@@ -391,11 +392,7 @@ class StagedDirectory:
             path.mkdir()
             self.path = path
         except BaseException as exc:
-            self._discard()
-            aimed = self._aimed(exc)
-            if aimed is exc:
-                raise
-            raise aimed from exc
+            self._fail(exc)
         return path
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -404,17 +401,21 @@ class StagedDirectory:
             try:
                 self._publish()
             except BaseException as failed:
-                self._discard()
-                aimed = self._aimed(failed)
-                if aimed is failed:
-                    raise
-                raise aimed from failed
+                self._fail(failed)
             return
         self._discard()
         aimed = self._aimed(exc)
         if aimed is not exc:
             raise aimed from exc
         # otherwise the original exception propagates unchanged
+
+    def _fail(self, exc: BaseException) -> NoReturn:
+        """Remove what was staged, then raise ``exc``, aimed at the destination when it named a staging path."""
+        self._discard()
+        aimed = self._aimed(exc)
+        if aimed is exc:
+            raise exc
+        raise aimed from exc
 
     def publish(self, staging: Path) -> None:
         """Publish a staging directory the caller made and filled itself (``staging_name`` beside the destination).
