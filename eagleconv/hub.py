@@ -936,6 +936,25 @@ def _api(endpoint: str | None, token: str | bool | None) -> HfApi:
     return HfApi(endpoint=_endpoint(endpoint), token=token)
 
 
+@contextmanager
+def _commit_endpoint(endpoint: str) -> Iterator[None]:
+    """huggingface_hub before 1.4 parses create_commit's answer against the import-time endpoint.
+
+    Its CommitInfo then raises "Unable to retrieve user and repo ID" for any other endpoint (after the commit
+    landed), so there the module constant is set to the API's endpoint for the one call.
+    """
+    from huggingface_hub import CommitInfo, constants
+
+    if "_endpoint" in getattr(CommitInfo, "__dataclass_fields__", {}):  # 1.4+: CommitInfo takes the endpoint
+        yield
+        return
+    saved, constants.ENDPOINT = constants.ENDPOINT, endpoint
+    try:
+        yield
+    finally:
+        constants.ENDPOINT = saved
+
+
 def _head(api: HfApi, repo_id: str, revision: str) -> str | None:
     """The commit ``revision`` points to, or None when the branch does not exist."""
     from huggingface_hub.errors import RevisionNotFoundError
@@ -1045,8 +1064,9 @@ def _upload(result: PushReport, staged: Path, entries: Sequence[ManifestEntry], 
     if progress:
         progress(UPLOADING, 0, size)
     try:
-        info = api.create_commit(repo_id, operations, commit_message=message, revision=revision,
-                                 create_pr=result.create_pr, parent_commit=parent)
+        with _commit_endpoint(api.endpoint):
+            info = api.create_commit(repo_id, operations, commit_message=message, revision=revision,
+                                     create_pr=result.create_pr, parent_commit=parent)
     except Exception as exc:  # noqa: BLE001 - reported with the remote's state, never retried
         result.error = _hub_error(exc, "the commit failed").message
         _reconcile(result, api, expected, git_ids)

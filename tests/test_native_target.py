@@ -25,16 +25,26 @@ from eagleconv.forward.native_target import NativeTarget, NativeUnsupported  # n
 PAIR = Path(__file__).resolve().parent.parent / "fixtures" / "tiny-pair"
 PROMPTS = json.loads((PAIR / "prompts.json").read_text())
 
+
+def rope(**parameters: object) -> dict:
+    """Config keys stating these rope parameters in the installed transformers' spelling: 5.x reads
+    ``rope_parameters`` (theta inside), 4.x ignores it and reads ``rope_theta`` plus ``rope_scaling``."""
+    if int(transformers.__version__.split(".")[0]) >= 5:
+        return {"rope_parameters": parameters}
+    theta = parameters.pop("rope_theta")
+    return {"rope_theta": theta, "rope_scaling": parameters}
+
+
 SMALL = dict(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
              num_key_value_heads=2, head_dim=16, initializer_range=0.2)
 MODELS = {
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {}),
     "llama-bias-tied-llama3-rope": ("LlamaConfig", "LlamaForCausalLM", dict(
         attention_bias=True, tie_word_embeddings=True,
-        rope_parameters={"rope_type": "llama3", "rope_theta": 50000.0, "factor": 8.0, "low_freq_factor": 1.0,
-                         "high_freq_factor": 4.0, "original_max_position_embeddings": 16})),
+        **rope(rope_type="llama3", rope_theta=50000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+               original_max_position_embeddings=16))),
     "llama-linear-rope-mha": ("LlamaConfig", "LlamaForCausalLM", dict(
-        num_key_value_heads=4, rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0})),
+        num_key_value_heads=4, **rope(rope_type="linear", rope_theta=10000.0, factor=4.0))),
 }
 
 
@@ -134,8 +144,7 @@ def _edit(path: Path, config: dict | None = None, drop: str | None = None, add: 
     (dict(config={"use_sliding_window": True, "sliding_window": 8}), "use_sliding_window = True"),
     (dict(config={"model_type": "mistral", "architectures": ["MistralForCausalLM"]}), "runs only"),
     (dict(config={"some_new_field": 3}), "config fields eagleconv does not model: some_new_field"),
-    (dict(config={"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 2.0,
-                                      "attention_factor": 1.2}}), "rope"),
+    (dict(config=rope(rope_type="yarn", rope_theta=1e4, factor=2.0, attention_factor=1.2)), "rope"),
     (dict(drop="model.layers.1.self_attn.q_norm.weight"), "missing: layers.1.self_attn.q_norm.weight"),
     (dict(add="model.layers.0.extra_norm.weight"), "unread tensors: layers.0.extra_norm.weight"),
     (dict(add="model.layers.2.self_attn.o_proj.bias"), "unread tensors: layers.2.self_attn.o_proj.bias"),

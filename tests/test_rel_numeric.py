@@ -10,13 +10,37 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
-from safetensors.torch import load_file, save_file  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
+from safetensors.torch import save_file as _save_file  # noqa: E402
 
 import eagleconv  # noqa: E402
 from eagleconv.errors import FormatError, UsageError  # noqa: E402
 
 FLOAT8 = {"F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2, "F8_E8M0": torch.float8_e8m0fnu}
 NAN_BITS = {"F8_E4M3": 0x7F, "F8_E5M2": 0x7E, "F8_E8M0": 0xFF}  # one NaN pattern of each format
+
+
+# Dtypes safetensors' torch writer learnt after its floor (0.4.3 has no U64 and no F8_E8M0): such a tensor is
+# written as its raw bytes (U8) and the header relabelled, which is the file a newer save_file writes.
+RELABEL = {torch.uint64: "U64", torch.float8_e8m0fnu: "F8_E8M0"}
+
+
+def save_file(tensors: dict[str, torch.Tensor], path: str, metadata: dict[str, str]) -> None:
+    """Written to a new file renamed over ``path``: tensors load_file gave may still map the old one."""
+    odd = {name: t for name, t in tensors.items() if t.dtype in RELABEL}
+    raw = Path(f"{path}.raw")
+    _save_file({name: t.contiguous().view(torch.uint8) if name in odd else t for name, t in tensors.items()},
+               str(raw), metadata=metadata)
+    blob = raw.read_bytes()
+    raw.unlink()
+    length = int.from_bytes(blob[:8], "little")
+    header = json.loads(blob[8:8 + length])
+    for name, t in odd.items():
+        header[name].update(dtype=RELABEL[t.dtype], shape=list(t.shape))
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    raw.write_bytes(len(text).to_bytes(8, "little") + text + blob[8 + length:])
+    raw.replace(path)
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
