@@ -466,7 +466,17 @@ def download(ref: HubRef, *, endpoint: str | None = None, token: str | bool | No
             raise HubError("HF_HUB_OFFLINE is set and this repository (revision) is not in the Hugging Face cache",
                            where) from exc
         raise _hub_error(exc, "download failed", where) from exc
+    if progress is not None:  # complete: also where nothing was fetched (cached) or the hub names no bytes bar
+        size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+        progress(DOWNLOADING, size, size)
     return path, path.name if re.fullmatch(r"[0-9a-f]{40}", path.name) else None
+
+
+def _takes(function: Callable[..., Any], parameter: str) -> bool:
+    """Whether ``function`` accepts ``parameter`` (huggingface_hub grew keywords between 0.30 and 1.x)."""
+    import inspect
+
+    return parameter in inspect.signature(function).parameters
 
 
 def _quiet_tqdm(progress: Step | None) -> Any:
@@ -1012,8 +1022,9 @@ def _verify_remote(result: PushReport, api: HfApi, commit: str, expected: Sequen
     with tempfile.TemporaryDirectory(prefix="eagleconv-verify-") as cache:
         for name in missing:
             try:
+                quiet = {"tqdm_class": _quiet_tqdm(None)} if _takes(api.hf_hub_download, "tqdm_class") else {}
                 fetched = Path(api.hf_hub_download(result.repo_id, name, revision=commit, cache_dir=cache,
-                                                   tqdm_class=_quiet_tqdm(None)))  # not over the CLI's bars
+                                                   **quiet))  # not over the CLI's bars (hub >= 1.0 takes a class)
                 sha = _hash_file(fetched)[0]
             except Exception as exc:  # noqa: BLE001 - fail closed: not verified is not ok
                 problems.append(f"{name}: unverified: the remote lists no hash and fetching it to hash it failed "
