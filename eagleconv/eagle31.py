@@ -146,11 +146,12 @@ class _Measurer:
                 self.borrowed["target_embed"] = tgt.embed
             if spec.lm_head == "target":
                 self.borrowed["target_lm_head"] = tgt.lm_head
-        factory = InputFactory(spec.vocab_size, spec.target_hidden_size, target=tgt, prompts=prompt_list, seed=seed)
         ids = tuple(sorted(default_aux_ids(spec, layers)))
         if calibration is not None:
             self.inputs, self.description = _calibration_inputs(calibration, spec.vocab_size, seed, ids)
         else:
+            factory = InputFactory(spec.vocab_size, spec.target_hidden_size, target=tgt, prompts=prompt_list,
+                                   seed=seed)
             self.inputs, self.description = factory.make(ids), factory.description
         source = Drafter(spec, CheckpointSource(loaded), dtype="float32", seed=seed, **self.borrowed)
         self.compute_dtype = source.compute_dtype

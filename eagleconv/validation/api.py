@@ -304,9 +304,6 @@ def _validate(source: str | Path | Mapping[str, Any], config: Any = None, *,
                      prior=duplicate_findings(str(config), keys))
     from ..io.reader import open_checkpoint
 
-    if not isinstance(source, str | os.PathLike):
-        raise ArgumentTypeError(f"source must be a checkpoint directory or a state dict {{name: tensor}}, not "
-                                f"{type(source).__name__}")
     duplicates: list[tuple[Path, str]] = []
     try:
         store = open_checkpoint(source, allow_pickle=allow_pickle, duplicates=duplicates)
