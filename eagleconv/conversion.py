@@ -14,11 +14,12 @@ built in memory.
 
 from __future__ import annotations
 
+import functools
 import math
-import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from . import __version__
 from .drafter import AuxConvention, AuxLayers, DrafterSpec, Verifier
@@ -27,6 +28,8 @@ from .formats import get_layout
 from .canonical import layer_indices
 from .formats.base import MISSING, Layout, get_path, rename, write_config
 from .io.finite import ValueScan
+from .io.reader import is_state_dict, require_source
+from .io.staging import write_all
 from .io.writer import CheckpointWriter, OutputTensor, check_not_overlapping
 from .jsonio import dump_json
 from .loading import LoadedDrafter, load_drafter
@@ -48,11 +51,7 @@ def _matches_drop(canonical: str, layout_name: str, drop: set[str]) -> bool:
 
 
 def _bytes_writer(data: bytes) -> Callable[[int], None]:
-    def write(fd: int) -> None:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-    return write
+    return functools.partial(write_all, data=data)
 
 
 def _copy_writer(loaded: LoadedDrafter, name: str) -> Callable[[int], None]:
@@ -381,7 +380,8 @@ class _NumericCheck:
                                                         "the drafter proposes garbage"))
 
 
-def convert(source: str | Path, destination: str | Path, to: str | None, *, from_format: str | None = None,
+def convert(source: str | Path | Mapping[str, Any], destination: str | Path, to: str | None, *,
+            config: Any = None, from_format: str | None = None,
             dry_run: bool = False, force: bool = False, overwrite: bool = False, drop: Iterable[str] = (),
             aux_layer_ids: Sequence[int] | None = None, aux_convention: AuxConvention = "hidden_state_index",
             verifier: str | Verifier | None = None, max_shard_size: int | None = None, allow_pickle: bool = False,
@@ -390,6 +390,10 @@ def convert(source: str | Path, destination: str | Path, to: str | None, *, from
             transform: Callable[[LoadedDrafter], Transform] | None = None,
             require_verifier: bool = False) -> ConvertReport:
     """Convert ``source`` to layout ``to`` (None: the source's own) at ``destination``.  See the module docstring.
+
+    ``source``: a checkpoint directory (or ``hf://ORG/NAME[@REV]``), or an in-memory state dict
+    ``{name: torch.Tensor}`` as a training loop holds it, with its ``config`` (a dict, a config.json path or a
+    transformers ``PretrainedConfig``); the state dict is read where it is, never written out as a source.
 
     ``require_verifier``: refuse (ConversionError, nothing written) an output whose layout names a verifier
     (speculators) when neither ``verifier`` nor the source names one; the CLI sets it unless
@@ -411,15 +415,17 @@ def convert(source: str | Path, destination: str | Path, to: str | None, *, from
     """
     from .hub import local_path
 
-    ArgumentTypeError.require_path(source, "source")
+    require_source(source, config)
     ArgumentTypeError.require_path(destination, "destination")
-    source = local_path(source)  # hf://ORG/NAME[@REV]: the verified cache snapshot
-    check_not_overlapping([source], destination)
-    loaded = load_drafter(source, layout=from_format, allow_pickle=allow_pickle)
+    # hf://ORG/NAME[@REV]: the verified cache snapshot.  A state dict has no files to overlap the destination.
+    sources = [] if is_state_dict(source) else [local_path(source)]  # type: ignore[arg-type]
+    check_not_overlapping(sources, destination)
+    loaded = load_drafter(sources[0] if sources else source, config=config, layout=from_format,
+                          allow_pickle=allow_pickle)
     try:
         # Every check that can refuse the destination (it exists, --overwrite of a non-checkpoint, the
         # current directory) runs here, before the transform (calibration, divergence) and the plan.
-        writer = None if dry_run else CheckpointWriter(destination, sources=[source], overwrite=overwrite,
+        writer = None if dry_run else CheckpointWriter(destination, sources=sources, overwrite=overwrite,
                                                        durable=durable)
         findings: list[Finding] = checkpoint_findings(loaded.read, loaded.store)
         errors = [f for f in findings if f.severity == "error"]

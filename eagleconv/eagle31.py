@@ -7,7 +7,7 @@ writer of :func:`eagleconv.conversion.convert`, and builds the report.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -173,7 +173,7 @@ class _Measurer:
 Built = tuple[Plan, "Calibration | None", "str | None"]
 
 
-def _run(source: str | Path, destination: str | Path, *, operation: str, to: str | None,
+def _run(source: str | Path | Mapping[str, Any], destination: str | Path, *, operation: str, to: str | None,
          build: Callable[[LoadedDrafter], Built], target: _OneTarget, prompts: str | Path | None,
          seed: int, measure_unit: bool, progress: StepProgress | None, **convert_kwargs: Any) -> TransformReport:
     state: dict[str, Any] = {}
@@ -222,11 +222,15 @@ def _run(source: str | Path, destination: str | Path, *, operation: str, to: str
     )
 
 
-def upgrade(source: str | Path, destination: str | Path, *, style: str = "fc_norm", fc_norm: bool = True,
+def upgrade(source: str | Path | Mapping[str, Any], destination: str | Path, *, config: Any = None,
+            style: str = "fc_norm", fc_norm: bool = True,
             norm_output: bool = True, calibration: str | Path | None = None, target: str | Path | None = None,
             prompts: str | Path | None = None, to: str | None = None, seed: int = 0,
             progress: StepProgress | None = None, **convert_kwargs: Any) -> TransformReport:
     """EAGLE-3 -> EAGLE-3.1 at ``destination`` (layout ``to``, default the source's).
+
+    ``source``: a checkpoint directory, or an in-memory state dict with its ``config`` (a dict, a config.json
+    path or a transformers ``PretrainedConfig``), as a training loop holds them (see :func:`convert`).
 
     ``style``: ``fc_norm`` (one RMSNorm per aux state, the paper and vLLM
     #42764) or ``norm_before_fc`` (one over the concatenation, speculators
@@ -251,12 +255,13 @@ def upgrade(source: str | Path, destination: str | Path, *, style: str = "fc_nor
         return plan, states, label
 
     report = _run(source, destination, operation="upgrade", to=to, build=build, target=one_target, prompts=prompts,
-                  seed=seed, measure_unit=True, progress=progress, **convert_kwargs)
+                  seed=seed, measure_unit=True, progress=progress, config=config, **convert_kwargs)
     report.style = state_style
     return report
 
 
-def downgrade(source: str | Path, destination: str | Path, *, allow_lossy: bool = False,
+def downgrade(source: str | Path | Mapping[str, Any], destination: str | Path, *, config: Any = None,
+              allow_lossy: bool = False,
               calibration: str | Path | None = None, target: str | Path | None = None, prompts: str | Path | None = None,
               to: str | None = None, seed: int = 0, progress: StepProgress | None = None,
               **convert_kwargs: Any) -> TransformReport:
@@ -267,7 +272,8 @@ def downgrade(source: str | Path, destination: str | Path, *, allow_lossy: bool 
     the model: without ``allow_lossy`` that raises ConversionError (exit 1) and
     nothing is written; with it the report has ``exact`` false and the
     measured ``divergence``.  Captured aux states (``calibration``, or
-    ``target`` + ``prompts``) let the removed fc_norm's scale be folded into fc.  ``progress``: as in upgrade.
+    ``target`` + ``prompts``) let the removed fc_norm's scale be folded into fc.  ``source``, ``config`` and
+    ``progress``: as in upgrade.
     """
     one_target = _OneTarget(target)
 
@@ -278,5 +284,5 @@ def downgrade(source: str | Path, destination: str | Path, *, allow_lossy: bool 
         return plan_downgrade(loaded, allow_lossy=allow_lossy, calibration=per_state), states, label
 
     report = _run(source, destination, operation="downgrade", to=to, build=build, target=one_target, prompts=prompts,
-                  seed=seed, measure_unit=False, progress=progress, **convert_kwargs)
+                  seed=seed, measure_unit=False, progress=progress, config=config, **convert_kwargs)
     return report

@@ -28,7 +28,7 @@ import shutil
 import sys
 import tempfile
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from . import __version__
-from .errors import EagleconvError, UnsafeInputError, UsageError
+from .errors import DestinationError, EagleconvError, UnsafeInputError, UsageError
 from .report import Finding, ValidationReport, _Report
 
 if TYPE_CHECKING:
@@ -64,6 +64,7 @@ TIMEOUT_ENV = "EAGLECONV_HUB_TIMEOUT"
 # names (built through StagedDirectory, so under their own owned sibling while copying), so the next push removes
 # what a killed one left (io.staging.clean_dead_debris).
 TMP_STAGE = "eagleconv-push"
+TMP_STATE_DICT = "eagleconv-push-state-dict"  # the same for the directory an in-memory push is written to first
 LICENSE = "unknown"  # the Hub's identifier for "not stated": eagleconv cannot know a drafter's license
 LIBRARY = "vllm"  # what the card's serve command runs
 
@@ -772,8 +773,8 @@ def checkpoint_files(source: Path) -> tuple[list[str], list[str]]:
     return names, others
 
 
-def push(path: str | Path, repo_id: str, *, revision: str | None = None, create_pr: bool = False,
-         private: bool = False, endpoint: str | None = None, token: str | bool | None = None,
+def push(path: str | Path | Mapping[str, Any], repo_id: str, *, config: Any = None, revision: str | None = None,
+         create_pr: bool = False, private: bool = False, endpoint: str | None = None, token: str | bool | None = None,
          engines: Any = ("vllm",), strict: bool = False, ignore: Iterable[str] = (), numeric: bool = True,
          dry_run: bool = False, stage_dir: str | Path | None = None, base_model: str | None = None,
          forward: bool = True, license: str = LICENSE, timeout: float | None = None,  # noqa: A002 - the card field
@@ -800,20 +801,33 @@ def push(path: str | Path, repo_id: str, *, revision: str | None = None, create_
     (on_total, on_bytes) pair, which sees only the hashing.  The staging copy
     is built through io.staging.StagedDirectory: a failed copy (a full disk...)
     is a DestinationError naming --stage-dir (else the kept copy, or $TMPDIR).
+
+    ``path`` may also be an in-memory state dict, with its ``config`` (a dict, a config.json path or a
+    transformers ``PretrainedConfig``), as a training loop holds them: it is written once through the
+    checkpoint writer into $TMPDIR (removed afterwards), and that copy goes through the same gate, staging
+    and upload; the report's ``source`` is ``<state_dict>``.
     """
     from .inspection import inspect
+    from .io.reader import is_state_dict, require_source
     from .io.staging import StagedDirectory, remove_tree
     from .validation import validate
     from .validation.api import apply_ignore
 
+    require_source(path, config, "path")
     if is_hf_url(path):
         raise UsageError("push publishes a local directory; pull the repository first")
-    source = Path(path)
     check_repo_id(repo_id)
     if base_model is not None and is_local_path(base_model):
         raise UsageError(f"--base-model {base_model!r} is a local path, not a Hub id")
     revision = check_revision(revision or "main")
     hub_timeout(timeout)  # a bad --timeout / EAGLECONV_HUB_TIMEOUT is a usage error before the slow part
+    if is_state_dict(path):
+        return _push_state_dict(path, config, repo_id, revision=revision, create_pr=create_pr,  # type: ignore[arg-type]
+                                private=private, endpoint=endpoint, token=token, engines=engines, strict=strict,
+                                ignore=ignore, numeric=numeric, dry_run=dry_run, stage_dir=stage_dir,
+                                base_model=base_model, forward=forward, license=license, timeout=timeout,
+                                commit_message=commit_message, progress=progress)
+    source = Path(path)  # type: ignore[arg-type]
     seen = _stat(source)  # what validation reads; the staged copy must be of the same bytes
     step = progress if callable(progress) else None
     report = validate(source, engines=engines, numeric=numeric, progress=_bytes_step(step, SCANNING))
@@ -895,6 +909,40 @@ def push(path: str | Path, repo_id: str, *, revision: str | None = None, create_
     finally:
         if not keep:
             remove_tree(target)
+
+
+def _push_state_dict(state_dict: Mapping[str, Any], config: Any, repo_id: str, **options: Any) -> PushReport:
+    """push() of an in-memory checkpoint: written as a directory under $TMPDIR, pushed, removed.
+
+    The directory carries an owned staging name (as push's own staging copy does), so if push is killed the
+    next one removes it.  Errors and reports name ``<state_dict>`` (or ``config``), never that directory.
+    """
+    from .io.reader import STATE_DICT, open_state_dict
+    from .io.staging import remove_tree, staging_name
+    from .io.writer import write_state_dict
+
+    store = open_state_dict(state_dict, config)  # a bad state dict or config is refused before anything is written
+    tmp = Path(tempfile.gettempdir())
+    directory = tmp / staging_name(tmp / TMP_STATE_DICT, "partial")
+    try:
+        write_state_dict(store, directory, durable=False)
+        result = push(directory, repo_id, **options)
+    except EagleconvError as exc:
+        if exc.path is not None and Path(exc.path).is_relative_to(directory):
+            if isinstance(exc, DestinationError):  # (a full $TMPDIR): where the user can make room
+                exc.path = exc.filename = str(tmp)
+            else:  # about what was read back: the argument it came from
+                exc.path = "config" if Path(exc.path).name == "config.json" else STATE_DICT
+            exc.args = (exc.one_line(),)
+        raise
+    finally:
+        store.close()
+        remove_tree(directory)
+    result.source = STATE_DICT
+    validation = result.validation
+    forward = validation.forward.model_copy(update={"path": STATE_DICT}) if validation.forward is not None else None
+    result.validation = validation.model_copy(update={"path": None, "forward": forward})  # as validate(state_dict)
+    return result
 
 
 def _stage_target(source: Path, stage_dir: str | Path | None, keep: bool) -> Path:

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .drafter import AuxConvention, DrafterSpec
 from .errors import FindingsError
 from .formats import detect_layout, get_layout, read_drafter
 from .formats.base import Layout, ReadResult
-from .io.reader import Checkpoint, open_checkpoint
+from .io.reader import Checkpoint, open_source
 
 if TYPE_CHECKING:
     from .io.torch_tensors import TorchTensors
@@ -54,10 +55,14 @@ class LoadedDrafter:
         self.store.close()
 
 
-def load_drafter(path: str | Path, *, layout: str | None = None, allow_pickle: bool = False,
-                 aux_convention: AuxConvention | None = None) -> LoadedDrafter:
-    """Open ``path`` (headers only), pick its layout (detected unless given) and read its spec."""
-    store = open_checkpoint(path, allow_pickle=allow_pickle)
+def load_drafter(path: str | Path | Mapping[str, Any], *, config: Any = None, layout: str | None = None,
+                 allow_pickle: bool = False, aux_convention: AuxConvention | None = None) -> LoadedDrafter:
+    """Open ``path`` (headers only), pick its layout (detected unless given) and read its spec.
+
+    ``path`` may also be an in-memory state dict, with its ``config`` (a dict, a config.json path or a
+    transformers ``PretrainedConfig``): see :func:`eagleconv.io.reader.open_source`.
+    """
+    store = open_source(path, config, allow_pickle=allow_pickle)
     try:
         if layout is not None:
             chosen, why = get_layout(layout), [f"--from {layout}"]

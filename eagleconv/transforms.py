@@ -139,19 +139,15 @@ class Calibration:
 
 
 def write_calibration(path: str | Path, calibration: Calibration, *, overwrite: bool = False) -> Path:
-    """The calibration file ``load_calibration`` reads, written whole or not at all (staged, fsynced, renamed)."""
+    """The calibration file ``load_calibration`` reads, written whole or not at all (io.staging.write_file_atomically)."""
     import json
-    import os
 
     import torch
 
     from .io.safetensors_header import build_header
-    from .io.staging import staging_name
+    from .io.staging import write_file_atomically
     from .io.torch_tensors import tensor_bytes
 
-    path = Path(path)
-    if os.path.lexists(path) and not overwrite:
-        raise UsageError("the calibration file already exists (pass overwrite=True to replace it)", path)
     tensors = {CALIBRATION_KEY: calibration.states, LENGTHS_KEY: torch.tensor(calibration.lengths, dtype=torch.int64)}
     if calibration.tokens is not None:
         tensors[TOKENS_KEY] = torch.cat([t[:-1] for t in calibration.tokens]).to(torch.int64)
@@ -159,22 +155,8 @@ def write_calibration(path: str | Path, calibration: Calibration, *, overwrite: 
     parts = {name: tensor_bytes(t) for name, t in tensors.items()}
     metadata = {LAYERS_METADATA: json.dumps(list(calibration.layer_ids))} if calibration.layer_ids else None
     prefix, _ = build_header([(n, d, s, len(b)) for n, (d, s, b) in parts.items()], metadata)
-    staged = path.absolute().parent / staging_name(path, "partial")
-    try:
-        with open(staged, "xb") as f:
-            f.write(prefix)
-            for _, _, data in parts.values():
-                f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(staged, path)
-    except OSError as exc:
-        staged.unlink(missing_ok=True)
-        raise UsageError(f"cannot write the calibration file: {exc.strerror or exc}", path) from None
-    except BaseException:
-        staged.unlink(missing_ok=True)
-        raise
-    return path
+    return write_file_atomically(path, [prefix, *(data for _, _, data in parts.values())],
+                                 what="the calibration file", overwrite=overwrite)
 
 
 def _read_tensor(path: Path, header: SafetensorsHeader, name: str) -> torch.Tensor:

@@ -14,7 +14,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 import eagleconv
-from eagleconv.errors import FormatError, UsageError
+from eagleconv.errors import DestinationError, FormatError, UsageError
 from eagleconv.forward import DraftInputs, Target, compare
 
 PAIR = Path(__file__).resolve().parent.parent / "fixtures" / "tiny-pair"
@@ -231,7 +231,7 @@ def test_downgrade_measures_on_the_calibration_states_too(captured, tmp_path):
 
 
 def test_save_to_an_unwritable_place_is_one_clear_error(tmp_path):
-    with pytest.raises(UsageError, match="cannot write the calibration file") as info:
+    with pytest.raises(DestinationError, match="cannot write the calibration file") as info:
         eagleconv.capture_aux_states(TARGET, [[1, 2, 3]], LAYERS, save_to=tmp_path / "missing" / "calib.safetensors")
     assert info.value.path == str(tmp_path / "missing" / "calib.safetensors")
     with pytest.raises(UsageError, match="no prompts"):

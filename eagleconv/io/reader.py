@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import FormatError, UnsafeInputError
-from ..jsonio import load_json
+from ..errors import ArgumentTypeError, FormatError, UnsafeInputError
+from ..jsonio import config_dict, load_json
 from .dtypes import DTYPE_SIZES, TORCH_TO_SAFETENSORS, raw_numpy_dtype
 from .paths import resolve_inside, validate_shard_name
 from .safetensors_header import read_header
@@ -80,9 +80,9 @@ class TensorStore:
 
     def copy_into(self, name: str, out_fd: int) -> None:
         """Append the tensor's exact bytes to ``out_fd``."""
-        data = memoryview(self.read_bytes(name))
-        while data:
-            data = data[os.write(out_fd, data):]
+        from .staging import write_all
+
+        write_all(out_fd, self.read_bytes(name))
 
     def close(self) -> None:
         pass
@@ -269,10 +269,66 @@ class StateDictTensors(TensorStore):
             yield flat[start:start + step]
 
     def copy_into(self, name: str, out_fd: int) -> None:
-        data = memoryview(self._byte_view(name))
-        while data:
-            written = os.write(out_fd, data)
-            data = data[written:]
+        from .staging import write_all
+
+        write_all(out_fd, memoryview(self._byte_view(name)))
+
+
+# -- an in-memory source -----------------------------------------------------
+
+# How reports and errors name an in-memory source: it has no path (compare "<stdin>").
+STATE_DICT = "<state_dict>"
+
+
+def is_state_dict(source: object) -> bool:
+    """Whether a library ``source`` argument is an in-memory ``{name: tensor}`` rather than a path."""
+    return isinstance(source, Mapping)
+
+
+def require_source(source: object, config: object, argument: str = "source") -> None:
+    """Refuse a ``source`` that is neither a path nor a state dict, and a ``config`` that does not go with it.
+
+    A state dict needs its config; a checkpoint directory has its own config.json, so a ``config`` beside
+    one would be silently unused: both are the caller's mistake (ArgumentTypeError, also a TypeError).
+    """
+    if is_state_dict(source):
+        if config is None:
+            raise ArgumentTypeError("config is required with an in-memory state dict (a dict, a config.json path "
+                                    "or a transformers PretrainedConfig)")
+        return
+    if not isinstance(source, str | os.PathLike):
+        raise ArgumentTypeError(f"{argument} must be a str or os.PathLike, not {type(source).__name__} "
+                                f"({source!r:.80}): a checkpoint directory, or an in-memory state dict "
+                                "{name: tensor} with its config")
+    if config is not None:
+        raise ArgumentTypeError(f"config goes with an in-memory state dict; {argument} {str(source)!r} is a "
+                                "checkpoint directory, whose own config.json is read")
+
+
+def open_state_dict(state_dict: Mapping[str, Any], config: Any, *, duplicates: list[str] | None = None) -> Checkpoint:
+    """A training loop's ``(state_dict, config)`` seen as a checkpoint, without writing it anywhere.
+
+    ``config``: a dict, a config.json path or a transformers ``PretrainedConfig`` (jsonio.config_dict).
+    The tensors stay where they are (a tensor on a GPU is copied to the CPU when it is read),
+    as for a pickle under --allow-pickle; ``path`` is :data:`STATE_DICT`, so messages name no file.
+    ``duplicates``: as in :func:`open_checkpoint` (a config.json path's duplicate keys are recorded, not refused).
+    """
+    from .torch_tensors import check_state_dict
+
+    require_source(state_dict, config)
+    check_state_dict(state_dict)
+    memory = StateDictTensors(state_dict)
+    return Checkpoint(Path(STATE_DICT), config_dict(config, duplicates=duplicates), "safetensors", [],
+                      memory.tensors, {}, {}, [], memory=memory)
+
+
+def open_source(source: str | Path | Mapping[str, Any], config: Any = None, *,
+                allow_pickle: bool = False) -> Checkpoint:
+    """A library call's source: a checkpoint directory (:func:`open_checkpoint`) or a state dict with its config."""
+    require_source(source, config)
+    if is_state_dict(source):
+        return open_state_dict(source, config)  # type: ignore[arg-type]
+    return open_checkpoint(source, allow_pickle=allow_pickle)  # type: ignore[arg-type]
 
 
 # -- opening a directory ------------------------------------------------------

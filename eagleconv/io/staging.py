@@ -37,6 +37,7 @@ import socket
 import stat
 import uuid
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -324,6 +325,64 @@ def fsync_file(path: str | Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_all(fd: int, data: bytes | memoryview) -> None:
+    """Write every byte of ``data`` to ``fd`` (os.write may write fewer than asked)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def write_new_file(path: Path, chunks: Iterable[bytes | memoryview], *, durable: bool = True) -> None:
+    """Create ``path`` (never over an existing entry), write ``chunks`` in order and, if ``durable``, fsync it.
+
+    For a file inside a staging directory, which the directory's rename publishes; on its own, see
+    :func:`write_file_atomically`.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        for chunk in chunks:
+            write_all(fd, chunk)
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_file_atomically(path: str | Path, chunks: Iterable[bytes | memoryview], *, what: str,
+                          overwrite: bool = False, durable: bool = True) -> Path:
+    """Publish one file whole or not at all: the single-file twin of :class:`StagedDirectory`.
+
+    ``chunks`` go to an owned staging sibling (:func:`staging_name`, so a killed run's file is cleaned like a
+    killed conversion's), fsynced, then renamed to ``path`` and the parent fsynced.  Without ``overwrite`` an
+    existing ``path`` is refused (UsageError), also one that appears meanwhile; with it the old file is
+    replaced in one rename.  On any failure the staging file is gone and ``path`` is as it was; an OSError
+    is one DestinationError naming ``path`` ("cannot write ``what``: ..."). The parent must exist.
+    """
+    from ..errors import termination_signals_blocked
+
+    path = Path(path)
+    if os.path.lexists(path) and not overwrite:
+        raise UsageError(f"{what} already exists (pass overwrite=True to replace it)", path)
+    staged = path.absolute().parent / staging_name(path, "partial")
+    try:
+        write_new_file(staged, chunks, durable=durable)
+        with termination_signals_blocked():
+            if overwrite:
+                os.replace(staged, path)
+            else:
+                rename_noreplace(staged, path)
+            if durable:
+                fsync_dir(path.absolute().parent)
+    except FileExistsError:
+        raise UsageError(f"{what} appeared while writing; not replacing it", path) from None
+    except OSError as exc:
+        raise DestinationError(f"cannot write {what}: {exc.strerror or exc}; nothing was written", path,
+                               exc.errno) from None
+    finally:
+        staged.unlink(missing_ok=True)  # (gone already when the rename succeeded)
+    return path
 
 
 def _bytes(n: int) -> str:

@@ -104,7 +104,7 @@ class TorchTensors(Mapping[str, "torch.Tensor"]):
         dtype = torch_dtype(info.dtype)
         memory = self._store._memory if isinstance(self._store, Checkpoint) else self._store
         if isinstance(memory, StateDictTensors):  # already in memory (--allow-pickle, a state dict): no copy
-            return memory._tensors[stored]
+            return memory._tensors[stored].detach().to("cpu")  # (a trainer's GPU tensor: where the math runs)
         if isinstance(self._store, Checkpoint):
             loc = self._store._locations[stored]
             if info.numel == 0:

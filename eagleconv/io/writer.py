@@ -15,6 +15,7 @@ the fsyncs but keeps the staging and the rename.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,9 +27,9 @@ from ..jsonio import dump_json
 from .dtypes import DTYPE_SIZES
 from .finite import SCANNED_DTYPES, ValueScan, scan_file_range
 from .paths import resolve_path
-from .reader import SAFETENSORS_INDEX
+from .reader import SAFETENSORS_INDEX, Checkpoint
 from .safetensors_header import build_header
-from .staging import StagedDirectory, fsync_file
+from .staging import StagedDirectory, fsync_file, write_new_file
 
 SINGLE_FILE = "model.safetensors"
 
@@ -180,16 +181,25 @@ def _start_writeback(fd: int, offset: int, length: int) -> None:
             pass
 
 
-def _write_file(path: Path, data: bytes, durable: bool = True) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+def write_state_dict(store: Checkpoint, destination: str | Path, *, durable: bool = True) -> list[str]:
+    """Write an in-memory checkpoint (:func:`~eagleconv.io.reader.open_state_dict`) as a checkpoint directory.
+
+    Its tensors under their own names and its config as config.json, through the staged writer every output
+    uses; for ``push``, which publishes files.  A config value JSON cannot hold (a ``torch.dtype``, NaN)
+    is refused naming ``config`` before anything is written.
+    """
+    from ..errors import ArgumentTypeError
+    from ..jsonio import loads_strict
+
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        if durable:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
+        text = dump_json(store.config)
+    except (TypeError, ValueError) as exc:
+        raise ArgumentTypeError(f"config: {exc}; a config.json holds JSON values only") from exc
+    loads_strict(text, "config")  # what every reader of config.json will parse, or the field that it cannot
+    tensors = [OutputTensor(name, info.dtype, info.shape, info.nbytes, functools.partial(store.copy_into, name))
+               for name, info in store.tensors.items()]
+    return CheckpointWriter(destination, durable=durable).write(
+        tensors, {"config.json": text}, metadata={"format": "pt"})  # what transformers' save_pretrained writes
 
 
 class CheckpointWriter:
@@ -255,12 +265,12 @@ class CheckpointWriter:
                 for shard_name in names:
                     fsync_file(staging / shard_name)
             for name, content in files.items():
-                _write_file(staging / name, content.encode() if isinstance(content, str) else content, self.durable)
+                write_new_file(staging / name, [content.encode() if isinstance(content, str) else content], durable=self.durable)
                 written.append(name)
             if len(shards) > 1:  # the index goes last: its presence means the shards are complete
                 total = sum(t.nbytes for t in tensors)
                 index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
-                _write_file(staging / SAFETENSORS_INDEX, dump_json(index).encode(), self.durable)
+                write_new_file(staging / SAFETENSORS_INDEX, [dump_json(index).encode()], durable=self.durable)
                 written.append(SAFETENSORS_INDEX)
             if verify is not None:
                 verify(staging)  # the staging directory is fsynced and published when the block ends

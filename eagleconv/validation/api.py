@@ -18,7 +18,7 @@ from typing import Any
 from ..errors import ArgumentTypeError, EagleconvError, FormatError, UsageError
 from ..formats import detect_layout, get_layout, read_drafter
 from ..formats.base import Layout, ReadResult, architectures_of
-from ..io.reader import CHUNK_BYTES, TensorStore
+from ..io.reader import CHUNK_BYTES, TensorStore, open_state_dict, require_source
 from ..jsonio import config_dict
 from ..report import Finding, FlagsView, ValidationReport
 from .structural import flag_findings, read_findings, shape_findings, vocab_findings
@@ -220,6 +220,7 @@ def validate(source: str | Path | Mapping[str, Any], config: Any = None, *,
              forward_options: Mapping[str, Any] | None = None) -> ValidationReport:
     """Validate a drafter checkpoint directory, or an in-memory state dict with its config, for ``engines``.
 
+    ``config`` goes with a state dict only (io.reader.require_source: a mismatch is an ArgumentTypeError).
     ``source`` may also be ``hf://ORG/NAME[@REV]`` (downloaded through the
     Hugging Face cache, its MANIFEST.json verified).  ``ignore``: finding codes
     whose warnings/infos are listed in ``report.ignored`` instead (see
@@ -230,8 +231,7 @@ def validate(source: str | Path | Mapping[str, Any], config: Any = None, *,
     recipe, backend, device).  A checkpoint directory only, and only when
     its layout was read.
     """
-    if not isinstance(source, Mapping):
-        ArgumentTypeError.require_path(source, "source")
+    require_source(source, config)
     if forward and isinstance(source, Mapping):
         raise UsageError("forward=True needs a checkpoint directory: the forward pass reads weights from files")
     report = _validate(source, config, engines=engines, target=target, numeric=numeric, tp=tp,
@@ -291,15 +291,10 @@ def _validate(source: str | Path | Mapping[str, Any], config: Any = None, *,
     report as ``eagleconv validate --json``.
     """
     if isinstance(source, Mapping):
-        from ..io.reader import StateDictTensors
-        from ..io.torch_tensors import check_state_dict
-
-        check_state_dict(source)
-        if config is None:
-            raise FormatError("validating a state dict needs its config (a dict or a config.json path)")
         keys: list[str] = []
-        cfg = config_dict(config, duplicates=keys)
-        return check(cfg, StateDictTensors(source), path=None, layout_name=from_format, engines=engines,
+        memory = open_state_dict(source, config, duplicates=keys)
+        assert memory.config is not None
+        return check(memory.config, memory, path=None, layout_name=from_format, engines=engines,
                      target=target, tp=tp, numeric=numeric, chunk_bytes=chunk_bytes, progress=progress,
                      prior=duplicate_findings(str(config), keys))
     from ..io.reader import open_checkpoint
