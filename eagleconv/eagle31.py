@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._extras import need
+from ._process import start_worker_pools
 from .conversion import Transform, convert
-from .errors import ConversionError, UsageError, start_worker_pools
+from .errors import ConversionError, UsageError
 from .formats import get_layout
 from .report import FlagsView, StepDivergence, TransformChange, TransformReport
 from .transforms import (TOKENS_KEY, Calibration, Plan, Style, check_style, load_calibration, plan_downgrade,

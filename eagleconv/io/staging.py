@@ -443,7 +443,7 @@ class StagedDirectory:
         renames leaves it there and the next run renames it back (``recover``).
         SIGINT/SIGTERM/SIGHUP are held during the swap.
         """
-        from ..errors import termination_signals_blocked
+        from .._process import termination_signals_blocked
 
         assert self.path is not None, "publish outside the with block"
         staging, parent = self.path, self.path.parent
