@@ -135,7 +135,8 @@ class _Measurer:
                  seed: int, calibration: Calibration | None = None, progress: StepProgress | None = None):
         from .forward.api import default_aux_ids
         from .forward.model import Drafter
-        from .forward.run import InputFactory, _target_and_prompts, run_all
+        from .forward.inputs import InputFactory
+        from .forward.run import _target_and_prompts, run_all
         from .forward.weights import CheckpointSource
 
         spec = loaded.require_spec()
