@@ -7,7 +7,10 @@ CLI's ``--help``) stays fast and never imports torch.
 from __future__ import annotations
 
 from importlib import import_module
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from .io import hub_paths as _hub_paths
 
 __version__ = "0.1.0"
 
@@ -52,6 +55,16 @@ _EXPORTS = {
 }
 
 __all__ = sorted([*_EXPORTS, "__version__"])
+
+
+def _fetch_hf(path: str) -> Path:
+    """``hf://`` -> the verified snapshot, for ``io.hub_paths.local_path``; the hub is imported only when used."""
+    fetched: Path = import_module("eagleconv.hub").fetch_verified(path)
+    return fetched
+
+
+# The one place that wires a lower layer to a higher one: io reads hf:// paths without importing the hub.
+_hub_paths.fetch = _fetch_hf
 
 
 def __getattr__(name: str) -> Any:

@@ -27,6 +27,7 @@ from .formats import get_layout
 from .canonical import layer_indices
 from .formats.base import MISSING, Layout, get_path, rename, write_config
 from .io.finite import ValueScan
+from .io.hub_paths import local_path
 from .io.writer import CheckpointWriter, OutputTensor, check_not_overlapping
 from .jsonio import dump_json
 from .loading import LoadedDrafter, load_drafter
@@ -409,8 +410,6 @@ def convert(source: str | Path, destination: str | Path, to: str | None, *, from
     A destination the writer would refuse (it exists without ``overwrite``, is not a checkpoint, is the
     current directory) is refused before ``transform`` and the plan run, so no measurement is wasted on it.
     """
-    from .hub import local_path
-
     ArgumentTypeError.require_path(source, "source")
     ArgumentTypeError.require_path(destination, "destination")
     source = local_path(source)  # hf://ORG/NAME[@REV]: the verified cache snapshot

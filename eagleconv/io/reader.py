@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import FormatError, UnsafeInputError
 from ..jsonio import load_json
 from .dtypes import DTYPE_SIZES, TORCH_TO_SAFETENSORS, raw_numpy_dtype
+from .hub_paths import is_hf_url, local_path
 from .paths import resolve_inside, validate_shard_name
 from .safetensors_header import read_header
 
@@ -340,9 +341,7 @@ def open_checkpoint(path: str | Path, *, allow_pickle: bool = False, duplicates:
     ``hf://ORG/NAME[@REV]`` is downloaded through the Hugging Face cache (its
     manifest verified) first; any other path is local, never a Hub id.
     """
-    if isinstance(path, str) and path.startswith("hf://"):
-        from ..hub import local_path
-
+    if is_hf_url(path):
         path = local_path(path)
     directory = Path(path)
     if not directory.exists():
