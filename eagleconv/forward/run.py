@@ -148,7 +148,7 @@ def engine_forward_view(profile: Any, loaded: Any, intended: DrafterSpec, intend
         report.reason = fatal[0]
         return report, None, intended_ids
     # only names the loader raises on stop it; a missing or skipped tensor leaves a value in place (reported below)
-    rejected = [f for f in check_keys(subject, view) if f.severity == "error" and "raise" in f.message.lower()]
+    rejected = [f for f in check_keys(subject, view) if f.severity == "error" and f.effect == "load_fails"]
     flags = intended.flags.model_dump()
     for flag in flags:
         if flag in view.flags:
@@ -163,7 +163,7 @@ def engine_forward_view(profile: Any, loaded: Any, intended: DrafterSpec, intend
     if rules.from_runtime:
         ids = intended_ids  # the user passes them at launch; assumed right (validate reports it as EC010)
     else:
-        for path in (*rules.paths, *(p for p, _ in rules.some_runners)):
+        for path in (*rules.paths, *(p for p, *_ in rules.some_runners)):
             value = view.config
             for part in path.split("."):
                 value = value.get(part) if isinstance(value, dict) else None
