@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 from ._extras import need
 from ._process import start_worker_pools
+from .calibration import TOKENS_KEY, Calibration, load_calibration
 from .conversion import Transform, convert
 from .errors import ConversionError, UsageError
 from .formats import get_layout
 from .report import FlagsView, StepDivergence, TransformChange, TransformReport
-from .transforms import (TOKENS_KEY, Calibration, Plan, Style, check_style, load_calibration, plan_downgrade,
-                         plan_upgrade)
+from .transforms import Plan, Style, check_style, plan_downgrade, plan_upgrade
 
 if TYPE_CHECKING:
     import torch

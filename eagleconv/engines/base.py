@@ -21,7 +21,7 @@ from ..formats.base import MISSING, get_path
 if TYPE_CHECKING:
     from ..formats.base import Layout, ReadResult
     from ..report import Finding, Runner
-    from ..validation.target import TargetInfo
+    from ..target import TargetInfo
 
 
 @dataclass(frozen=True)

@@ -249,7 +249,7 @@ def capture_aux_states(target_dir: str | Path | Target, prompts: Sequence[Sequen
     target = target_dir if isinstance(target_dir, Target) else Target(target_dir)
     runs = [target.run(p, layer_ids) for p in prompts]
     if save_to is not None:
-        from ..transforms import Calibration, write_calibration
+        from ..calibration import Calibration, write_calibration
 
         write_calibration(save_to, Calibration.from_runs(prompts, runs, layer_ids), overwrite=overwrite)
     return [states for states, _ in runs]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -98,7 +98,7 @@ def _target_and_prompts(target: Target | str | Path | None,
         return t, read_prompts(prompts, t.vocab_size) if prompts is not None else None, t.num_layers
     if prompts is not None:
         raise UsageError(f"--prompts needs a target directory with safetensors weights; {target} has none")
-    from ..validation.target import load_target  # a config.json alone still gives the layer count
+    from ..target import load_target  # a config.json alone still gives the layer count
 
     return None, None, load_target(target).num_hidden_layers
 

@@ -1,19 +1,18 @@
 """``hf://ORG/NAME[@REV]`` paths and Hub ids: parsing only, so the readers can take a Hub path without the hub.
 
 Only ``hf://`` names a Hub repository: a bare ``org/name`` is a local path.  Fetching
-the snapshot is ``eagleconv.hub``'s job; ``local_path`` reaches it through ``fetch``,
-which the package's ``__init__`` (the one place that wires layers together) sets,
-so this lowest layer never imports the hub.
+the snapshot is ``eagleconv.hub``'s job; ``local_path`` reaches it through
+``io.hooks.fetch_hf``, so this lowest layer never imports the hub.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UsageError
+from . import hooks
 
 HF_SCHEME = "hf://"
 
@@ -70,13 +69,10 @@ def check_repo_id(repo_id: str) -> str:
     return repo_id
 
 
-# hf:// -> the verified snapshot directory; set by eagleconv/__init__.py to eagleconv.hub's snapshot fetch.
-fetch: Callable[[str], Path] | None = None
-
 
 def local_path(path: str | Path) -> Path:
     """``hf://ORG/NAME[@REV]`` -> the verified cache snapshot; any other path is returned as a local Path."""
     if not is_hf_url(path):
         return Path(path)
-    assert fetch is not None, "eagleconv/__init__.py sets io.hub_paths.fetch"
-    return fetch(str(path))
+    assert hooks.fetch_hf is not None, "eagleconv/__init__.py sets io.hooks.fetch_hf"
+    return hooks.fetch_hf(str(path))
