@@ -12,6 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import FormatError, UsageError
+from .io.dtypes import INT_DTYPES
+from .io.safetensors_header import build_header, read_header
+from .io.staging import staging_name
 
 if TYPE_CHECKING:
     import torch
@@ -75,8 +78,6 @@ def write_calibration(path: str | Path, calibration: Calibration, *, overwrite: 
 
     import torch
 
-    from .io.safetensors_header import build_header
-    from .io.staging import staging_name
     from .io.torch_tensors import tensor_bytes
 
     path = Path(path)
@@ -122,8 +123,6 @@ def _read_tensor(path: Path, header: SafetensorsHeader, name: str) -> torch.Tens
 
 def _integers(path: Path, header: SafetensorsHeader, name: str) -> torch.Tensor:
     """A stored integer tensor, flattened, as int64."""
-    from .io.dtypes import INT_DTYPES
-
     entry = header.entries[name]
     if entry.dtype not in INT_DTYPES:
         raise FormatError(f"{name} is {entry.dtype}; it holds integers", path)
@@ -161,8 +160,6 @@ def _layer_ids(path: Path, text: str | None, count: int) -> tuple[int, ...] | No
 def load_calibration(path: str | Path, spec: DrafterSpec) -> Calibration:
     """The calibration file (format above) for this drafter, every field checked: a FormatError naming the file."""
     import torch
-
-    from .io.safetensors_header import read_header
 
     K, Ht = spec.aux.count, spec.target_hidden_size
     path = Path(path)

@@ -1,6 +1,7 @@
-"""``upgrade`` (EAGLE-3 -> 3.1) and ``downgrade`` (3.1 -> 3): a transform, then the convert writer.
+"""``upgrade`` (EAGLE-3 -> 3.1) and ``downgrade`` (3.1 -> 3): the orchestration, a transform then the convert writer.
 
-The math is :mod:`eagleconv.transforms`; this module wires it to the source,
+The math is :mod:`eagleconv.transforms` (functions of tensors and the plans built from them); this module wires it
+to the source,
 the calibration states, the divergence measurement and the staged, verified
 writer of :func:`eagleconv.conversion.convert`, and builds the report.
 """

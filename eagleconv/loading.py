@@ -1,4 +1,8 @@
-"""Open a checkpoint, detect its layout and read it into a DrafterSpec: the first step of every command."""
+"""Open a checkpoint, detect its layout and read it into a DrafterSpec: the first step of every command.
+
+The three openers, each on top of the one before: ``io.reader.open_checkpoint`` (files and headers, no layout),
+``load_drafter`` here (+ the layout and the ``DrafterSpec``), ``forward.load`` (+ weights: a runnable ``Drafter``).
+"""
 
 from __future__ import annotations
 

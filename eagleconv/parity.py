@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
+from .validation.api import validate
 
 if TYPE_CHECKING:
     from .report import Finding
@@ -138,8 +139,6 @@ def predict(path: Path, target: Path) -> tuple[Outcome, list[str]]:
     means vLLM fails at load; any other error or warning, except one about the V2 runner only, means it loads but
     runs something else; no such finding means it loads and behaves as intended.
     """
-    from .validation.api import validate
-
     return outcome_of(validate(path, engines=("vllm:0.32",), target=target, numeric=False).findings)
 
 

@@ -1,5 +1,8 @@
 """EAGLE-3 <-> EAGLE-3.1: the math of ``upgrade`` and ``downgrade``, as transforms over canonical tensors.
 
+Math only: tensors in, tensors and a plan out.  The orchestration (the source, calibration, measuring the
+divergence, the writer, the report) is :mod:`eagleconv.eagle31`; the calibration file is :mod:`eagleconv.calibration`.
+
 How the aux hidden states ``a_1..a_K`` (each ``Ht`` wide) reach the decoder
 (vLLM: combine_hidden_states in llama_eagle3.py)::
 

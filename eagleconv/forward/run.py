@@ -10,8 +10,13 @@ import torch
 
 from .. import architectures
 from ..drafter import DrafterSpec, EagleFlags
+from ..engines import resolve_engines
+from ..engines.base import Subject, engine_view
+from ..engines.checks import check_architecture, check_aux_count, check_keys
 from ..errors import UsageError
+from ..loading import load_drafter
 from ..report import DiffReport, DiffStep, EngineForward, Finding, ForwardReport, ForwardStep
+from ..target import load_target
 from .api import default_aux_ids, load
 from .inputs import InputFactory, Target, read_prompts
 from .model import DraftInputs, DraftResult, Drafter
@@ -98,7 +103,6 @@ def _target_and_prompts(target: Target | str | Path | None,
         return t, read_prompts(prompts, t.vocab_size) if prompts is not None else None, t.num_layers
     if prompts is not None:
         raise UsageError(f"--prompts needs a target directory with safetensors weights; {target} has none")
-    from ..target import load_target  # a config.json alone still gives the layer count
 
     return None, None, load_target(target).num_hidden_layers
 
@@ -135,9 +139,6 @@ def _missing_norms(spec: DrafterSpec, names: set[str]) -> dict[str, torch.Tensor
 def engine_forward_view(profile: Any, loaded: Any, intended: DrafterSpec, intended_ids: tuple[int, ...],
                         target_layers: int | None) -> tuple[EngineForward, DrafterSpec | None, tuple[int, ...]]:
     """How ``profile`` will run this checkpoint: its flags, its captured layers, whether it loads at all."""
-    from ..engines.base import Subject, engine_view
-    from ..engines.checks import check_architecture, check_aux_count, check_keys
-
     subject = Subject(dict(loaded.store.config or {}), layout=loaded.layout, read=loaded.read,
                       names=set(loaded.store.tensors), has_tensors=True, path=str(loaded.store.path))
     view = engine_view(profile, subject)
@@ -247,9 +248,6 @@ def validate_forward(path: str | Path, *, engines: Any = (), steps: int = 4, tar
     With a ``backend`` other than torch, the torch backend also runs on the same inputs and device, and
     ``against_torch`` holds the per-step max error and top-1 agreement between the two.
     """
-    from ..engines import resolve_engines
-    from ..loading import load_drafter
-
     if steps < 1:
         raise UsageError("--steps must be at least 1")
     kernels_path = _check_backend(backend, device, dtype)

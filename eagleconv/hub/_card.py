@@ -7,6 +7,8 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__
+from ..drafter import EagleFlags
+from ..engines import resolve_engines
 from ..errors import UsageError
 from ..io.hub_paths import is_local_path
 from ..report import Finding, ValidationReport
@@ -82,7 +84,6 @@ def model_card(repo_id: str, inspected: InspectReport, validation: ValidationRep
     """
     from huggingface_hub import ModelCard, ModelCardData
 
-    from ..drafter import EagleFlags
 
     spec = inspected.spec
     tags = ["eagle3", *(["eagle3.1"] if spec.eagle_version == "3.1" else []), "speculative-decoding", "eagleconv"]
@@ -154,7 +155,6 @@ def served_as(repo_id: str, engines: Any) -> list[Finding]:
     """
     from types import SimpleNamespace
 
-    from ..engines import resolve_engines
 
     out: list[Finding] = []
     for profile in resolve_engines(engines):

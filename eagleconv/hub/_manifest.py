@@ -9,6 +9,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..errors import UnsafeInputError
+from ..jsonio import load_json
 from ._base import HASH_CHUNK, LENIENT, MANIFEST, MANIFEST_FORMAT, ManifestEntry
 
 
@@ -43,8 +44,6 @@ def manifest_json(entries: Sequence[ManifestEntry]) -> str:
 
 
 def read_manifest(directory: Path) -> list[ManifestEntry] | None:
-    from ..jsonio import load_json
-
     path = directory / MANIFEST
     if not path.exists():
         return None

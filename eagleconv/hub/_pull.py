@@ -8,6 +8,8 @@ from typing import Any
 
 from ..errors import UsageError
 from ..io.hub_paths import HubRef, check_repo_id, check_revision, is_hf_url, parse_hf_url
+from ..io.staging import StagedDirectory
+from ..validation import validate
 from ._base import CARD, MANIFEST, PLACING, PullReport, SCANNING, Step
 from ._download import download
 from ._manifest import _repo_files, read_manifest, verify_manifest
@@ -28,9 +30,6 @@ def pull(repo_id: str, destination: str | Path, *, revision: str | None = None, 
     ``force``.  A failed copy (a full disk...) is a DestinationError naming
     ``destination``.  ``progress(what, done, total)``: the steps of STEPS["pull"], in bytes.
     """
-    from ..io.staging import StagedDirectory
-    from ..validation import validate
-
     if is_hf_url(repo_id):
         ref = parse_hf_url(repo_id)
         repo_id, revision = ref.repo_id, revision or ref.revision

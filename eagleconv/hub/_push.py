@@ -12,7 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from ..errors import UsageError
+from ..inspection import inspect
 from ..io.hub_paths import check_repo_id, check_revision, is_hf_url, is_local_path
+from ..io.staging import StagedDirectory, remove_tree, staging_name
+from ..io.writer import check_not_overlapping
+from ..jsonio import load_json
+from ..validation import validate
+from ..validation.api import add_forward, apply_ignore
 from ._base import (CARD, HASHING, HubError, LICENSE, MANIFEST, ManifestEntry, Progress, PushReport, RemoteFile,
                     SCANNING, STAGING, Step, TMP_STAGE, UPLOADING, WEIGHT_SUFFIXES, _endpoint, _hub_error, offline)
 from ._card import model_card, publish_findings, serve_command, served_as, speculative_tokens, verifier_of
@@ -53,11 +59,6 @@ def push(path: str | Path, repo_id: str, *, revision: str | None = None, create_
     is built through io.staging.StagedDirectory: a failed copy (a full disk...)
     is a DestinationError naming --stage-dir (else the kept copy, or $TMPDIR).
     """
-    from ..inspection import inspect
-    from ..io.staging import StagedDirectory, remove_tree
-    from ..validation import validate
-    from ..validation.api import apply_ignore
-
     if is_hf_url(path):
         raise UsageError("push publishes a local directory; pull the repository first")
     source = Path(path)
@@ -70,8 +71,6 @@ def push(path: str | Path, repo_id: str, *, revision: str | None = None, create_
     step = progress if callable(progress) else None
     report = validate(source, engines=engines, numeric=numeric, progress=_bytes_step(step, SCANNING))
     if forward and report.ok:  # a drafter already refused is not run: its tensors may not even form a model
-        from ..validation.api import add_forward
-
         add_forward(report, source, engines=engines)
     config = _config_of(source)
     inspected = inspect(source) if report.ok else None
@@ -158,9 +157,6 @@ def _stage_target(source: Path, stage_dir: str | Path | None, keep: bool) -> Pat
     even when complete, so if push is killed during the upload the next push
     (StagedDirectory's clean_dead_debris) removes it.
     """
-    from ..io.staging import staging_name
-    from ..io.writer import check_not_overlapping
-
     if stage_dir is None:
         tmp = Path(tempfile.gettempdir())
         return tmp / (f"{TMP_STAGE}-{uuid.uuid4().hex[:12]}" if keep else staging_name(tmp / TMP_STAGE, "partial"))
@@ -186,8 +182,6 @@ def _stat(directory: Path) -> dict[str, tuple[int, int]]:
 
 
 def _config_of(source: Path) -> dict[str, Any]:
-    from ..jsonio import load_json
-
     config = load_json(source / "config.json")
     return config if isinstance(config, dict) else {}
 

@@ -7,6 +7,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..io.reader import open_checkpoint
+from ..io.staging import fsync_file
 from ._base import CARD, DOWNLOADING, MANIFEST, Progress, Step
 
 
@@ -67,8 +69,6 @@ def _bytes_step(progress: Step | None, what: str) -> Progress:
 def _copy_files(source: Path, target: Path, names: Sequence[str], progress: Step | None, what: str,
                 durable: bool = False) -> None:
     """Copy ``names`` from ``source`` into ``target`` (subdirectories made), reporting bytes after each file."""
-    from ..io.staging import fsync_file
-
     sizes = {name: (source / name).stat().st_size for name in names}
     total, done = sum(sizes.values()), 0
     if progress:
@@ -85,8 +85,6 @@ def _copy_files(source: Path, target: Path, names: Sequence[str], progress: Step
 
 def checkpoint_files(source: Path) -> tuple[list[str], list[str]]:
     """(files that make up the checkpoint, other files in the directory): only the former are published."""
-    from ..io.reader import open_checkpoint
-
     store = open_checkpoint(source)
     try:
         names = sorted({"config.json", *store.files})

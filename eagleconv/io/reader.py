@@ -334,7 +334,8 @@ def _read_index(directory: Path, index_name: str, extension: str,
 
 
 def open_checkpoint(path: str | Path, *, allow_pickle: bool = False, duplicates: Duplicates | None = None) -> Checkpoint:
-    """Open a checkpoint directory and validate its structure without reading tensor data.
+    """Open a checkpoint directory and validate its structure without reading tensor data (no layout: that is
+    ``loading.load_drafter``, and a runnable drafter ``forward.load``).
 
     ``duplicates``: collect duplicate keys of config.json and the index there (the last value
     wins, as engines read them) instead of refusing the file with EC001.

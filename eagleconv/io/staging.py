@@ -42,6 +42,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import NoReturn
 
+from .._process import termination_signals_blocked
 from ..errors import DestinationError, EagleconvError, UsageError
 from . import hooks
 
@@ -392,8 +393,6 @@ class StagedDirectory:
         renames leaves it there and the next run renames it back (``recover``).
         SIGINT/SIGTERM/SIGHUP are held during the swap.
         """
-        from .._process import termination_signals_blocked
-
         assert self.path is not None, "publish outside the with block"
         staging, parent = self.path, self.path.parent
         if self.durable:
