@@ -237,3 +237,37 @@ def test_no_finding_is_classified_by_its_text():
                     and any(_reads_message(arg, exceptions) for arg in node.args):
                 offenders.append(f"{name}:{node.lineno}: {ast.unparse(node)[:80]}")
     assert not offenders, "\n".join(offenders)
+
+
+# -- modules that do one job ---------------------------------------------------------------
+
+def test_errors_holds_only_exceptions():
+    """Signal handling and helper threads live in eagleconv._process; errors.py is the exception hierarchy."""
+    tree = ast.parse((PACKAGE / "errors.py").read_text())
+    functions = [n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    classes = [n for n in tree.body if isinstance(n, ast.ClassDef)]
+    assert not functions, functions
+    import eagleconv.errors as errors
+
+    assert all(issubclass(getattr(errors, c.name), BaseException) for c in classes)
+    from eagleconv._process import raise_on_termination, start_helper_thread, start_worker_pools  # noqa: F401
+
+
+def test_hub_is_a_package_behind_its_init():
+    """Private modules, one job each; the public names (and the monkeypatchable push internals) stay reachable."""
+    import eagleconv
+    import eagleconv.hub as hub
+
+    assert (PACKAGE / "hub" / "__init__.py").is_file() and not (PACKAGE / "hub.py").exists()
+    assert {"push", "pull", "PushReport", "PullReport", "MANIFEST", "STEPS", "verify_manifest", "offline",
+            "is_local_path", "publish_findings", "local_path"} <= set(hub.__all__)
+    assert eagleconv.push is hub.push and hub.push.__module__ == "eagleconv.hub._push"
+    assert hub.local_path.__module__ == "eagleconv.io.hub_paths"  # parsing lives in io: io never imports the hub
+
+
+def test_input_factory_lives_with_the_inputs():
+    pytest.importorskip("torch")
+    from eagleconv.forward.inputs import InputFactory
+    from eagleconv.forward.run import InputFactory as still_here
+
+    assert InputFactory is still_here and InputFactory.__module__ == "eagleconv.forward.inputs"
