@@ -32,8 +32,8 @@ def emits(*codes: str) -> Callable[[Check], Check]:
 def finding(view: EngineView, code: str, severity: str, message: str, tensor: str | None = None, *,
             effect: Effect, runner: Runner | None = None) -> Finding:
     """An engine's finding; ``effect`` says what the engine does (parity and the forward read it, never the text)."""
-    return Finding(code=code, severity=severity, message=message, tensor=tensor, engine=view.profile.label,  # type: ignore[arg-type,unused-ignore]
-                   effect=effect, runner=runner)
+    return Finding(code=code, severity=severity,  # type: ignore[arg-type,unused-ignore]
+                   message=message, tensor=tensor, engine=view.profile.label, effect=effect, runner=runner)
 
 
 def family_of(subject: Subject) -> str | None:
@@ -90,10 +90,12 @@ def check_architecture(subject: Subject, view: EngineView) -> list[Finding]:
         return out
     if view.cls is None:
         if not archs:
-            return out + [finding(view, "EC040", "error", f"config has no architectures; {p.label} cannot pick a drafter class", effect="load_fails")]
+            return out + [finding(view, "EC040", "error", f"config has no architectures; {p.label} cannot pick a drafter "
+                                  "class", effect="load_fails")]
         for name in archs:
             if name in p.rejected_architectures:
-                return out + [finding(view, "EC040", "error", f"architecture {name}: {p.rejected_architectures[name]}", effect="load_fails")]
+                return out + [finding(view, "EC040", "error", f"architecture {name}: {p.rejected_architectures[name]}",
+                                      effect="load_fails")]
         rewritten = f" (rewritten to {view.architecture})" if view.architecture not in archs else ""
         severity = "error" if p.registry_complete else "warning"
         known = "is not registered" if p.registry_complete else "is not among the architectures eagleconv knows it registers"
@@ -317,7 +319,8 @@ def check_keys(subject: Subject, view: EngineView) -> list[Finding]:
                 verb = "raises 'There is no module or parameter named fc_norm'" if unknown_policy == "raise" \
                     else "silently ignores it: the drafter runs without its trained per-aux norms"
                 out.append(finding(view, "EC021", "error", f"{stored} is present but {label} reads fc_norm = false "
-                                   f"({view.flags.get('fc_norm', (False, 'not read'))[1]}): it {verb}", stored, effect="load_fails" if unknown_policy == "raise" else "ignored"))
+                                   f"({view.flags.get('fc_norm', (False, 'not read'))[1]}): it {verb}", stored,
+                                   effect="load_fails" if unknown_policy == "raise" else "ignored"))
             elif int(m.group(1)) >= k:
                 out.append(finding(view, "EC050", "error", f"{stored}: {label} builds fc_norm.0..{k - 1} for K = {k}; "
                                    f"fc_norm.{m.group(1)} {'makes loading raise' if unknown_policy == 'raise' else 'is silently ignored'}",
@@ -344,13 +347,15 @@ def check_keys(subject: Subject, view: EngineView) -> list[Finding]:
             group("warning", f"{label} silently ignores these tensors", stored, "ignored")
     for (severity, what, effect), stored_names in groups.items():
         shown = ", ".join(stored_names[:4]) + (f" and {len(stored_names) - 4} more" if len(stored_names) > 4 else "")
-        out.append(finding(view, "EC003", severity, f"{shown}: {what}", stored_names[0] if len(stored_names) == 1 else None, effect=effect))
+        out.append(finding(view, "EC003", severity, f"{shown}: {what}", stored_names[0] if len(stored_names) == 1 else None,
+                           effect=effect))
     if prefixed:
         return out  # loading fails on the prefix first; missing-tensor consequences would only repeat it
     names = {_engine_name(view, n) for n in subject.names}
     if fc_norm and not any(FC_NORM_NAME.match(n) for n in names):
         out.append(finding(view, "EC021", "error", f"{label} reads fc_norm = true but there are no fc_norm.{{i}}.weight "
-                           "tensors: it silently keeps weight 1.0 (unscaled norms the drafter was not trained with)", effect="runs_differently"))
+                           "tensors: it silently keeps weight 1.0 (unscaled norms the drafter was not trained with)",
+                           effect="runs_differently"))
     reads_input_norm = cls.family is None or architectures.get(cls.family).reads_norm_before_fc
     if norm_before_fc and reads_input_norm and "input_norm.weight" not in names:
         if fc_norm:  # measured by the parity tier: the drafts equal the fc_norm drafter's
@@ -385,7 +390,8 @@ def check_sharing(subject: Subject, view: EngineView) -> list[Finding]:
             and spec.hidden_size != spec.target_hidden_size:
         out.append(finding(view, "EC050", "error", f"{view.profile.label} uses the target's embed_tokens, which is "
                            f"{spec.target_hidden_size} wide (target_hidden_size), but the drafter's layers are "
-                           f"{spec.hidden_size} wide: ship the drafter's own embed_tokens", "embed_tokens.weight", effect="load_fails"))
+                           f"{spec.hidden_size} wide: ship the drafter's own embed_tokens", "embed_tokens.weight",
+                           effect="load_fails"))
     for tensor, when in view.profile.shares_from_target.items():
         owner = spec.embed_tokens if tensor == "embed_tokens.weight" else spec.lm_head
         applies = {"absent": owner == "target", "always": True,
@@ -395,7 +401,8 @@ def check_sharing(subject: Subject, view: EngineView) -> list[Finding]:
         discarded = owner == "drafter"
         out.append(finding(view, "EC042", "warning" if discarded and when == "always" else "info",
                            f"{view.profile.label} uses the target's {tensor.split('.')[0]} ({SHARE_REASONS[when]})"
-                           + ("; the checkpoint's own copy is discarded" if discarded else ""), tensor, effect="ignored" if discarded else "none"))
+                           + ("; the checkpoint's own copy is discarded" if discarded else ""), tensor,
+                           effect="ignored" if discarded else "none"))
     return out
 
 
