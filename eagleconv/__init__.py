@@ -7,7 +7,10 @@ CLI's ``--help``) stays fast and never imports torch.
 from __future__ import annotations
 
 from importlib import import_module
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from .io import hooks as _io_hooks
 
 __version__ = "0.1.0"
 
@@ -52,6 +55,23 @@ _EXPORTS = {
 }
 
 __all__ = sorted([*_EXPORTS, "__version__"])
+
+
+def _fetch_hf(path: str) -> Path:
+    """``hf://`` -> the verified snapshot, for io (``io.hub_paths.local_path``); the hub is imported only when used."""
+    fetched: Path = import_module("eagleconv.hub").fetch_verified(path)
+    return fetched
+
+
+def _recognise_checkpoint(directory: Path, names: list[str], shown: str | Path) -> None:
+    """For io's --overwrite check (``io.staging.check_replaceable``): a drafter checkpoint by content, or UsageError."""
+    import_module("eagleconv.loading").recognise_checkpoint(directory, names, shown)
+
+
+# The one place that wires a lower layer to a higher one: io needs the hub (hf:// paths) and layout detection
+# (what --overwrite may replace) without importing either.
+_io_hooks.fetch_hf = _fetch_hf
+_io_hooks.recognise_checkpoint = _recognise_checkpoint
 
 
 def __getattr__(name: str) -> Any:

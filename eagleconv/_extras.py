@@ -22,7 +22,7 @@ def need(module: str, feature: str, path: str | Path | None = None) -> None:
     """Raise MissingExtraError ("FEATURE needs MODULE: pip install 'eagleconv[EXTRA]'") unless ``module`` is installed.
 
     Finds it without importing it: callers import it when they are ready (upgrade first blocks the termination
-    signals, so that the threads torch and numpy start at import cannot take them; errors.start_worker_pools).
+    signals, so that the threads torch and numpy start at import cannot take them; _process.start_worker_pools).
     """
     if sys.modules.get(module) is not None:  # already imported
         return

@@ -28,6 +28,7 @@ from .formats import get_layout
 from .canonical import layer_indices
 from .formats.base import MISSING, Layout, get_path, rename, write_config
 from .io.finite import ValueScan
+from .io.hub_paths import local_path
 from .io.reader import is_state_dict, require_source
 from .io.staging import write_all
 from .io.writer import CheckpointWriter, OutputTensor, check_not_overlapping
@@ -413,8 +414,6 @@ def convert(source: str | Path | Mapping[str, Any], destination: str | Path, to:
     A destination the writer would refuse (it exists without ``overwrite``, is not a checkpoint, is the
     current directory) is refused before ``transform`` and the plan run, so no measurement is wasted on it.
     """
-    from .hub import local_path
-
     require_source(source, config)
     ArgumentTypeError.require_path(destination, "destination")
     # hf://ORG/NAME[@REV]: the verified cache snapshot.  A state dict has no files to overlap the destination.

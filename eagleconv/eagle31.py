@@ -1,6 +1,7 @@
-"""``upgrade`` (EAGLE-3 -> 3.1) and ``downgrade`` (3.1 -> 3): a transform, then the convert writer.
+"""``upgrade`` (EAGLE-3 -> 3.1) and ``downgrade`` (3.1 -> 3): the orchestration, a transform then the convert writer.
 
-The math is :mod:`eagleconv.transforms`; this module wires it to the source,
+The math is :mod:`eagleconv.transforms` (functions of tensors and the plans built from them); this module wires it
+to the source,
 the calibration states, the divergence measurement and the staged, verified
 writer of :func:`eagleconv.conversion.convert`, and builds the report.
 """
@@ -12,12 +13,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._extras import need
+from ._process import start_worker_pools
+from .calibration import TOKENS_KEY, Calibration, load_calibration
 from .conversion import Transform, convert
-from .errors import ConversionError, UsageError, start_worker_pools
+from .errors import ConversionError, UsageError
 from .formats import get_layout
 from .report import FlagsView, StepDivergence, TransformChange, TransformReport
-from .transforms import (TOKENS_KEY, Calibration, Plan, Style, check_style, load_calibration, plan_downgrade,
-                         plan_upgrade)
+from .transforms import Plan, Style, check_style, plan_downgrade, plan_upgrade
 
 if TYPE_CHECKING:
     import torch
@@ -134,7 +136,8 @@ class _Measurer:
                  seed: int, calibration: Calibration | None = None, progress: StepProgress | None = None):
         from .forward.api import default_aux_ids
         from .forward.model import Drafter
-        from .forward.run import InputFactory, _target_and_prompts, run_all
+        from .forward.inputs import InputFactory
+        from .forward.run import _target_and_prompts, run_all
         from .forward.weights import CheckpointSource
 
         spec = loaded.require_spec()

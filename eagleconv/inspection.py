@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .errors import ArgumentTypeError
 from .loading import load_drafter
 from .report import FlagsView, InspectReport, TensorRow, VocabSummary
 
 
 def inspect(path: str | Path, *, from_format: str | None = None, allow_pickle: bool = False) -> InspectReport:
     """Describe the drafter at ``path``: layout, EAGLE version, flags, dims, aux ids, vocab, tensors."""
-    from .errors import ArgumentTypeError
-
     ArgumentTypeError.require_path(path, "path")
     loaded = load_drafter(path, layout=from_format, allow_pickle=allow_pickle)
     try:

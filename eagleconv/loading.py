@@ -1,4 +1,8 @@
-"""Open a checkpoint, detect its layout and read it into a DrafterSpec: the first step of every command."""
+"""Open a checkpoint, detect its layout and read it into a DrafterSpec: the first step of every command.
+
+The three openers, each on top of the one before: ``io.reader.open_checkpoint`` (files and headers, no layout),
+``load_drafter`` here (+ the layout and the ``DrafterSpec``), ``forward.load`` (+ weights: a runnable ``Drafter``).
+"""
 
 from __future__ import annotations
 
@@ -8,13 +12,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .drafter import AuxConvention, DrafterSpec
-from .errors import FindingsError
+from .errors import AmbiguousLayoutError, EagleconvError, FindingsError, UsageError
 from .formats import detect_layout, get_layout, read_drafter
-from .formats.base import Layout, ReadResult
-from .io.reader import Checkpoint, open_source
+from .formats.base import Layout, ReadResult, read_fields
+from .io.reader import SAFETENSORS_INDEX, Checkpoint, open_checkpoint, open_source
+from .io.staging import not_a_checkpoint
+from .jsonio import load_json
 
 if TYPE_CHECKING:
     from .io.torch_tensors import TorchTensors
+
+
+def read_problem_code(problem: str) -> str:
+    """The finding code of a layout read problem: EC005 when the config does not describe a drafter, else EC003."""
+    return "EC005" if problem.startswith("config does not describe") else "EC003"
 
 
 @dataclass
@@ -40,9 +51,7 @@ class LoadedDrafter:
                 "shape-bearing fields absent from config and not derivable from the tensors: "
                 + ", ".join(self.read.missing)
             )
-        from .validation.structural import read_findings
-
-        first = next((f.code for f in read_findings(self.read)), None)
+        first = read_problem_code(self.read.errors[0]) if self.read.errors else "EC004"  # as read_findings orders them
         raise FindingsError("; ".join(problems), self.store.path, code=first)
 
     def torch_tensors(self) -> TorchTensors:
@@ -73,3 +82,58 @@ def load_drafter(path: str | Path | Mapping[str, Any], *, config: Any = None, la
         store.close()
         raise
     return LoadedDrafter(store, chosen, why, read)
+
+
+def open_tensors(path: str | Path, *, layout: str | None = None, allow_pickle: bool = False) -> TorchTensors:
+    """The canonical tensors of the drafter at ``path`` (its layout detected unless given), memory-mapped."""
+    from .io.torch_tensors import TorchTensors
+
+    loaded = load_drafter(path, layout=layout, allow_pickle=allow_pickle)
+    return TorchTensors(loaded.store, loaded.read.canonical, owns_store=True)
+
+
+# How torch.save files begin: a zip archive (torch >= 1.6), or a pickle (protocol 2-5) in the legacy format.
+_TORCH_MAGIC = (b"PK\x03\x04", b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")
+
+
+def recognise_checkpoint(directory: Path, names: list[str], shown: str | Path) -> None:
+    """Refuse unless ``directory`` is a drafter checkpoint by content, not by file names.
+
+    A drafter config (a layout detected from it and the tensor names, with a
+    hidden_size and vocab_size), and weights: safetensors whose headers (and
+    index) parse, or torch files by their first bytes.  Pickles are never
+    loaded: their tensor names stay unknown, so only the config speaks for them.
+    eagleconv's own output names its layout in config.json, so it is recognised too.
+    """
+    if "config.json" not in names:
+        raise not_a_checkpoint("no config.json", shown)
+    torch_files = [n for n in names if n.endswith((".bin", ".pt", ".pth"))]
+    for name in torch_files:
+        with open(directory / name, "rb") as f:
+            if not f.read(4).startswith(_TORCH_MAGIC):
+                raise not_a_checkpoint(f"{name} is not a torch file", shown)
+    tensor_names: set[str] | None = None
+    metadata: dict[str, str] = {}
+    try:
+        if SAFETENSORS_INDEX in names or any(n.endswith(".safetensors") for n in names):
+            checkpoint = open_checkpoint(directory)
+            config, tensor_names, metadata = checkpoint.config, set(checkpoint.tensors), dict(checkpoint.metadata)
+            kind = "safetensors"
+        elif torch_files:
+            config, kind = load_json(directory / "config.json"), "pickle"
+        else:
+            raise not_a_checkpoint("no weights", shown)
+        if not isinstance(config, dict):
+            raise not_a_checkpoint("config.json is not a JSON object", shown)
+        try:
+            layout = detect_layout(config, tensor_names, metadata, kind)[0]
+        except AmbiguousLayoutError as exc:  # still a drafter: only which layout is unclear
+            layout = get_layout(exc.candidates[0])
+    except UsageError:
+        raise
+    except EagleconvError as exc:
+        where = f"{Path(exc.path).name}: " if exc.path and Path(exc.path) != directory else ""
+        raise not_a_checkpoint(f"{where}{exc.message}", shown) from exc
+    fields = read_fields(layout, config)[0]
+    if not {"hidden_size", "vocab_size"} <= fields.keys():
+        raise not_a_checkpoint("config.json is not a drafter config: no hidden_size and vocab_size", shown)

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+from .validation.api import validate
+
+if TYPE_CHECKING:
+    from .report import Finding
 
 Outcome = Literal["intended", "fails", "differs"]
 OUTCOME_TEXT = {"intended": "loads and behaves as intended", "fails": "fails at load",
@@ -131,19 +135,21 @@ def build_variant(variant: Variant, out: Path, tiny_pair: Path = TINY_PAIR) -> P
 def predict(path: Path, target: Path) -> tuple[Outcome, list[str]]:
     """eagleconv's prediction for vLLM 0.32 (V1 runner), from ``validate --engine vllm:0.32 --target``'s findings.
 
-    An error finding that says the engine raises, or that a shape contradicts what it builds, means vLLM fails at
-    load; any other error or warning about the engine's reading means it loads but runs something else; no such
-    finding means it loads and behaves as intended.
+    An error finding whose ``effect`` is ``load_fails`` (the engine raises, or a shape contradicts what it builds)
+    means vLLM fails at load; any other error or warning, except one about the V2 runner only, means it loads but
+    runs something else; no such finding means it loads and behaves as intended.
     """
-    from .validation.api import validate
+    return outcome_of(validate(path, engines=("vllm:0.32",), target=target, numeric=False).findings)
 
-    report = validate(path, engines=("vllm:0.32",), target=target, numeric=False)
+
+def outcome_of(findings: Sequence[Finding]) -> tuple[Outcome, list[str]]:
+    """The outcome ``findings`` predict, read from their code, severity, tensor, ``effect`` and ``runner``."""
     # A tensor the engine's own reading says is harmless (an engine-tagged info) is not a behaviour change.
-    harmless = {f.tensor for f in report.findings if f.engine and f.severity == "info" and f.tensor}
-    relevant = [f for f in report.findings if f.severity in ("error", "warning") and f.code not in IGNORED
-                and not (f.engine is None and any(t in f.message for t in harmless))]
-    fails = [f for f in relevant if f.severity == "error" and _is_load_failure(f.code, f.message)]
-    differs = [f for f in relevant if f not in fails and not _v2_only(f.message)]
+    harmless = {f.tensor for f in findings if f.engine and f.severity == "info" and f.tensor}
+    relevant = [f for f in findings if f.severity in ("error", "warning") and f.code not in IGNORED
+                and not (f.engine is None and f.tensor in harmless)]
+    fails = [f for f in relevant if f.severity == "error" and f.effect == "load_fails"]
+    differs = [f for f in relevant if f not in fails and f.runner != "V2"]  # the tier runs the V1 runner (CPU)
     lines = [f"{f.code} {f.severity}: {f.message}" for f in relevant]
     if fails:
         return "fails", lines
@@ -156,14 +162,3 @@ def predict(path: Path, target: Path) -> tuple[Outcome, list[str]]:
 # accepts norm_before_fc with fc_norm and applies both).
 IGNORED = {"EC020", "EC041", "EC062"}
 
-
-def _is_load_failure(code: str, message: str) -> bool:
-    text = message.lower()
-    return code in ("EC040", "EC050") and "missing" not in text or "raise" in text or "fails" in text \
-        or "cannot load" in text or "error" in text and "valueerror" in text
-
-
-def _v2_only(message: str) -> bool:
-    """A finding about what only the V2 runner (GPUs) does: the tier runs the V1 runner (CPU)."""
-    text = message.lower()
-    return "v2 runner" in text and "v1 runner reads" in text

@@ -1,4 +1,7 @@
-"""The verifier (target model) a converted drafter names, from ``--verifier NAME_OR_PATH``.
+"""The target model a converted drafter names, from ``--verifier NAME_OR_PATH``.
+
+eagleconv calls it the target everywhere; "verifier" is speculators' word (``speculators_config.verifier``),
+kept in the option and in ``drafter.Verifier``, which describe that field.
 
 speculators' ``SpeculatorModel.from_pretrained`` reads
 ``speculators_config.verifier.name_or_path`` and calls

@@ -16,7 +16,8 @@ from eagleconv import architectures
 from eagleconv.canonical import CANONICAL_NAME, expected_tensors
 from eagleconv.conversion import Computed, Transform, convert
 from eagleconv.drafter import Rope
-from eagleconv.io.torch_tensors import open_tensors, tensor_bytes
+from eagleconv.io.torch_tensors import tensor_bytes
+from eagleconv.loading import open_tensors
 from eagleconv.loading import load_drafter
 from eagleconv.report import StepDivergence
 from eagleconv.schemas import config_model_for

@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 _PARKED_PUSH = """
 import shutil, sys, time
 from pathlib import Path
-import eagleconv.hub as hub
+import eagleconv.hub._push as hub_push
 from eagleconv.cli.main import main
 flag, where = Path(sys.argv[1]), sys.argv[2]
 def park():
@@ -44,7 +44,7 @@ if where == "copy":
         return out
     shutil.copyfile = copyfile
 else:
-    hub._upload = lambda *a, **k: park()
+    hub_push._upload = lambda *a, **k: park()
 sys.argv = ["eagleconv"] + sys.argv[3:]
 main()
 """

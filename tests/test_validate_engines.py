@@ -64,6 +64,28 @@ def test_report_fields(drafter):
     assert report.aux_layer_ids == [2, 8, 13] and report.aux_layer_convention == "hidden_state_index"
 
 
+def test_validate_json_carries_each_findings_effect(tmp_path):
+    """``validate --json`` (a real subprocess) states what the engine does as data: model.-prefixed keys make
+    vLLM's loader raise (EC003, load_fails); every engine finding has an effect, and every finding the fields."""
+    import os
+    import subprocess
+    import sys
+
+    from eagleconv.parity import VARIANTS, build_variant
+
+    variant = next(v for v in VARIANTS if v.name == "model.-prefixed keys")
+    path = build_variant(variant, tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "eagleconv", "validate", str(path), "--engine", "vllm:0.32",
+                           "--no-numeric", "--json"], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert proc.returncode == 1, proc.stderr
+    findings = json.loads(proc.stdout)["findings"]
+    assert all("effect" in f and "runner" in f for f in findings)
+    prefixed = [f for f in findings if f["engine"] == "vllm 0.32" and f["code"] == "EC003"]
+    assert prefixed and all(f["effect"] == "load_fails" for f in prefixed), prefixed
+    assert all(f["effect"] in ("load_fails", "runs_differently", "ignored", "none") for f in findings if f["engine"])
+
+
 # -- EC001 / EC002 -------------------------------------------------------------------
 
 def test_ec001_duplicate_key_is_a_finding(drafter):

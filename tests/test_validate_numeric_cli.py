@@ -124,7 +124,7 @@ def test_cli_validate_json_and_exit_codes(drafter, tmp_path):
     assert report.ok and report.format == "vllm" and report.architecture == "llama"
     data = json.loads(result.output)
     assert set(data["flags"]) >= {"fc_norm", "norm_before_fc", "norm_output", "norm_before_residual"}
-    assert all(set(f) == {"code", "severity", "message", "tensor", "engine"} for f in data["findings"])
+    assert all(set(f) == {"code", "severity", "message", "tensor", "engine", "effect", "runner"} for f in data["findings"])
     bad = drafter(producer="automodel", dims=SERVABLE)
     assert runner.invoke(cli, ["validate", str(bad), "--no-numeric", "--engine", "all"]).exit_code == 1
     assert runner.invoke(cli, ["validate", str(tmp_path / "missing")]).exit_code == 2

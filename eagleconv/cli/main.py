@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..errors import raise_on_termination
+from .._process import raise_on_termination
 from .app import FORMATS, _console, _progress, cli, run_command
 from .options import allow_no_verifier_option, parse_size, verifier_option
 

@@ -20,8 +20,8 @@ from ..formats.base import MISSING, get_path
 
 if TYPE_CHECKING:
     from ..formats.base import Layout, ReadResult
-    from ..report import Finding
-    from ..validation.target import TargetInfo
+    from ..report import Finding, Runner
+    from ..target import TargetInfo
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,8 @@ class CaptureRules:
 
     paths: tuple[str, ...]  # read by every runner, first present wins
     _: KW_ONLY
-    some_runners: tuple[tuple[str, str], ...] = ()  # (path, which runners read it and which ignore it)
+    # (path, which runners read it and which ignore it, the runner that ignores it: a finding about that runner)
+    some_runners: tuple[tuple[str, str, Runner], ...] = ()
     default: str = "(2, L//2, L-3)"
     default_ids: Callable[[int], tuple[int, ...]] | None = None
     shift: Callable[[tuple[int, ...]], tuple[int, ...]] = lambda ids: ids  # engine-side renumbering (SGLang +1)

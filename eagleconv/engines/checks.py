@@ -15,7 +15,7 @@ from .. import architectures
 from ..canonical import FC_NORM_NAME, expected_tensors
 from ..drafter import AuxLayers
 from ..formats.base import architectures_of
-from ..report import Finding
+from ..report import Effect, Finding, Runner
 from .base import EngineView, Subject, lookup
 
 Check = Callable[[Subject, EngineView], list[Finding]]
@@ -29,8 +29,11 @@ def emits(*codes: str) -> Callable[[Check], Check]:
     return mark
 
 
-def finding(view: EngineView, code: str, severity: str, message: str, tensor: str | None = None) -> Finding:
-    return Finding(code=code, severity=severity, message=message, tensor=tensor, engine=view.profile.label)  # type: ignore[arg-type,unused-ignore]
+def finding(view: EngineView, code: str, severity: str, message: str, tensor: str | None = None, *,
+            effect: Effect, runner: Runner | None = None) -> Finding:
+    """An engine's finding; ``effect`` says what the engine does (parity and the forward read it, never the text)."""
+    return Finding(code=code, severity=severity,  # type: ignore[arg-type,unused-ignore]
+                   message=message, tensor=tensor, engine=view.profile.label, effect=effect, runner=runner)
 
 
 def family_of(subject: Subject) -> str | None:
@@ -79,7 +82,7 @@ def intended_ids(subject: Subject) -> tuple[tuple[int, ...] | None, str]:
 def check_architecture(subject: Subject, view: EngineView) -> list[Finding]:
     """Registry lookup, the class's family against the checkpoint's, and MLA detection."""
     p = view.profile
-    out = [finding(view, "EC040", "error", problem) for problem in view.problems]
+    out = [finding(view, "EC040", "error", problem, effect="load_fails") for problem in view.problems]
     if view.problems:
         return out
     archs = architectures_of(view.config)  # non-strings are EC005, reported by the layout read
@@ -87,20 +90,22 @@ def check_architecture(subject: Subject, view: EngineView) -> list[Finding]:
         return out
     if view.cls is None:
         if not archs:
-            return out + [finding(view, "EC040", "error", f"config has no architectures; {p.label} cannot pick a drafter class")]
+            return out + [finding(view, "EC040", "error", f"config has no architectures; {p.label} cannot pick a drafter "
+                                  "class", effect="load_fails")]
         for name in archs:
             if name in p.rejected_architectures:
-                return out + [finding(view, "EC040", "error", f"architecture {name}: {p.rejected_architectures[name]}")]
+                return out + [finding(view, "EC040", "error", f"architecture {name}: {p.rejected_architectures[name]}",
+                                      effect="load_fails")]
         rewritten = f" (rewritten to {view.architecture})" if view.architecture not in archs else ""
         severity = "error" if p.registry_complete else "warning"
         known = "is not registered" if p.registry_complete else "is not among the architectures eagleconv knows it registers"
         return out + [finding(view, "EC040", severity, f"architecture {', '.join(archs)}{rewritten} {known} in {p.label} "
-                              f"(known: {', '.join(sorted(p.classes))})")]
+                              f"(known: {', '.join(sorted(p.classes))})", effect="load_fails")]
     family = family_of(subject)
     if view.cls.family is not None and family is not None and family != view.cls.family:
         out.append(finding(view, "EC040", "error", f"{view.architecture} makes {p.label} build {view.cls.name}, a "
                            f"{view.cls.family} drafter, but this checkpoint is a {family} drafter; its "
-                           f"{'MLA ' if architectures.get(family).mla else ''}tensors do not fit"))
+                           f"{'MLA ' if architectures.get(family).mla else ''}tensors do not fit", effect="load_fails"))
     if view.cls.family is not None and architectures.get(view.cls.family).mla and not view.speculators and p.wrapped_mla_model_types is not None:
         model_type = view.config.get("model_type")
         if not isinstance(model_type, str) or model_type not in p.wrapped_mla_model_types \
@@ -108,7 +113,7 @@ def check_architecture(subject: Subject, view: EngineView) -> list[Finding]:
             out.append(finding(view, "EC040", "error", f"model_type {model_type!r}: {p.label} treats a wrapped EAGLE "
                                f"drafter as MLA only for model_type in {sorted(p.wrapped_mla_model_types)} with "
                                "kv_lora_rank set, so this MLA drafter is not run as MLA (vllm#45760). Set model_type "
-                               "deepseek_v3 (eagleconv convert --to vllm does)"))
+                               "deepseek_v3 (eagleconv convert --to vllm does)", effect="load_fails"))
     return out
 
 
@@ -122,7 +127,7 @@ def check_aux_count(subject: Subject, view: EngineView) -> list[Finding]:
         return []
     if view.aux_count is None:
         return [finding(view, "EC011", "info", f"{view.profile.label} takes the number of aux hidden states from "
-                        f"{view.aux_count_source}; it must be {k} for this checkpoint ({evidence})")]
+                        f"{view.aux_count_source}; it must be {k} for this checkpoint ({evidence})", effect="none")]
     if view.aux_count == k:
         return []
     fix = "set num_aux_hidden_states" + (" (inside transformer_layer_config)" if view.speculators else "") + \
@@ -130,14 +135,14 @@ def check_aux_count(subject: Subject, view: EngineView) -> list[Finding]:
     consequence = "loading fails on fc's shape assertion" if subject.has_tensors else "loading fc will fail its shape assertion"
     return [finding(view, "EC011", "error", f"{view.profile.label} builds fc for K = {view.aux_count} aux hidden states "
                     f"({view.aux_count_source}) but the checkpoint has K = {k} ({evidence}): {consequence}; {fix}",
-                    "fc.weight" if subject.has_tensors else None)]
+                    "fc.weight" if subject.has_tensors else None, effect="load_fails")]
 
 
 def _collapsed(view: EngineView, why: str, captured: list[int], fc_count: int, fix: str) -> Finding:
     """EC011 for ids that name a layer twice (the engine's guess, or the config's): fewer states reach fc."""
     return finding(view, "EC011", "error", f"{why}, so {len(captured)} hidden states ({captured}) reach fc built for "
                    f"{fc_count}: the first request fails with a shape error (vLLM 0.32.0: RuntimeError: shape "
-                   f"'[-1, K*H]' is invalid). {fix}")
+                   f"'[-1, K*H]' is invalid). {fix}", effect="load_fails")
 
 
 @emits("EC010", "EC011", "EC012", "EC013")
@@ -150,20 +155,20 @@ def check_capture(subject: Subject, view: EngineView) -> list[Finding]:
     if rules.from_runtime:
         if intended is not None:
             return [finding(view, "EC010", "info", f"{label} takes the captured layers from {rules.from_runtime}, "
-                            f"not the config: pass {list(intended)} (the checkpoint's {described})")]
+                            f"not the config: pass {list(intended)} (the checkpoint's {described})", effect="none")]
         return [finding(view, "EC010", "warning", f"{label} takes the captured layers from {rules.from_runtime} and "
-                        "the config does not say which layers the drafter was trained on")]
-    ids, source, partial = None, "", ""
+                        "the config does not say which layers the drafter was trained on", effect="runs_differently")]
+    ids, source, partial, runner = None, "", "", None
     for path in rules.paths:
         value = lookup(view.config, path)
         if isinstance(value, list) and value:
             ids, source = tuple(value), path
             break
     if ids is None:
-        for path, note in rules.some_runners:
+        for path, note, ignored_by in rules.some_runners:
             value = lookup(view.config, path)
             if isinstance(value, list) and value:
-                ids, source, partial = tuple(value), path, note
+                ids, source, partial, runner = tuple(value), path, note, ignored_by
                 break
     if ids is not None and not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
         return out  # mistyped ids are EC005 (structural); what the engine would capture from them is undefined
@@ -181,10 +186,10 @@ def check_capture(subject: Subject, view: EngineView) -> list[Finding]:
             producer = " (SafeAILab's EAGLE hard-codes the same layers, so for its checkpoints the guess is right)"
         return [finding(view, "EC010", "warning", f"no aux layer ids in the config: {label} guesses {guess}{producer}; "
                         "a wrong guess silently collapses acceptance. Stamp the trained ids "
-                        "(eagleconv convert --aux-layer-ids)")]
+                        "(eagleconv convert --aux-layer-ids)", effect="runs_differently")]
     if partial:
         out.append(finding(view, "EC010", "warning", f"aux layer ids only at {source}: {partial}, and guesses {guess}. "
-                           "Also set the top-level eagle_aux_hidden_state_layer_ids"))
+                           "Also set the top-level eagle_aux_hidden_state_layer_ids", effect="runs_differently", runner=runner))
     engine_ids = rules.shift(ids)
     fc_count = view.aux_count if view.aux_count is not None else len(ids)
     if rules.captures_once and len(set(engine_ids)) < len(engine_ids) and len(set(engine_ids)) != fc_count:
@@ -196,13 +201,13 @@ def check_capture(subject: Subject, view: EngineView) -> list[Finding]:
         severity = "warning" if partial else "error"
         out.append(finding(view, "EC012", severity, f"{label} reads {source} = {list(ids)} as hidden-state indices"
                            f"{shifted} and captures {list(engine_ids)}, but the checkpoint means {list(intended)} "
-                           f"(its {described}): every aux state is a layer off"))
+                           f"(its {described}): every aux state is a layer off", effect="runs_differently"))
     if target is not None:
         L = target.num_hidden_layers
         bad = [i for i in engine_ids if not 0 <= i <= L]
         if bad:
             out.append(finding(view, "EC013", "error", f"{label} would capture target layers {list(engine_ids)} but the "
-                               f"target has {L} layers (valid ids 0..{L}); {bad} are never captured"))
+                               f"target has {L} layers (valid ids 0..{L}); {bad} are never captured", effect="runs_differently"))
     return out
 
 
@@ -232,7 +237,7 @@ def check_flags(subject: Subject, view: EngineView) -> list[Finding]:
         if flag not in view.flags:
             if ours and flag != "use_aux_hidden_state":
                 out.append(finding(view, "EC022", "error", f"{flag} is true but {view.profile.label} has no such switch: "
-                                   f"it runs without {FLAG_CONSEQUENCES[flag]}"))
+                                   f"it runs without {FLAG_CONSEQUENCES[flag]}", effect="runs_differently"))
             continue
         theirs, source = view.flags[flag]
         if theirs == ours:
@@ -240,12 +245,12 @@ def check_flags(subject: Subject, view: EngineView) -> list[Finding]:
         if stated:
             out.append(finding(view, "EC022", "error", f"the checkpoint sets {flag} = {str(ours).lower()} but "
                                f"{view.profile.label} reads {str(theirs).lower()} ({source}): it runs "
-                               f"{'with' if theirs else 'without'} {FLAG_CONSEQUENCES[flag]}"))
+                               f"{'with' if theirs else 'without'} {FLAG_CONSEQUENCES[flag]}", effect="runs_differently"))
         else:
             layout = subject.layout.name if subject.layout else "its layout"
             out.append(finding(view, "EC022", "warning", f"{flag} is absent: {view.profile.label} uses "
                                f"{str(theirs).lower()} ({source}) while {layout} checkpoints default to "
-                               f"{str(ours).lower()}; state it explicitly"))
+                               f"{str(ours).lower()}; state it explicitly", effect="runs_differently"))
     return out
 
 
@@ -283,10 +288,11 @@ def check_keys(subject: Subject, view: EngineView) -> list[Finding]:
     unknown_policy = cls.unknown_keys or rules.unknown
     canonical_of = {stored: canonical for canonical, stored in subject.read.canonical.items()}
     out: list[Finding] = []
-    groups: dict[tuple[str, str], list[str]] = {}  # (severity, what happens) -> stored names
+    groups: dict[tuple[str, str, Effect], list[str]] = {}  # (severity, what happens, effect) -> stored names
+    prefixed = False  # the loader raises on a doubled prefix before it looks at anything else
 
-    def group(severity: str, what: str, stored: str) -> None:
-        groups.setdefault((severity, what), []).append(stored)
+    def group(severity: str, what: str, stored: str, effect: Effect) -> None:
+        groups.setdefault((severity, what, effect), []).append(stored)
 
     draft_vocab = lookup(view.config, "draft_vocab_size") or lookup(view.config, "vocab_size")
     target_vocab = subject.target.vocab_size if subject.target is not None else lookup(view.config, "vocab_size")
@@ -297,13 +303,14 @@ def check_keys(subject: Subject, view: EngineView) -> list[Finding]:
         if prefix is not None:
             group("error", f"{label} adds its own '{prefix}' prefix to every key but lm_head/d2t/t2d, so these names "
                   f"become {prefix}{prefix}... and loading raises ValueError (strip the prefix: eagleconv convert "
-                  "--to vllm)", stored)
+                  "--to vllm)", stored, "load_fails")
+            prefixed = True
             continue
         name = _engine_name(view, stored)
         if name == "d2t" and rules.d2t_needs_pruned_vocab and draft_vocab is not None and draft_vocab == target_vocab:
             out.append(finding(view, "EC003", "error", f"{stored}: draft_vocab_size {draft_vocab} equals the target's "
                                f"vocab, so {label} builds no draft_id_to_target_id and loading raises 'There is no "
-                               "module or parameter named draft_id_to_target_id'; drop d2t/t2d", stored))
+                               "module or parameter named draft_id_to_target_id'; drop d2t/t2d", stored, effect="load_fails"))
             continue
         if name == "d2t" or name in expected:
             continue
@@ -312,50 +319,53 @@ def check_keys(subject: Subject, view: EngineView) -> list[Finding]:
                 verb = "raises 'There is no module or parameter named fc_norm'" if unknown_policy == "raise" \
                     else "silently ignores it: the drafter runs without its trained per-aux norms"
                 out.append(finding(view, "EC021", "error", f"{stored} is present but {label} reads fc_norm = false "
-                                   f"({view.flags.get('fc_norm', (False, 'not read'))[1]}): it {verb}", stored))
+                                   f"({view.flags.get('fc_norm', (False, 'not read'))[1]}): it {verb}", stored,
+                                   effect="load_fails" if unknown_policy == "raise" else "ignored"))
             elif int(m.group(1)) >= k:
                 out.append(finding(view, "EC050", "error", f"{stored}: {label} builds fc_norm.0..{k - 1} for K = {k}; "
                                    f"fc_norm.{m.group(1)} {'makes loading raise' if unknown_policy == 'raise' else 'is silently ignored'}",
-                                   stored))
+                                   stored, effect="load_fails" if unknown_policy == "raise" else "ignored"))
             continue
         if name == "input_norm.weight" and not norm_before_fc and cls.skips_input_norm:
             out.append(finding(view, "EC021", "error", f"{stored} is present but {label} reads norm_before_fc = "
                                f"false ({view.flags.get('norm_before_fc', (False, 'not read'))[1]}): it silently "
-                               "skips the tensor and runs without the trained input norm", stored))
+                               "skips the tensor and runs without the trained input norm", stored, effect="ignored"))
             continue
         needed = canonical_of.get(stored)
         needed_here = needed is not None and needed in expected and expected[needed].required
         parent_exists = not rules.bias_needs_module or f"{name.removesuffix('.bias')}.weight" in expected
         if name.endswith(".bias") and rules.unknown_bias == "ignore" and parent_exists:
             group("warning", f"{label} silently ignores unexpected .bias tensors (attention_bias/mlp_bias are off), "
-                  "so biases the drafter was trained with are lost", stored)
+                  "so biases the drafter was trained with are lost", stored, "ignored")
         elif unknown_policy == "raise":
             group("error", f"not parameters of {cls.name}: {label} raises 'There is no module or parameter named "
-                  "...' at load", stored)
+                  "...' at load", stored, "load_fails")
         elif needed_here:
             group("error", f"{label} does not recognise these names and silently skips them, leaving required "
-                  "weights uninitialised", stored)
+                  "weights uninitialised", stored, "runs_differently")
         else:
-            group("warning", f"{label} silently ignores these tensors", stored)
-    for (severity, what), stored_names in groups.items():
+            group("warning", f"{label} silently ignores these tensors", stored, "ignored")
+    for (severity, what, effect), stored_names in groups.items():
         shown = ", ".join(stored_names[:4]) + (f" and {len(stored_names) - 4} more" if len(stored_names) > 4 else "")
-        out.append(finding(view, "EC003", severity, f"{shown}: {what}", stored_names[0] if len(stored_names) == 1 else None))
-    if any(sev == "error" and "prefix" in what for sev, what in groups):
+        out.append(finding(view, "EC003", severity, f"{shown}: {what}", stored_names[0] if len(stored_names) == 1 else None,
+                           effect=effect))
+    if prefixed:
         return out  # loading fails on the prefix first; missing-tensor consequences would only repeat it
     names = {_engine_name(view, n) for n in subject.names}
     if fc_norm and not any(FC_NORM_NAME.match(n) for n in names):
         out.append(finding(view, "EC021", "error", f"{label} reads fc_norm = true but there are no fc_norm.{{i}}.weight "
-                           "tensors: it silently keeps weight 1.0 (unscaled norms the drafter was not trained with)"))
+                           "tensors: it silently keeps weight 1.0 (unscaled norms the drafter was not trained with)",
+                           effect="runs_differently"))
     reads_input_norm = cls.family is None or architectures.get(cls.family).reads_norm_before_fc
     if norm_before_fc and reads_input_norm and "input_norm.weight" not in names:
         if fc_norm:  # measured by the parity tier: the drafts equal the fc_norm drafter's
             out.append(finding(view, "EC021", "info", f"{label} reads norm_before_fc = true but input_norm.weight is "
                                "missing: it keeps weight 1.0, and the per-aux fc_norm that follows undoes a unit-weight "
                                "norm over the concatenation (up to eps), so the drafter runs as the fc_norm drafter",
-                               "input_norm.weight"))
+                               "input_norm.weight", effect="none"))
         else:
             out.append(finding(view, "EC021", "error", f"{label} reads norm_before_fc = true but input_norm.weight is "
-                               "missing: it silently keeps weight 1.0"))
+                               "missing: it silently keeps weight 1.0", effect="runs_differently"))
     return out
 
 
@@ -380,7 +390,8 @@ def check_sharing(subject: Subject, view: EngineView) -> list[Finding]:
             and spec.hidden_size != spec.target_hidden_size:
         out.append(finding(view, "EC050", "error", f"{view.profile.label} uses the target's embed_tokens, which is "
                            f"{spec.target_hidden_size} wide (target_hidden_size), but the drafter's layers are "
-                           f"{spec.hidden_size} wide: ship the drafter's own embed_tokens", "embed_tokens.weight"))
+                           f"{spec.hidden_size} wide: ship the drafter's own embed_tokens", "embed_tokens.weight",
+                           effect="load_fails"))
     for tensor, when in view.profile.shares_from_target.items():
         owner = spec.embed_tokens if tensor == "embed_tokens.weight" else spec.lm_head
         applies = {"absent": owner == "target", "always": True,
@@ -390,7 +401,8 @@ def check_sharing(subject: Subject, view: EngineView) -> list[Finding]:
         discarded = owner == "drafter"
         out.append(finding(view, "EC042", "warning" if discarded and when == "always" else "info",
                            f"{view.profile.label} uses the target's {tensor.split('.')[0]} ({SHARE_REASONS[when]})"
-                           + ("; the checkpoint's own copy is discarded" if discarded else ""), tensor))
+                           + ("; the checkpoint's own copy is discarded" if discarded else ""), tensor,
+                           effect="ignored" if discarded else "none"))
     return out
 
 
@@ -406,7 +418,7 @@ def check_tensor_parallel(subject: Subject, view: EngineView) -> list[Finding]:
 
     def need(ok: bool, what: str) -> None:
         if not ok:
-            out.append(finding(view, "EC051", "error", f"--tp {tp}: {what}"))
+            out.append(finding(view, "EC051", "error", f"--tp {tp}: {what}", effect="load_fails"))
 
     need(spec.num_attention_heads % tp == 0, f"num_attention_heads {spec.num_attention_heads} is not divisible by {tp}")
     if spec.num_key_value_heads is not None:
@@ -417,7 +429,7 @@ def check_tensor_parallel(subject: Subject, view: EngineView) -> list[Finding]:
     for name, rows in (("vocab_size", spec.vocab_size), ("draft_vocab_size", spec.draft_vocab_size)):
         if rows % tp:
             out.append(finding(view, "EC051", "info", f"--tp {tp}: {name} {rows} is not divisible by {tp}; the engine "
-                               "pads the embedding/lm_head rows per rank (no error)"))
+                               "pads the embedding/lm_head rows per rank (no error)", effect="none"))
     return out
 
 

@@ -63,8 +63,8 @@ def check_format(subject: Subject, view: EngineView) -> list[Finding]:
         return [finding(view, "EC040", "error", f"not a speculators-format config: speculators {VERSION}'s "
                         "SpeculatorModel.from_pretrained runs its own Eagle3Converter on it, which drops fc_norm and "
                         "input_norm tensors and eagle_config aux ids; convert with `eagleconv convert --to speculators "
-                        "--verifier NAME_OR_PATH`")]
-    return [finding(view, "EC040", "error", p) for p in view.problems]
+                        "--verifier NAME_OR_PATH`", effect="runs_differently")]
+    return [finding(view, "EC040", "error", p, effect="load_fails") for p in view.problems]
 
 
 @emits("EC043")
@@ -81,7 +81,7 @@ def check_verifier(subject: Subject, view: EngineView) -> list[Finding]:
         else "`eagleconv convert --to speculators --verifier NAME_OR_PATH`"
     return [finding(view, "EC043", "error", f"speculators_config.verifier.name_or_path is {name!r}: speculators "
                     f"{VERSION}'s SpeculatorModel.from_pretrained calls AutoConfig.from_pretrained on it and fails "
-                    f"(OSError); name the target with {hint}")]
+                    f"(OSError); name the target with {hint}", effect="load_fails")]
 
 
 @emits("EC030")
@@ -96,7 +96,7 @@ def check_vocab_buffers(subject: Subject, view: EngineView) -> list[Finding]:
     return [finding(view, "EC030", "error", f"draft vocab {spec.draft_vocab_size} < target vocab {spec.vocab_size} "
                     f"but the file has no {' or '.join(missing)}: speculators {VERSION} leaves that buffer "
                     "uninitialised and from_pretrained fails (lm_head size mismatch after masking with t2d) "
-                    "(eagleconv convert --to speculators derives t2d from d2t)")]
+                    "(eagleconv convert --to speculators derives t2d from d2t)", effect="load_fails")]
 
 
 SPECULATORS_090 = register(EngineProfile(

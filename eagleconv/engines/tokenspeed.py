@@ -24,7 +24,7 @@ def check_fc_width_ignores_target_hidden(subject: Subject, view: EngineView) -> 
     return [finding(view, "EC050", "error", f"{view.profile.label} builds fc as [{spec.hidden_size}, "
                     f"{spec.hidden_size} x {k}] (it ignores target_hidden_size = {spec.target_hidden_size}), "
                     f"but this drafter's fc is [{spec.hidden_size}, {spec.target_hidden_size} x {spec.aux.count}]",
-                    "fc.weight" if subject.has_tensors else None)]
+                    "fc.weight" if subject.has_tensors else None, effect="load_fails")]
 
 
 TOKENSPEED = register(EngineProfile(

@@ -51,7 +51,7 @@ FLAGS = {
 CAPTURE = CaptureRules(
     paths=("eagle_aux_hidden_state_layer_ids",),
     some_runners=(("eagle_config.eagle_aux_hidden_state_layer_ids",
-                   "the V1 runner reads them, but the V2 runner (vLLM's default for dense targets) ignores them"),),
+                   "the V1 runner reads them, but the V2 runner (vLLM's default for dense targets) ignores them", "V2"),),
     default="(2, L//2, L-3)",
     default_ids=lambda L: (2, L // 2, L - 3),
 )
@@ -64,9 +64,9 @@ V2_DEFAULT = "vLLM 0.32's default unless VLLM_USE_V2_MODEL_RUNNER=0, Triton is m
 CAPTURE_032 = CaptureRules(
     paths=CAPTURE.paths,
     some_runners=(("eagle_config.eagle_aux_hidden_state_layer_ids",
-                   f"the V1 runner reads them, but the V2 runner ({V2_DEFAULT}) ignores them"),
+                   f"the V1 runner reads them, but the V2 runner ({V2_DEFAULT}) ignores them", "V2"),
                   ("eagle_config.layer_ids", f"the V2 runner ({V2_DEFAULT}) reads them, but the V1 runner ignores "
-                   "them")),
+                   "them", "V1")),
     default=CAPTURE.default,
     default_ids=CAPTURE.default_ids,
     captures_once="interfaces.py:1608 appends a layer's state once, when its index is in the ids",
@@ -161,11 +161,11 @@ def check_method_detection(subject: Subject, view: EngineView) -> list[Finding]:
     explicit = "pass --speculative-config '{\"method\": \"eagle3\", ...}' explicitly"
     if "eagle-" in path:
         return [finding(view, "EC041", "warning", f"the path contains 'eagle-', so {view.profile.label} auto-detects "
-                        f"method 'eagle' (EAGLE-1) unless told otherwise: {explicit}")]
+                        f"method 'eagle' (EAGLE-1) unless told otherwise: {explicit}", effect="runs_differently")]
     if "eagle3" not in path:
         return [finding(view, "EC041", "info", f"the path contains neither 'eagle-' nor 'eagle3', so without an "
                         f"explicit method {view.profile.label} serves it as method 'draft_model' (a standalone "
-                        f"draft LM), not EAGLE-3: {explicit}, or name the path ...eagle3...")]
+                        f"draft LM), not EAGLE-3: {explicit}, or name the path ...eagle3...", effect="runs_differently")]
     return []
 
 

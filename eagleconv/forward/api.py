@@ -6,6 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from ..drafter import DrafterSpec
+from ..errors import ArgumentTypeError
+from ..loading import load_drafter
 from .inputs import Target, synthetic_inputs
 from .model import DraftInputs, Drafter
 from .weights import BlockCache, CheckpointSource
@@ -16,16 +18,13 @@ CACHE_FRACTION = 0.75  # of the checkpoint's bytes: keeps peak RSS well under 1.
 def load(path: str | Path, *, dtype: str = "float32", recipe: str = "native", backend: str = "torch", seed: int = 0,
          target: str | Path | Target | None = None, allow_pickle: bool = False, layout: str | None = None,
          spec: DrafterSpec | None = None, device: str = "cpu", cache_fraction: float = CACHE_FRACTION) -> Drafter:
-    """Open a drafter checkpoint for forward passes (weights memory-mapped, read lazily).
+    """Open a drafter checkpoint for forward passes (weights memory-mapped, read lazily): ``load_drafter`` + weights.
 
     ``spec`` overrides the checkpoint's own description (an engine's view of it); ``target`` (a
     directory or a loaded :class:`Target`) supplies the embedding / LM head rows the drafter borrows.
     Upcast weight blocks are kept between draft steps up to ``cache_fraction`` x the checkpoint's bytes
     (0: upcast every block on every pass; the resident set then stays near one block).
     """
-    from ..errors import ArgumentTypeError
-    from ..loading import load_drafter
-
     ArgumentTypeError.require_path(path, "path")
     loaded = load_drafter(path, layout=layout, allow_pickle=allow_pickle)
     own = loaded.require_spec()

@@ -149,6 +149,59 @@ class Target:
         return out.logits[0].argmax(-1), states
 
 
+class InputFactory:
+    """The same draft-round inputs for any set of aux layer ids: synthetic (seeded) or captured from a target."""
+
+    def __init__(self, vocab_size: int, target_hidden: int, *, target: Target | None = None,
+                 prompts: Sequence[Sequence[int]] | None = None, seed: int = 0, batch: int = 4, length: int = 8):
+        self.vocab_size, self.target_hidden, self.target, self.seed = vocab_size, target_hidden, target, seed
+        self.prompts = [list(p) for p in prompts] if prompts else None
+        self._given = prompts is not None  # the description says whether the prompts were the user's
+        self.batch, self.length = batch, length
+        self._captured: dict[int, tuple[dict[int, torch.Tensor], int]] = {}
+        if target is not None and self.prompts is None:
+            g = torch.Generator().manual_seed(seed)
+            self.prompts = torch.randint(0, target.vocab_size, (batch, length), generator=g).tolist()
+        if target is not None:
+            if target.hidden_size != target_hidden:
+                raise UsageError(f"the target's hidden size {target.hidden_size} differs from the drafter's "
+                                 f"target_hidden_size {target_hidden}")
+            if target.vocab_size != vocab_size:
+                raise UsageError(f"the target's vocabulary ({target.vocab_size}) differs from the drafter's ({vocab_size})")
+
+    @property
+    def description(self) -> str:
+        if self.target is not None:
+            assert self.prompts is not None
+            return (f"target {self.target.path} (transformers, float32) on {len(self.prompts)} prompts "
+                    f"({'given' if self._given else f'seeded random tokens, seed {self.seed}'})")
+        return f"synthetic: seed {self.seed}, {self.batch} sequences of {self.length} tokens"
+
+    def make(self, ids: Sequence[int]) -> list[DraftInputs]:
+        ids = tuple(sorted(ids))
+        if self.target is None:
+            g = torch.Generator().manual_seed(self.seed)
+            tokens = torch.randint(0, self.vocab_size, (self.batch, self.length + 1), generator=g)
+            aux = torch.cat([synthetic_aux(self.seed, i, self.batch, self.length, self.target_hidden) for i in ids], -1)
+            return [DraftInputs(tokens, aux, "synthetic", ids)]
+        assert self.prompts is not None
+        out = []
+        for n, prompt in enumerate(self.prompts):
+            states, nxt = self._states(n, prompt, ids)
+            out.append(DraftInputs(torch.tensor([prompt + [nxt]]),
+                                   torch.cat([states[i] for i in ids], -1).unsqueeze(0), "target", ids))
+        return out
+
+    def _states(self, n: int, prompt: list[int], ids: tuple[int, ...]) -> tuple[dict[int, torch.Tensor], int]:
+        cached = self._captured.get(n)
+        if cached is None or not set(ids) <= set(cached[0]):
+            want = sorted(set(ids) | (set(cached[0]) if cached else set()))
+            assert self.target is not None
+            cached = self.target.run(prompt, want)
+            self._captured[n] = cached
+        return cached
+
+
 def run_target(target: Any, prompt: Sequence[int], layer_ids: Sequence[int]) -> tuple[dict[int, torch.Tensor], int]:
     """``Target.run`` for either runtime: checked ids, then the states and the greedy next token."""
     bad = [i for i in layer_ids if not 0 <= i <= target.num_layers]
@@ -196,7 +249,7 @@ def capture_aux_states(target_dir: str | Path | Target, prompts: Sequence[Sequen
     target = target_dir if isinstance(target_dir, Target) else Target(target_dir)
     runs = [target.run(p, layer_ids) for p in prompts]
     if save_to is not None:
-        from ..transforms import Calibration, write_calibration
+        from ..calibration import Calibration, write_calibration
 
         write_calibration(save_to, Calibration.from_runs(prompts, runs, layer_ids), overwrite=overwrite)
     return [states for states, _ in runs]

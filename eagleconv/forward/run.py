@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -10,65 +10,17 @@ import torch
 
 from .. import architectures
 from ..drafter import DrafterSpec, EagleFlags
+from ..engines import resolve_engines
+from ..engines.base import Subject, engine_view
+from ..engines.checks import check_architecture, check_aux_count, check_keys
 from ..errors import UsageError
+from ..loading import load_drafter
 from ..report import DiffReport, DiffStep, EngineForward, Finding, ForwardReport, ForwardStep
+from ..target import load_target
 from .api import default_aux_ids, load
-from .inputs import Target, read_prompts, synthetic_aux
+from .inputs import InputFactory, Target, read_prompts
 from .model import DraftInputs, DraftResult, Drafter
 from .weights import CheckpointSource, DictSource, TensorSource, stored_name
-
-
-class InputFactory:
-    """The same draft-round inputs for any set of aux layer ids: synthetic (seeded) or captured from a target."""
-
-    def __init__(self, vocab_size: int, target_hidden: int, *, target: Target | None = None,
-                 prompts: Sequence[Sequence[int]] | None = None, seed: int = 0, batch: int = 4, length: int = 8):
-        self.vocab_size, self.target_hidden, self.target, self.seed = vocab_size, target_hidden, target, seed
-        self.prompts = [list(p) for p in prompts] if prompts else None
-        self._given = prompts is not None  # the description says whether the prompts were the user's
-        self.batch, self.length = batch, length
-        self._captured: dict[int, tuple[dict[int, torch.Tensor], int]] = {}
-        if target is not None and self.prompts is None:
-            g = torch.Generator().manual_seed(seed)
-            self.prompts = torch.randint(0, target.vocab_size, (batch, length), generator=g).tolist()
-        if target is not None:
-            if target.hidden_size != target_hidden:
-                raise UsageError(f"the target's hidden size {target.hidden_size} differs from the drafter's "
-                                 f"target_hidden_size {target_hidden}")
-            if target.vocab_size != vocab_size:
-                raise UsageError(f"the target's vocabulary ({target.vocab_size}) differs from the drafter's ({vocab_size})")
-
-    @property
-    def description(self) -> str:
-        if self.target is not None:
-            assert self.prompts is not None
-            return (f"target {self.target.path} (transformers, float32) on {len(self.prompts)} prompts "
-                    f"({'given' if self._given else f'seeded random tokens, seed {self.seed}'})")
-        return f"synthetic: seed {self.seed}, {self.batch} sequences of {self.length} tokens"
-
-    def make(self, ids: Sequence[int]) -> list[DraftInputs]:
-        ids = tuple(sorted(ids))
-        if self.target is None:
-            g = torch.Generator().manual_seed(self.seed)
-            tokens = torch.randint(0, self.vocab_size, (self.batch, self.length + 1), generator=g)
-            aux = torch.cat([synthetic_aux(self.seed, i, self.batch, self.length, self.target_hidden) for i in ids], -1)
-            return [DraftInputs(tokens, aux, "synthetic", ids)]
-        assert self.prompts is not None
-        out = []
-        for n, prompt in enumerate(self.prompts):
-            states, nxt = self._states(n, prompt, ids)
-            out.append(DraftInputs(torch.tensor([prompt + [nxt]]),
-                                   torch.cat([states[i] for i in ids], -1).unsqueeze(0), "target", ids))
-        return out
-
-    def _states(self, n: int, prompt: list[int], ids: tuple[int, ...]) -> tuple[dict[int, torch.Tensor], int]:
-        cached = self._captured.get(n)
-        if cached is None or not set(ids) <= set(cached[0]):
-            want = sorted(set(ids) | (set(cached[0]) if cached else set()))
-            assert self.target is not None
-            cached = self.target.run(prompt, want)
-            self._captured[n] = cached
-        return cached
 
 
 def _rows(r: DraftResult, a: int, b: int) -> DraftResult:
@@ -151,7 +103,6 @@ def _target_and_prompts(target: Target | str | Path | None,
         return t, read_prompts(prompts, t.vocab_size) if prompts is not None else None, t.num_layers
     if prompts is not None:
         raise UsageError(f"--prompts needs a target directory with safetensors weights; {target} has none")
-    from ..validation.target import load_target  # a config.json alone still gives the layer count
 
     return None, None, load_target(target).num_hidden_layers
 
@@ -188,9 +139,6 @@ def _missing_norms(spec: DrafterSpec, names: set[str]) -> dict[str, torch.Tensor
 def engine_forward_view(profile: Any, loaded: Any, intended: DrafterSpec, intended_ids: tuple[int, ...],
                         target_layers: int | None) -> tuple[EngineForward, DrafterSpec | None, tuple[int, ...]]:
     """How ``profile`` will run this checkpoint: its flags, its captured layers, whether it loads at all."""
-    from ..engines.base import Subject, engine_view
-    from ..engines.checks import check_architecture, check_aux_count, check_keys
-
     subject = Subject(dict(loaded.store.config or {}), layout=loaded.layout, read=loaded.read,
                       names=set(loaded.store.tensors), has_tensors=True, path=str(loaded.store.path))
     view = engine_view(profile, subject)
@@ -201,7 +149,7 @@ def engine_forward_view(profile: Any, loaded: Any, intended: DrafterSpec, intend
         report.reason = fatal[0]
         return report, None, intended_ids
     # only names the loader raises on stop it; a missing or skipped tensor leaves a value in place (reported below)
-    rejected = [f for f in check_keys(subject, view) if f.severity == "error" and "raise" in f.message.lower()]
+    rejected = [f for f in check_keys(subject, view) if f.severity == "error" and f.effect == "load_fails"]
     flags = intended.flags.model_dump()
     for flag in flags:
         if flag in view.flags:
@@ -216,7 +164,7 @@ def engine_forward_view(profile: Any, loaded: Any, intended: DrafterSpec, intend
     if rules.from_runtime:
         ids = intended_ids  # the user passes them at launch; assumed right (validate reports it as EC010)
     else:
-        for path in (*rules.paths, *(p for p, _ in rules.some_runners)):
+        for path in (*rules.paths, *(p for p, *_ in rules.some_runners)):
             value = view.config
             for part in path.split("."):
                 value = value.get(part) if isinstance(value, dict) else None
@@ -300,9 +248,6 @@ def validate_forward(path: str | Path, *, engines: Any = (), steps: int = 4, tar
     With a ``backend`` other than torch, the torch backend also runs on the same inputs and device, and
     ``against_torch`` holds the per-step max error and top-1 agreement between the two.
     """
-    from ..engines import resolve_engines
-    from ..loading import load_drafter
-
     if steps < 1:
         raise UsageError("--steps must be at least 1")
     kernels_path = _check_backend(backend, device, dtype)

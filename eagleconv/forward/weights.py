@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import torch
 
-from ..errors import start_helper_thread
+from .._process import start_helper_thread
 
 BLOCK_BYTES = 128 * 1024 * 1024  # compute-dtype bytes of one upcast weight block
 

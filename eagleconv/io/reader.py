@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ArgumentTypeError, FormatError, UnsafeInputError
 from ..jsonio import config_dict, load_json
 from .dtypes import DTYPE_SIZES, TORCH_TO_SAFETENSORS, raw_numpy_dtype
+from .hub_paths import is_hf_url, local_path
 from .paths import resolve_inside, validate_shard_name
 from .safetensors_header import read_header
 
@@ -389,16 +390,15 @@ def _read_index(directory: Path, index_name: str, extension: str,
 
 
 def open_checkpoint(path: str | Path, *, allow_pickle: bool = False, duplicates: Duplicates | None = None) -> Checkpoint:
-    """Open a checkpoint directory and validate its structure without reading tensor data.
+    """Open a checkpoint directory and validate its structure without reading tensor data (no layout: that is
+    ``loading.load_drafter``, and a runnable drafter ``forward.load``).
 
     ``duplicates``: collect duplicate keys of config.json and the index there (the last value
     wins, as engines read them) instead of refusing the file with EC001.
     ``hf://ORG/NAME[@REV]`` is downloaded through the Hugging Face cache (its
     manifest verified) first; any other path is local, never a Hub id.
     """
-    if isinstance(path, str) and path.startswith("hf://"):
-        from ..hub import local_path
-
+    if is_hf_url(path):
         path = local_path(path)
     directory = Path(path)
     if not directory.exists():

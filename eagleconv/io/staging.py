@@ -43,7 +43,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import NoReturn
 
+from .._process import termination_signals_blocked
 from ..errors import DestinationError, EagleconvError, UsageError
+from . import hooks
 
 _CHECKPOINT_FILE = re.compile(
     r"^(?:config\.json|generation_config\.json|MANIFEST\.json|README\.md|\.gitattributes"
@@ -214,67 +216,15 @@ def check_replaceable(destination: Path, shown: str | Path | None = None) -> Non
                if not (_CHECKPOINT_FILE.match(e.name) and stat.S_ISREG(e.stat().st_mode))]
     if foreign:
         shown_names = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
-        raise _not_a_checkpoint(f"it holds {shown_names}", shown)
+        raise not_a_checkpoint(f"it holds {shown_names}", shown)
     if entries:
-        _recognise_checkpoint(destination, [e.name for e in entries], shown)
+        assert hooks.recognise_checkpoint is not None, "eagleconv/__init__.py sets io.hooks.recognise_checkpoint"
+        hooks.recognise_checkpoint(destination, [e.name for e in entries], shown)
 
 
-def _not_a_checkpoint(why: str, shown: str | Path) -> UsageError:
+def not_a_checkpoint(why: str, shown: str | Path) -> UsageError:
     return UsageError(f"destination is not a checkpoint directory ({why}); --overwrite replaces only a drafter "
                       "checkpoint or an eagleconv output, nothing was deleted", shown)
-
-
-# How torch.save files begin: a zip archive (torch >= 1.6), or a pickle (protocol 2-5) in the legacy format.
-_TORCH_MAGIC = (b"PK\x03\x04", b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")
-
-
-def _recognise_checkpoint(directory: Path, names: list[str], shown: str | Path) -> None:
-    """Refuse unless ``directory`` is a drafter checkpoint by content, not by file names.
-
-    A drafter config (a layout detected from it and the tensor names, with a
-    hidden_size and vocab_size), and weights: safetensors whose headers (and
-    index) parse, or torch files by their first bytes.  Pickles are never
-    loaded: their tensor names stay unknown, so only the config speaks for them.
-    eagleconv's own output names its layout in config.json, so it is recognised too.
-    """
-    from ..formats import detect_layout, get_layout
-    from ..errors import AmbiguousLayoutError
-    from ..formats.base import read_fields
-    from ..jsonio import load_json
-    from .reader import SAFETENSORS_INDEX, open_checkpoint
-
-    if "config.json" not in names:
-        raise _not_a_checkpoint("no config.json", shown)
-    torch_files = [n for n in names if n.endswith((".bin", ".pt", ".pth"))]
-    for name in torch_files:
-        with open(directory / name, "rb") as f:
-            if not f.read(4).startswith(_TORCH_MAGIC):
-                raise _not_a_checkpoint(f"{name} is not a torch file", shown)
-    tensor_names: set[str] | None = None
-    metadata: dict[str, str] = {}
-    try:
-        if SAFETENSORS_INDEX in names or any(n.endswith(".safetensors") for n in names):
-            checkpoint = open_checkpoint(directory)
-            config, tensor_names, metadata = checkpoint.config, set(checkpoint.tensors), dict(checkpoint.metadata)
-            kind = "safetensors"
-        elif torch_files:
-            config, kind = load_json(directory / "config.json"), "pickle"
-        else:
-            raise _not_a_checkpoint("no weights", shown)
-        if not isinstance(config, dict):
-            raise _not_a_checkpoint("config.json is not a JSON object", shown)
-        try:
-            layout = detect_layout(config, tensor_names, metadata, kind)[0]
-        except AmbiguousLayoutError as exc:  # still a drafter: only which layout is unclear
-            layout = get_layout(exc.candidates[0])
-    except UsageError:
-        raise
-    except EagleconvError as exc:
-        where = f"{Path(exc.path).name}: " if exc.path and Path(exc.path) != directory else ""
-        raise _not_a_checkpoint(f"{where}{exc.message}", shown) from exc
-    fields = read_fields(layout, config)[0]
-    if not {"hidden_size", "vocab_size"} <= fields.keys():
-        raise _not_a_checkpoint("config.json is not a drafter config: no hidden_size and vocab_size", shown)
 
 
 def make_parents(directory: Path) -> list[Path]:
@@ -360,7 +310,7 @@ def write_file_atomically(path: str | Path, chunks: Iterable[bytes | memoryview]
     replaced in one rename.  On any failure the staging file is gone and ``path`` is as it was; an OSError
     is one DestinationError naming ``path`` ("cannot write ``what``: ..."). The parent must exist.
     """
-    from ..errors import termination_signals_blocked
+    from .._process import termination_signals_blocked
 
     path = Path(path)
     if os.path.lexists(path) and not overwrite:
@@ -502,8 +452,6 @@ class StagedDirectory:
         renames leaves it there and the next run renames it back (``recover``).
         SIGINT/SIGTERM/SIGHUP are held during the swap.
         """
-        from ..errors import termination_signals_blocked
-
         assert self.path is not None, "publish outside the with block"
         staging, parent = self.path, self.path.parent
         if self.durable:

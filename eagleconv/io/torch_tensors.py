@@ -144,11 +144,3 @@ class TorchTensors(Mapping[str, "torch.Tensor"]):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def open_tensors(path: str | Path, *, layout: str | None = None, allow_pickle: bool = False) -> TorchTensors:
-    """The canonical tensors of the drafter at ``path`` (its layout detected unless given)."""
-    from ..loading import load_drafter
-
-    loaded = load_drafter(path, layout=layout, allow_pickle=allow_pickle)
-    return TorchTensors(loaded.store, loaded.read.canonical, owns_store=True)

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError, start_helper_thread, termination_signals_blocked
+from .._process import start_helper_thread, termination_signals_blocked
+from ..errors import UsageError
 from ..jsonio import dump_json
 from .dtypes import DTYPE_SIZES
 from .finite import SCANNED_DTYPES, ValueScan, scan_file_range

@@ -15,13 +15,19 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..engines import engine_view, resolve_engines
+from ..engines.base import Subject
+from ..engines.checks import family_of
 from ..errors import ArgumentTypeError, EagleconvError, FormatError, UsageError
-from ..formats import detect_layout, get_layout, read_drafter
-from ..formats.base import Layout, ReadResult, architectures_of
-from ..io.reader import CHUNK_BYTES, TensorStore, open_state_dict, require_source
+from ..formats import LAYOUTS, detect_layout, get_layout, read_drafter
+from ..formats.base import Layout, ReadResult, Seen, architectures_of
+from ..io.reader import CHUNK_BYTES, TensorStore, open_checkpoint, open_state_dict, require_source
 from ..jsonio import config_dict
 from ..report import Finding, FlagsView, ValidationReport
+from .codes import CODES
+from .semantics import semantics_findings
 from .structural import flag_findings, read_findings, shape_findings, vocab_findings
+from .target import load_target, target_findings
 
 # (on_total, on_bytes) callbacks a caller can pass to follow the numeric scan
 Progress = tuple[Callable[[int], None] | None, Callable[[int], None] | None]
@@ -56,7 +62,6 @@ def not_eagle3(config: Mapping[str, Any], tensors: Mapping[str, Any] | None) -> 
 def _flags_of(read: ReadResult | None, layout: type[Layout] | None, config: Mapping[str, Any]) -> dict[str, bool]:
     if read is not None and read.spec is not None:
         return read.spec.flags.model_dump()
-    from ..engines.base import Subject
 
     subject = Subject(dict(config), layout=layout, read=read, names=set(), has_tensors=False)
     flags = {}
@@ -102,11 +107,6 @@ def check(config: dict[str, Any], store: TensorStore | None, *, path: str | None
 
     ``prior``: findings made while reading the input (EC001), reported with the rest.
     """
-    from ..engines import engine_view, resolve_engines
-    from ..engines.base import Subject
-    from .semantics import semantics_findings
-    from .target import load_target, target_findings
-
     profiles = resolve_engines(engines)
     target_info = load_target(target) if target is not None else None
     common = {"path": path, "engines": [p.label for p in profiles], "numeric_scan": False,
@@ -172,8 +172,6 @@ def check(config: dict[str, Any], store: TensorStore | None, *, path: str | None
 
 
 def _family(subject) -> str | None:
-    from ..engines.checks import family_of
-
     return family_of(subject)
 
 
@@ -184,8 +182,6 @@ def apply_ignore(report: ValidationReport, ignore: str | Iterable[str] | None) -
     checkpoint), so it stops failing ``--strict``; it is still listed.  Errors
     are never ignored: they mean the engine fails or computes something else.
     """
-    from .codes import CODES
-
     codes = {c.strip().upper() for c in ignore_codes(ignore) if c.strip()}
     unknown = sorted(codes - set(CODES))
     if unknown:
@@ -297,7 +293,6 @@ def _validate(source: str | Path | Mapping[str, Any], config: Any = None, *,
         return check(memory.config, memory, path=None, layout_name=from_format, engines=engines,
                      target=target, tp=tp, numeric=numeric, chunk_bytes=chunk_bytes, progress=progress,
                      prior=duplicate_findings(str(config), keys))
-    from ..io.reader import open_checkpoint
 
     duplicates: list[tuple[Path, str]] = []
     try:
@@ -355,9 +350,6 @@ def numbering_alternatives(config: Mapping[str, Any], chosen: type[Layout], fami
     A config without a layout marker is read as vLLM's (the HF-style fallback), but SpecForge writes the same
     keys with ``layer_output`` ids: only the tensor names (midlayer.*) tell them apart, and lint has none.
     """
-    from ..formats import LAYOUTS
-    from ..formats.base import Seen
-
     if chosen.detect(Seen(config, None))[0] >= DECISIVE_SCORE:
         return []
     archs = set(architectures_of(config))
@@ -388,6 +380,4 @@ def explain_layout_doubt(report: ValidationReport, alt: ValidationReport) -> Val
 
 
 def _profiles(engines: Any):
-    from ..engines import resolve_engines
-
     return resolve_engines(engines)

@@ -10,22 +10,23 @@ from __future__ import annotations
 from ..canonical import FC_NORM_NAME, expected_tensors, layer_indices
 from ..formats.base import MISSING, ReadResult, get_path
 from ..io.reader import TensorStore
-from ..report import Finding
+from ..loading import read_problem_code
+from ..report import Effect, Finding
 from ..rope import ROPE_KEYS, reader_disagreement
 from ..vocab import check_d2t, check_t2d
 from .unknown_keys import unknown_key_findings
 
 
-def _f(code: str, severity: str, message: str, tensor: str | None = None) -> Finding:
-    return Finding(code=code, severity=severity, message=message, tensor=tensor)  # type: ignore[arg-type,unused-ignore]
+def _f(code: str, severity: str, message: str, tensor: str | None = None, effect: Effect | None = None) -> Finding:
+    """``effect``: set where every engine that builds from the config does the same (a shape it cannot load...)."""
+    return Finding(code=code, severity=severity, message=message, tensor=tensor, effect=effect)  # type: ignore[arg-type,unused-ignore]
 
 
 def read_findings(read: ReadResult) -> list[Finding]:
     """Problems found while reading the layout: unmapped names, missing fields, bad values, unread keys."""
     out = []
     for problem in read.errors:
-        code = "EC005" if problem.startswith("config does not describe") else "EC003"
-        out.append(_f(code, "error", problem))
+        out.append(_f(read_problem_code(problem), "error", problem))
     for name in read.missing:
         out.append(_f("EC004", "error", f"{name} is absent from config and cannot be derived exactly from the tensors"))
     return out + rope_findings(read) + unknown_key_findings(read.layout, read.config)
@@ -67,17 +68,19 @@ def shape_findings(read: ReadResult) -> list[Finding]:
                       f"config num_hidden_layers = {spec.num_hidden_layers} but the checkpoint has {layer_count} decoder "
                       f"layer(s); engines build {spec.num_hidden_layers} and leave the missing ones uninitialised"
                       if spec.num_hidden_layers > layer_count else
-                      f"config num_hidden_layers = {spec.num_hidden_layers} but the checkpoint has {layer_count} layers"))
+                      f"config num_hidden_layers = {spec.num_hidden_layers} but the checkpoint has {layer_count} layers",
+                      effect="runs_differently" if spec.num_hidden_layers > layer_count else None))
     expected = expected_tensors(spec, num_layers=layer_count or spec.num_hidden_layers)
     for name, exp in expected.items():
         info = read.tensors.get(name)
         if info is None:
             if exp.required:
-                out.append(_f("EC050", "error", f"required tensor {name} is missing ({exp.why})", read.canonical.get(name, name)))
+                out.append(_f("EC050", "error", f"required tensor {name} is missing ({exp.why})", read.canonical.get(name, name),
+                              "runs_differently"))  # engines keep the initial value
             continue
         if info.shape != exp.shape:
             out.append(_f("EC050", "error", f"{read.canonical[name]} has shape {list(info.shape)}, the config implies "
-                          f"{list(exp.shape)} ({exp.why})", read.canonical[name]))
+                          f"{list(exp.shape)} ({exp.why})", read.canonical[name], "load_fails"))
     for name in sorted(names - set(expected)):
         if FC_NORM_NAME.match(name) and not spec.flags.fc_norm:
             continue  # reported by flag_findings

@@ -109,7 +109,7 @@ def _engine_paths() -> dict[str, str]:
         for cls in classes:
             for path in cls.aux_count_paths:
                 out.setdefault(path, "aux_layer_ids" if "ids" in path else "num_aux_hidden_states")
-        capture = [*profile.capture.paths, *(p for p, _ in profile.capture.some_runners)]
+        capture = [*profile.capture.paths, *(p for p, *_ in profile.capture.some_runners)]
         out.update(dict.fromkeys(capture, "aux_layer_ids"))
     return out
 

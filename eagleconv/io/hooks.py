@@ -1,0 +1,17 @@
+"""What io needs from the layers above it, handed down instead of imported, so io never imports them.
+
+``eagleconv/__init__.py`` (the package's one composition root, run before any
+submodule) sets both to functions that import their module on first use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+# hf://ORG/NAME[@REV] -> the verified snapshot directory (eagleconv.hub.fetch_verified).
+fetch_hf: Callable[[str], Path] | None = None
+
+# Raise UsageError unless (directory, its entry names) is a drafter checkpoint by content, named as the user
+# wrote it (eagleconv.loading.recognise_checkpoint: it detects the layout, so it sits above io).
+recognise_checkpoint: Callable[[Path, list[str], str | Path], None] | None = None
