@@ -69,6 +69,10 @@ class Architecture:
     attention_modules: ClassVar[tuple[str, ...]]  # the self_attn.* modules it may store (canonical)
     config_fields: ClassVar[tuple[str, ...]] = ()  # shape-bearing config fields beyond the shared ones
     rope_interleaved: ClassVar[bool] = False  # GPT-J (pairs) rather than neox (halves) rotation
+    # what vLLM's config class for this family falls back to when a config states none (the vllm layout's
+    # documented defaults, and the reference forward's)
+    default_rope_theta: ClassVar[float] = 10000.0
+    default_rms_norm_eps: ClassVar[float] = 1e-6  # LlamaConfig / Qwen3Config / DeepseekV3Config
     # engine-check facts
     mla: ClassVar[bool] = False
     reads_norm_before_fc: ClassVar[bool] = True  # vLLM's MLA drafter has no input_norm

@@ -130,8 +130,8 @@ class DeepseekMla(Architecture):
         """Multi-head latent attention, expanded form (vLLM's absorbed form differs by rounding only)."""
         import torch
 
-        from ..forward.attention import attend, extend
-        from ..forward.rope import cos_sin, rotate_interleaved, softmax_scale_factor
+        from ..nn.attention import attend, extend
+        from ..rope.rotary import cos_sin, rotate_interleaved, softmax_scale_factor
 
         B, n, _ = u.shape
         m, nh = spec.mla, spec.num_attention_heads

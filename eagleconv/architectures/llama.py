@@ -114,8 +114,8 @@ class Llama(Architecture):
     def attention(cls, u: torch.Tensor, pos: torch.Tensor, cache: Any, w: Any, p: str, spec: DrafterSpec, rope: Any,
                   ops: Any, eps: float) -> tuple[torch.Tensor, Any]:
         """GQA with neox RoPE over the drafter's KV cache (vLLM: llama_eagle3.py, LlamaAttention)."""
-        from ..forward.attention import attend, extend
-        from ..forward.rope import cos_sin, rotate_neox
+        from ..nn.attention import attend, extend
+        from ..rope.rotary import cos_sin, rotate_neox
 
         B, n, _ = u.shape
         nh, nkv, d = spec.num_attention_heads, spec.num_key_value_heads, spec.head_dim

@@ -30,6 +30,7 @@ class Qwen3(Llama):
     attention_modules = Llama.attention_modules + ("q_norm", "k_norm")
     synthetic_model_type = "qwen3"
     synthetic_architecture = {"*": "LlamaForCausalLMEagle3", "vllm": "Eagle3Qwen3ForCausalLM"}
+    default_rope_theta = 1000000.0  # vLLM's set_default_rope_theta for Qwen3
     qk_norm = True  # the forward: Llama attention with q_norm / k_norm per head
 
     @classmethod

@@ -304,8 +304,9 @@ SHAPE_FIELDS = (
 ARCH_SHAPE_FIELDS = ("num_key_value_heads", "head_dim")  # asked of the architecture (MLA has neither)
 
 
-class PerArchitecture(dict):
-    """A layout default that depends on the architecture (vLLM: rope theta 1e6 for qwen3, 10000 otherwise)."""
+class FromArchitecture(str):
+    """A layout default each architecture states, as the attribute named (vLLM: ``default_rope_theta``, 1e6 for
+    Qwen3, 10000 otherwise): the engine falls back to its config class for the family."""
 
 
 def _numeric_defaults(layout: type[Layout], arch: type[Architecture], values: dict[str, Any],
@@ -318,8 +319,8 @@ def _numeric_defaults(layout: type[Layout], arch: type[Architecture], values: di
         if stated:
             continue
         default = layout.defaults.get(key)
-        if isinstance(default, PerArchitecture):
-            default = default.get(arch.name)
+        if isinstance(default, FromArchitecture):
+            default = getattr(arch, default)
         if default is None:
             notes.append(f"{key}: absent from config and the {layout.name} layout documents no default "
                          "(unknown; a forward pass needs it)")

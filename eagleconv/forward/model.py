@@ -20,15 +20,12 @@ import torch.nn.functional as F
 from .. import architectures
 from ..drafter import DrafterSpec
 from ..errors import FindingsError
-from ..formats.vllm import VllmLayout
-from .attention import Cache, attention_of
+from ..nn.attention import Cache
+from ..rope.rotary import ResolvedRope, resolve_rope
 from .ops import NormOps, get_ops
-from .rope import resolve_rope
 from .weights import BlockCache, TensorSource, Weights, stored_name
 
 COMPUTE_DTYPES = ("float32", "float64", "checkpoint")
-# LlamaConfig / Qwen3Config / DeepseekV3Config default, what vLLM's EAGLEConfig falls back to: one home, the vllm layout
-DEFAULT_EPS: float = VllmLayout.defaults["rms_norm_eps"]
 _CHECKPOINT_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "F64": torch.float64}
 
 
@@ -45,6 +42,11 @@ class UnrunnableDrafter(FindingsError):
         first = " ".join(problems[0])
         more = f" (and {len(problems) - 1} more tensor problem(s))" if len(problems) > 1 else ""
         super().__init__(f"the forward pass cannot run: {first}{more}", path)
+
+
+def rope_of(spec: DrafterSpec) -> ResolvedRope:
+    """The spec's RoPE as vLLM runs it; an absent theta is the architecture's engine default (reported in notes)."""
+    return resolve_rope(spec.rope, spec.architecture, architectures.get(spec.architecture).default_rope_theta)
 
 
 # Tensors the forward replaces when absent (the target's rows, or seeded synthetic ones; d2t/t2d: identity).
@@ -137,17 +139,18 @@ class Drafter:
             self.dtype = getattr(torch, dtype)
         self.compute_dtype = str(self.dtype).removeprefix("torch.")
         self.ops: NormOps = get_ops(backend, recipe)
-        self.rope = resolve_rope(spec.rope, spec.architecture)
+        arch = architectures.get(spec.architecture)
+        self.rope = rope_of(spec)
         self.notes += list(self.rope.notes)
-        if spec.rms_norm_eps is None:
-            self.eps = DEFAULT_EPS
-            self.notes.append(f"rms_norm_eps absent: the engine's config-class default {DEFAULT_EPS:g}")
+        if spec.rms_norm_eps is None:  # the engine's config class for the family falls back to its own
+            self.eps = arch.default_rms_norm_eps
+            self.notes.append(f"rms_norm_eps absent: the engine's config-class default {self.eps:g}")
         else:
             self.eps = float(spec.rms_norm_eps)
         self.w = Weights(source, self.dtype, seed=seed, target_embed=target_embed, target_lm_head=target_lm_head,
                          device=device, cache=cache)
         self.w.width = spec.hidden_size
-        self.attention = attention_of(spec.architecture)
+        self.attention = arch.attention
         problems = forward_problems(spec, source)
         if not problems:
             self.target_ids = self._draft_to_target()
