@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from .rope import ROPE_KEYS, rope_kind
 
 ArchitectureName = str
-"""A registered drafter architecture's name (``llama``, ``qwen3``, ``deepseek_mla``; see eagleconv.architectures)."""
+"""A registered drafter architecture's name (``eagleconv.architectures.names()`` lists them)."""
 Owner = Literal["drafter", "target"]
 
 AuxConvention = Literal["hidden_state_index", "layer_output"]
@@ -199,7 +199,7 @@ class Verifier(_Frozen):
 class DrafterSpec(_Frozen):
     """One EAGLE-3/3.1 drafter, independent of the layout it is stored in."""
 
-    architecture: ArchitectureName = Field(..., description="a registered architecture: llama, qwen3, deepseek_mla")
+    architecture: ArchitectureName = Field(..., description="a registered drafter architecture (the name of one of eagleconv.architectures)")
     model_type: str = Field(..., description="the decoder's Hugging Face model_type (llama, qwen3, deepseek_v3, kimi_k2...)")
     hidden_size: int = Field(..., ge=1)
     num_hidden_layers: int = Field(..., ge=1, description="as the config states it (validation compares it with the tensors)")

@@ -14,7 +14,7 @@ from pydantic import Field, PositiveInt
 
 from ..schemas import _DecoderFields, _Eagle3Fields
 from . import register
-from .base import Architecture, Expected
+from .base import Architecture, Example, Expected, InLayout, Verdict
 
 if TYPE_CHECKING:
     import torch
@@ -48,6 +48,17 @@ class DeepseekMla(Architecture):
     rope_interleaved = True
     mla = True
     reads_norm_before_fc = False
+    layouts = {
+        "modelopt": InLayout(("Eagle3DeepseekV2ForCausalLM",)),
+        # TorchSpec's --vllm export adds +1 to the aux ids of kimi_k2 (MLA) drafters only: layer_output numbering
+        "torchspec": InLayout(("Eagle3DeepseekV2ForCausalLM",), aux_convention="layer_output"),
+        # vLLM 0.32 recognises a wrapped drafter as MLA only for these inner model_types.
+        "vllm": InLayout(("Eagle3DeepseekV2ForCausalLM",), model_types={"kimi_k2": "deepseek_v3"}),
+    }
+    transformers_model_types = frozenset({"deepseek_v3"})
+    examples = (Example("torchspec-kimi-mla-eagle31", "torchspec", eagle31=True),)
+    verdicts = (Verdict("vllm 0.32", frozenset({"EC040"}), "model_type kimi_k2: vLLM treats a wrapped EAGLE drafter "
+                        "as MLA only for deepseek model_types (vllm#45760)", layouts=frozenset({"torchspec", "modelopt"})),)
     synthetic_model_type = "kimi_k2"
     synthetic_architecture = {"*": "Eagle3DeepseekV2ForCausalLM"}
     synthetic_overrides = {

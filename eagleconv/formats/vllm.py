@@ -35,13 +35,6 @@ class VllmLayout(Layout):
         norm_output=ConfigField(("norm_output", "eagle_config.return_hidden_post_norm"),
                                 write=("norm_output", "eagle_config.return_hidden_post_norm")),
     )
-    architectures = {
-        "llama": ("LlamaForCausalLMEagle3",),
-        "qwen3": ("Eagle3Qwen3ForCausalLM",),
-        "deepseek_mla": ("Eagle3DeepseekV2ForCausalLM",),
-    }
-    # vLLM 0.32 recognises a wrapped drafter as MLA only for these inner model_types.
-    model_types = {"kimi_k2": "deepseek_v3"}
     defaults = {
         "target_hidden_size": SameAs("hidden_size"),
         "num_aux_hidden_states": 3,

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from .. import architectures
 from ..drafter import DrafterSpec
@@ -150,7 +149,7 @@ class Drafter:
         self.w = Weights(source, self.dtype, seed=seed, target_embed=target_embed, target_lm_head=target_lm_head,
                          device=device, cache=cache)
         self.w.width = spec.hidden_size
-        self.attention = arch.attention
+        self.attention, self.mlp = arch.attention, arch.mlp  # the architecture's decoder layer
         problems = forward_problems(spec, source)
         if not problems:
             self.target_ids = self._draft_to_target()
@@ -195,12 +194,6 @@ class Drafter:
             a = ops.fc_norm_concat(a.chunk(K, dim=-1), [w.get(f"fc_norm.{i}.weight") for i in range(K)], self.eps)
         return w.linear(a, "fc.weight", "fc.bias", keep=False)  # once per draft: caching it would crowd out the layers
 
-    def _mlp(self, h: torch.Tensor, p: str) -> torch.Tensor:
-        w = self.w
-        gate = w.linear(h, p + "mlp.gate_proj.weight", p + "mlp.gate_proj.bias")
-        up = w.linear(h, p + "mlp.up_proj.weight", p + "mlp.up_proj.bias")
-        return w.linear(F.silu(gate) * up, p + "mlp.down_proj.weight", p + "mlp.down_proj.bias")
-
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, hidden: torch.Tensor,
                 cache: list[Cache] | None = None) -> StepOutput:
         """One drafter pass: ids [B, n], positions [n], hidden [B, n, H] (combined features or fed-back state)."""
@@ -222,7 +215,7 @@ class Drafter:
             o, layer_cache = self.attention(u, positions, cache[j] if cache else None, w, p, spec, self.rope, ops, eps)
             new_cache.append(layer_cache)
             h2, res = ops.fused_add_rms_norm(o, res, w.get(p + "post_attention_layernorm.weight"), eps)
-            m = self._mlp(h2, p)
+            m = self.mlp(h2, w, p)
             w.release()
         assert m is not None and res is not None
         out, pre = ops.fused_add_rms_norm(m, res, w.get("norm.weight"), eps)
