@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, PositiveInt
 
-from ..schemas import _DecoderFields, _Eagle3Fields
+from ..config_fields import _DecoderFields, _Eagle3Fields
 from . import register
 from .base import Architecture, Example, Expected, InLayout, Verdict
 

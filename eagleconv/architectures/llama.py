@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import PositiveInt
 
-from ..schemas import _DecoderFields, _Eagle3Fields
+from ..config_fields import _DecoderFields, _Eagle3Fields
 from . import register
 from .base import Architecture, Derive, Example, Expected, InLayout, Verdict, exact_div, shape_of
 

@@ -16,7 +16,7 @@ from pydantic import Field, PositiveInt
 
 from ..architectures.llama import LlamaDecoderFields
 from ..drafter import DrafterSpec, Verifier
-from ..schemas import _Config, _Eagle3Fields
+from ..config_fields import _Config, _Eagle3Fields
 from . import register
 from .base import Seen, ConfigField, Layout, SameAs, get_path, hf_fields
 
