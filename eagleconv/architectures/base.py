@@ -106,6 +106,8 @@ class Architecture:
     rope_interleaved: ClassVar[bool] = False  # GPT-J (pairs) rather than neox (halves) rotation
     layouts: ClassVar[dict[str, InLayout]] = {}  # layout name -> how it writes this family (absent: cannot hold it)
     transformers_model_types: ClassVar[frozenset[str]] = frozenset()  # model_types transformers' AutoConfig reads
+    # keys of this family's transformers config class that change nothing in a drafter -> who writes them (no EC006)
+    harmless_config_keys: ClassVar[dict[str, str]] = {}
     mlp_modules: ClassVar[tuple[str, ...]] = ("gate_proj", "up_proj", "down_proj")  # the mlp.* modules (canonical)
     examples: ClassVar[tuple[Example, ...]] = ()  # committed example fixtures of this family
     # clean drafters of this family: what each engine profile reports (tests/test_arch_contract.py checks them)

@@ -56,6 +56,13 @@ class DeepseekMla(Architecture):
         "vllm": InLayout(("Eagle3DeepseekV2ForCausalLM",), model_types={"kimi_k2": "deepseek_v3"}),
     }
     transformers_model_types = frozenset({"deepseek_v3"})
+    harmless_config_keys = dict.fromkeys(
+        ("first_k_dense_replace", "moe_intermediate_size", "n_group", "n_routed_experts", "n_shared_experts",
+         "norm_topk_prob", "num_experts_per_tok", "num_nextn_predict_layers", "output_router_logits", "qk_head_dim",
+         "rope_interleave", "routed_scaling_factor", "topk_group", "aux_loss_alpha", "scoring_func", "topk_method",
+         "ep_size", "moe_layer_freq", "seq_aux"),
+        "transformers' DeepseekV3Config (MoE and MTP settings; an EAGLE-3 MLA drafter's layer has a dense MLP, which "
+        "its tensors show; RoPE is read as interleaved)")
     examples = (Example("torchspec-kimi-mla-eagle31", "torchspec", eagle31=True),)
     verdicts = (Verdict("vllm 0.32", frozenset({"EC040"}), "model_type kimi_k2: vLLM treats a wrapped EAGLE drafter "
                         "as MLA only for deepseek model_types (vllm#45760)", layouts=frozenset({"torchspec", "modelopt"})),)

@@ -32,6 +32,8 @@ class Qwen3(Llama):
     synthetic_architecture = {"*": "LlamaForCausalLMEagle3", "vllm": "Eagle3Qwen3ForCausalLM"}
     layouts = {"speculators": InLayout(("Eagle3Speculator",)), "vllm": InLayout(("Eagle3Qwen3ForCausalLM",))}
     transformers_model_types = frozenset({"qwen3"})
+    harmless_config_keys = dict.fromkeys(("use_sliding_window", "sliding_window", "max_window_layers", "layer_types"),
+                                         "transformers' Qwen3Config sliding-window settings, written by save_pretrained")
     examples = (Example("vllm-qwen3-eagle31", "vllm", eagle31=True),)
     verdicts = ()
     default_rope_theta = 1000000.0  # vLLM's set_default_rope_theta for Qwen3
