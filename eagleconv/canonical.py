@@ -1,8 +1,8 @@
 """Canonical tensor names and the shapes a :class:`DrafterSpec` implies for them.
 
-The attention tensors of each decoder family are its architecture module's
-(:mod:`eagleconv.architectures`); the tensors every EAGLE-3 drafter shares are
-here.  Canonical names are vLLM's on-disk names (no ``model.`` prefix, ``layers.N.*``
+The attention and MLP tensors of each decoder family are its architecture
+module's (:mod:`eagleconv.architectures`); the tensors every EAGLE-3 drafter
+shares are here.  Canonical names are vLLM's on-disk names (no ``model.`` prefix, ``layers.N.*``
 rather than ``midlayer.*``).  ``CANONICAL_NAME`` is the allow-list: a layout
 rule that produces anything else is an unmapped tensor.
 """
@@ -16,14 +16,15 @@ from .drafter import DrafterSpec
 
 from . import architectures
 
-# Attention modules are the architectures' (each module lists its own); the rest is shared by every EAGLE-3 drafter.
+# Attention and MLP modules are the architectures' (each module lists its own); the rest is shared by every drafter.
 _ATTN = "(" + "|".join(sorted({m for a in architectures.ARCHITECTURES.values() for m in a.attention_modules})) + ")"
+_MLP = "(?:" + "|".join(sorted({m for a in architectures.ARCHITECTURES.values() for m in a.mlp_modules})) + ")"
 CANONICAL_NAME = re.compile(
     r"^(?:embed_tokens\.weight|fc\.(?:weight|bias)|input_norm\.weight|fc_norm\.\d+\.weight|norm\.weight"
     r"|lm_head\.weight|d2t|t2d"
     r"|layers\.\d+\.(?:input_layernorm|hidden_norm|post_attention_layernorm)\.weight"
     rf"|layers\.\d+\.self_attn\.{_ATTN}\.(?:weight|bias)"
-    r"|layers\.\d+\.mlp\.(?:gate_proj|up_proj|down_proj)\.(?:weight|bias))$"
+    rf"|layers\.\d+\.mlp\.{_MLP}\.(?:weight|bias))$"
 )
 
 LAYER_NAME = re.compile(r"^layers\.(\d+)\.")
@@ -43,7 +44,6 @@ def expected_tensors(spec: DrafterSpec, num_layers: int | None = None) -> dict[s
     """
     arch = architectures.get(spec.architecture)
     H, Ht, K = spec.hidden_size, spec.target_hidden_size, spec.aux.count
-    I = spec.intermediate_size
     out: dict[str, Expected] = {}
     out["embed_tokens.weight"] = Expected((spec.vocab_size, H), spec.embed_tokens == "drafter", "embedding [vocab, hidden]")
     if spec.flags.use_aux_hidden_state:
@@ -60,13 +60,7 @@ def expected_tensors(spec: DrafterSpec, num_layers: int | None = None) -> dict[s
         for norm in ("input_layernorm", "hidden_norm", "post_attention_layernorm"):
             out[p + norm + ".weight"] = Expected((H,), n == 0 or norm != "hidden_norm", f"{norm} [hidden]")
         out.update(arch.attention_tensors(spec, p, width))
-        out[p + "mlp.gate_proj.weight"] = Expected((I, H), True, "gate_proj [intermediate, hidden]")
-        out[p + "mlp.up_proj.weight"] = Expected((I, H), True, "up_proj [intermediate, hidden]")
-        out[p + "mlp.down_proj.weight"] = Expected((H, I), True, "down_proj [hidden, intermediate]")
-        if spec.mlp_bias:
-            out[p + "mlp.gate_proj.bias"] = Expected((I,), True, "mlp_bias")
-            out[p + "mlp.up_proj.bias"] = Expected((I,), True, "mlp_bias")
-            out[p + "mlp.down_proj.bias"] = Expected((H,), True, "mlp_bias")
+        out.update(arch.mlp_tensors(spec, p))
     out["norm.weight"] = Expected((H,), True, "final norm [hidden]")
     out["lm_head.weight"] = Expected((spec.draft_vocab_size, H), spec.lm_head == "drafter", "lm_head [draft_vocab, hidden]")
     out["d2t"] = Expected((spec.draft_vocab_size,), False, "d2t [draft_vocab] int64 offsets")

@@ -14,10 +14,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .config_fields import MlaDims  # (DrafterSpec.mla) a leaf, so an architecture builds one without importing drafter
 from .rope import ROPE_KEYS, rope_kind
 
 ArchitectureName = str
-"""A registered drafter architecture's name (``llama``, ``qwen3``, ``deepseek_mla``; see eagleconv.architectures)."""
+"""A registered drafter architecture's name (``eagleconv.architectures.names()`` lists them)."""
 Owner = Literal["drafter", "target"]
 
 AuxConvention = Literal["hidden_state_index", "layer_output"]
@@ -80,16 +81,6 @@ class AuxLayers(_Frozen):
             return None
         shift = AUX_CONVENTION_OFFSET[self.convention] - AUX_CONVENTION_OFFSET[convention]
         return tuple(i + shift for i in self.ids)
-
-
-class MlaDims(_Frozen):
-    """DeepSeek-V2/V3 multi-head latent attention dimensions (Kimi K2.x drafters)."""
-
-    q_lora_rank: int | None = Field(..., ge=1)
-    kv_lora_rank: int = Field(..., ge=1)
-    qk_nope_head_dim: int = Field(..., ge=0)
-    qk_rope_head_dim: int = Field(..., ge=0)
-    v_head_dim: int = Field(..., ge=1)
 
 
 RopeScaling = Literal["none", "linear", "dynamic", "llama3", "yarn", "deepseek_yarn"]
@@ -199,7 +190,7 @@ class Verifier(_Frozen):
 class DrafterSpec(_Frozen):
     """One EAGLE-3/3.1 drafter, independent of the layout it is stored in."""
 
-    architecture: ArchitectureName = Field(..., description="a registered architecture: llama, qwen3, deepseek_mla")
+    architecture: ArchitectureName = Field(..., description="a registered drafter architecture (the name of one of eagleconv.architectures)")
     model_type: str = Field(..., description="the decoder's Hugging Face model_type (llama, qwen3, deepseek_v3, kimi_k2...)")
     hidden_size: int = Field(..., ge=1)
     num_hidden_layers: int = Field(..., ge=1, description="as the config states it (validation compares it with the tensors)")

@@ -229,7 +229,7 @@ class ValidationReport(_Report):
     path: str | None = None
     format: str | None = None
     eagle_version: Literal["3", "3.1"] | None = None
-    architecture: str | None = Field(None, description="a registered drafter architecture (llama, qwen3, deepseek_mla)")
+    architecture: str | None = Field(None, description="a registered drafter architecture (the name of one of eagleconv.architectures)")
     flags: FlagsView | None = None
     aux_layer_ids: list[int] | None = Field(None, description="as the checkpoint states them")
     aux_layer_convention: str | None = None

@@ -12,64 +12,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, StrictBool
+from pydantic import BaseModel
 
+from .config_fields import EagleConfigBlock, _Config, _DecoderFields, _Eagle3Fields
 from .drafter import DrafterSpec
-
-
-class _Config(BaseModel):
-    model_config = ConfigDict(extra="allow", populate_by_name=True, defer_build=True)
-
-
-class EagleConfigBlock(_Config):
-    """The nested ``eagle_config`` object (vLLM, ModelOpt, TorchSpec, SGLang, TRT-LLM read parts of it)."""
-
-    eagle_aux_hidden_state_layer_ids: list[int] | None = None
-    use_aux_hidden_state: StrictBool | None = None
-    norm_before_fc: StrictBool | None = None
-    return_hidden_post_norm: StrictBool | None = None
-
-
-class _Eagle3Fields(_Config):
-    draft_vocab_size: PositiveInt | None = None
-    target_hidden_size: PositiveInt | None = None
-    num_aux_hidden_states: PositiveInt | None = None
-    eagle_aux_hidden_state_layer_ids: list[int] | None = None
-    fc_norm: StrictBool | None = Field(None, description="EAGLE-3.1 per-aux RMSNorm before fc")
-    norm_before_fc: StrictBool | None = None
-    norm_output: StrictBool | None = Field(None, description="EAGLE-3.1 post-norm feedback")
-    norm_before_residual: StrictBool | None = None
-    eagle_config: EagleConfigBlock | None = None
-
-
-class _DecoderFields(_Config):
-    model_type: str | None = None
-    hidden_size: PositiveInt | None = None
-    num_hidden_layers: PositiveInt | None = None
-    num_attention_heads: PositiveInt | None = None
-    intermediate_size: PositiveInt | None = None
-    hidden_act: str | None = None
-    rms_norm_eps: float | None = Field(None, gt=0)
-    vocab_size: PositiveInt | None = None
-    max_position_embeddings: PositiveInt | None = None
-    rope_theta: float | None = Field(None, gt=0)
-    rope_scaling: dict[str, Any] | None = None
-    rope_parameters: dict[str, Any] | None = None
-    attention_bias: StrictBool | None = None
-    mlp_bias: StrictBool | None = None
-
-
-def config_model_for(config: dict[str, Any]) -> type[BaseModel]:
-    """The schema a config.json should satisfy: speculators' own, else its architecture's config model."""
-    from . import architectures
-
-    if "speculators_model_type" in config:
-        from .formats.speculators import SpeculatorsEagle3Config
-
-        return SpeculatorsEagle3Config
-    arch = architectures.detect(config.get("model_type"), config)
-    assert arch is not None  # detection falls back to llama
-    return arch.config_model()
+from .formats.base import config_model_for  # noqa: F401 - re-exported: the schema a config.json should satisfy
 
 
 def __getattr__(name: str) -> Any:
@@ -129,5 +76,5 @@ def write_schemas(directory: str | Path) -> list[Path]:
     return written
 
 
-__all__ = ["DeepseekMlaEagle3Config", "DrafterSpec", "LlamaEagle3Config", "SpeculatorsEagle3Config",
+__all__ = ["DeepseekMlaEagle3Config", "DrafterSpec", "EagleConfigBlock", "LlamaEagle3Config", "SpeculatorsEagle3Config",
            "config_model_for", "json_schemas", "write_schemas"]

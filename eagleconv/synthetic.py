@@ -58,7 +58,7 @@ class DrafterRecipe:
     """What to build.  ``eagle31`` turns on fc_norm + norm_output (the paper's EAGLE-3.1)."""
 
     producer: str = "specforge"
-    architecture: str = "llama"  # llama | qwen3 | deepseek_mla
+    architecture: str = "llama"  # a registered architecture (eagleconv.architectures.names())
     eagle31: bool = False
     norm_before_fc: bool = False
     embed_tokens: bool | None = None  # None: what the producer ships by default
@@ -99,9 +99,7 @@ def canonical_tensors(recipe: DrafterRecipe) -> dict[str, Any]:
             t[f"{p}{name}.weight"] = norm(d.hidden)
         arch = architectures.get(recipe.architecture)
         t.update({f"{p}self_attn.{k}": v for k, v in arch.synthetic_attention(d, width, w, norm).items()})
-        t[p + "mlp.gate_proj.weight"] = w(d.intermediate, d.hidden)
-        t[p + "mlp.up_proj.weight"] = w(d.intermediate, d.hidden)
-        t[p + "mlp.down_proj.weight"] = w(d.hidden, d.intermediate)
+        t.update({f"{p}mlp.{k}": v for k, v in arch.synthetic_mlp(d, w).items()})
     t["norm.weight"] = norm(d.hidden)
     t["lm_head.weight"] = w(d.draft_vocab, d.hidden)
     rng = np.random.default_rng(recipe.seed)

@@ -23,7 +23,7 @@ from eagleconv.report import StepDivergence
 from eagleconv.schemas import config_model_for
 from eagleconv.synthetic import DrafterRecipe, canonical_tensors
 
-ARCHS = ("llama", "qwen3", "deepseek_mla")
+ARCHS = architectures.names()  # the registry, never a hand list
 
 
 def spec_of(path: Path):
@@ -39,10 +39,10 @@ def spec_of(path: Path):
 def test_every_module_in_the_package_is_a_registered_architecture():
     package = Path(architectures.__file__).parent
     modules = {p.stem for p in package.glob("*.py")} - {"__init__", "base"}
-    assert set(architectures.names()) == modules == set(ARCHS)
+    assert set(architectures.names()) == modules
     for name in ARCHS:
         assert architectures.get(name).name == name
-    with pytest.raises(KeyError, match="known: deepseek_mla, llama, qwen3"):
+    with pytest.raises(KeyError, match="known: " + ", ".join(sorted(modules))):
         architectures.get("gpt_oss")
 
 

@@ -25,9 +25,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "eagleconv"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "_extras", "_process", "jsonio", "registry", "kernels"),  # exceptions, process state, strict JSON
     ("io",),  # safetensors headers, reader, writer, staging, hf:// parsing
-    ("rope", "target"),  # RoPE config spellings; the target model's config.json
-    ("drafter",),  # DrafterSpec
-    ("architectures",),  # one module per decoder family
+    ("rope", "nn", "config_fields", "target"),  # leaves: RoPE, shared tensor math, config field models; the target's config.json
+    ("architectures",),  # one module per decoder family (drafter only for type checking)
+    ("drafter",),  # DrafterSpec, which validates itself against the architecture registry
     ("canonical",),  # canonical tensor names and shapes
     ("vocab", "verifier"),
     ("report",),  # the typed reports and Finding
@@ -46,23 +46,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 
 # Edges issue 16 forbids although they point down: defaults live with the architectures.
 FORBIDDEN = {("forward", "formats")}
-
-# Links that archunit's branch (issue 16, deliverables 1-3 and 5's architecture part) removes: forward reads
-# DEFAULT_EPS/DEFAULT_THETA from formats.vllm, the architectures use forward's attention and rope (the shared-math
-# leaf replaces them), and formats.base/formats.speculators -> schemas -> architectures -> schemas.
-# The coordinator empties this set after merging that branch (test_pending_edges_still_exist says when).
-PENDING_ARCHUNIT = {
-    ("forward", "formats"),
-    ("architectures", "forward"),
-    ("architectures", "schemas"),
-    ("formats", "schemas"),
-}
-
-# DrafterSpec validates itself against the architecture registry (drafter.py's two model validators look up
-# architectures.get), and an architecture builds DrafterSpec's parts (deepseek_mla: MlaDims): one unit kept in
-# two places.  The one cycle left that is not archunit's.
-ONE_UNIT = {("drafter", "architectures")}
-
 
 @cache
 def _modules() -> dict[str, Path]:
@@ -144,7 +127,7 @@ def test_every_group_has_a_layer():
 
 def test_imports_only_look_down():
     bad = {edge: where for edge, where in edges().items()
-           if (RANK[edge[0]] < RANK[edge[1]] or edge in FORBIDDEN) and edge not in PENDING_ARCHUNIT | ONE_UNIT}
+           if (RANK[edge[0]] < RANK[edge[1]] or edge in FORBIDDEN)}
     assert not bad, "\n".join(f"{a} -> {b}: {'; '.join(w)}" for (a, b), w in sorted(bad.items()))
 
 
@@ -183,25 +166,19 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_no_cycle_between_packages():
     graph: dict[str, set[str]] = defaultdict(set)
     for a, b in edges():
-        if (a, b) not in PENDING_ARCHUNIT | ONE_UNIT:
-            graph[a].add(b)
+        graph[a].add(b)
     assert not _cycles(graph)
 
 
 def test_the_checks_see_a_cycle():
-    """The walk is precise enough to matter: with the allowlists ignored, archunit's links close a cycle."""
+    """The walk is precise enough to matter: any one real edge turned round closes a cycle, and the checks see it."""
+    real = sorted(edges())
+    assert ("forward", "architectures") in real and ("architectures", "nn") in real  # the walk finds real links
     graph: dict[str, set[str]] = defaultdict(set)
-    for a, b in edges():
+    for a, b in real:
         graph[a].add(b)
-    if not (PENDING_ARCHUNIT | ONE_UNIT) & set(edges()):
-        pytest.skip("no allowlisted edge is left")
-    assert _cycles(graph)
-
-
-def test_pending_edges_still_exist():
-    """An allowlisted edge that is gone must leave the allowlist, so it cannot come back unnoticed."""
-    present = set(edges())
-    assert (PENDING_ARCHUNIT | ONE_UNIT) <= present, f"remove from the allowlists: {(PENDING_ARCHUNIT | ONE_UNIT) - present}"
+    graph["nn"].add("forward")  # what forward/attention.py importing architectures used to do, one layer down
+    assert any({"nn", "forward", "architectures"} <= set(c) for c in _cycles(graph))
 
 
 def test_io_never_imports_the_hub_or_the_layouts():

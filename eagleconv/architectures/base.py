@@ -1,20 +1,22 @@
 """What a drafter architecture is: the decoder family a :class:`DrafterSpec` names.
 
-An architecture (``llama``, ``qwen3``, ``deepseek_mla``) is a subclass of
-:class:`Architecture` registered with ``@register`` in its own module of this
-package.  It owns everything that differs between decoder families: the
-config fields it needs, its attention tensors and their shapes, how it is
-recognised in a checkpoint, its config model, the tensors a synthetic drafter
-of this family has, the facts engine checks ask about, and (with the
-reference forward) its attention and decoder layer.  The parts every EAGLE-3
-drafter shares (fc, fc_norm, the three layer norms, the MLP, norm, lm_head,
-d2t/t2d) are written once in :mod:`eagleconv.canonical`.
+An architecture is a subclass of :class:`Architecture` registered with
+``@register`` in its own module of this package (``eagleconv.architectures.names()``
+lists them).  It owns its whole decoder layer: the config fields it needs and
+the ones it derives from tensor shapes, its attention and MLP tensors and
+their shapes (fused or split projections), how it is recognised in a
+checkpoint, its config model, its engines' RoPE and eps defaults, the class
+name each layout writes for it, the tensors a synthetic drafter of this family
+has and the example fixtures, the facts engine checks ask about and the verdicts
+it expects from them, and its attention and MLP in the reference forward.  The
+parts every EAGLE-3 drafter shares (fc, fc_norm, the three layer norms, norm,
+lm_head, d2t/t2d) are written once in :mod:`eagleconv.canonical`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
@@ -32,6 +34,39 @@ class Expected:
     shape: tuple[int, ...]
     required: bool
     why: str
+
+
+@dataclass(frozen=True)
+class InLayout:
+    """How one layout writes a drafter of this family: its config ``architectures``, the model_types it rewrites
+    (vLLM recognises a wrapped MLA drafter by model_type), and the aux-id numbering it stores when not the layout's own."""
+
+    classes: tuple[str, ...]
+    model_types: Mapping[str, str] = field(default_factory=dict)
+    aux_convention: str | None = None
+
+
+@dataclass(frozen=True)
+class Example:
+    """A committed example fixture (fixtures/generate.py writes one directory per example): recipe fields."""
+
+    name: str
+    producer: str
+    eagle31: bool = False
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What one engine profile is expected to say about a clean drafter of this family in one layout.
+
+    ``layouts``: the layouts it applies to (empty: every layout that holds the family); ``errors``: the
+    error-severity finding codes expected (empty: none, the drafter is servable); ``why``: the engine's reason.
+    """
+
+    engine: str
+    errors: frozenset[str]
+    why: str
+    layouts: frozenset[str] = frozenset()
 
 
 Derive = Callable[[str, Any, str], None]
@@ -69,6 +104,20 @@ class Architecture:
     attention_modules: ClassVar[tuple[str, ...]]  # the self_attn.* modules it may store (canonical)
     config_fields: ClassVar[tuple[str, ...]] = ()  # shape-bearing config fields beyond the shared ones
     rope_interleaved: ClassVar[bool] = False  # GPT-J (pairs) rather than neox (halves) rotation
+    layouts: ClassVar[dict[str, InLayout]] = {}  # layout name -> how it writes this family (absent: cannot hold it)
+    transformers_model_types: ClassVar[frozenset[str]] = frozenset()  # model_types transformers' AutoConfig reads
+    # keys of this family's transformers config class that change nothing in a drafter -> who writes them (no EC006)
+    harmless_config_keys: ClassVar[dict[str, str]] = {}
+    mlp_modules: ClassVar[tuple[str, ...]] = ("gate_proj", "up_proj", "down_proj")  # the mlp.* modules (canonical)
+    examples: ClassVar[tuple[Example, ...]] = ()  # committed example fixtures of this family
+    # clean drafters of this family: what each engine profile reports (tests/test_arch_contract.py checks them)
+    verdicts: ClassVar[tuple[Verdict, ...]] = ()
+    # an architecture this one computes exactly, from tensors rewritten by split_tensors (fused projections split)
+    equivalent: ClassVar[str | None] = None
+    # what vLLM's config class for this family falls back to when a config states none (the vllm layout's
+    # documented defaults, and the reference forward's)
+    default_rope_theta: ClassVar[float] = 10000.0
+    default_rms_norm_eps: ClassVar[float] = 1e-6  # LlamaConfig / Qwen3Config / DeepseekV3Config
     # engine-check facts
     mla: ClassVar[bool] = False
     reads_norm_before_fc: ClassVar[bool] = True  # vLLM's MLA drafter has no input_norm
@@ -96,6 +145,12 @@ class Architecture:
         """Derive this family's own fields from tensor shapes (exactly, or not at all)."""
 
     @classmethod
+    def derive_mlp(cls, tensors: Mapping[str, TensorInfo], values: Mapping[str, Any], derive: Derive) -> None:
+        """Derive intermediate_size from the MLP's tensor shapes (SwiGLU: gate_proj's rows)."""
+        derive("intermediate_size", shape_of(tensors, "layers.0.mlp.gate_proj.weight", 0),
+               "from layers.0.mlp.gate_proj.weight")
+
+    @classmethod
     def missing(cls, values: Mapping[str, Any]) -> list[str]:
         """Shape-bearing fields this family needs that are still unknown."""
         return [k for k in cls.config_fields if k not in values]
@@ -121,6 +176,28 @@ class Architecture:
         raise NotImplementedError
 
     @classmethod
+    def mlp_tensors(cls, spec: DrafterSpec, prefix: str) -> dict[str, Expected]:
+        """Canonical ``{prefix}mlp.*`` tensors of one layer (SwiGLU gate/up/down by default)."""
+        H, I = spec.hidden_size, spec.intermediate_size
+        m = prefix + "mlp."
+        out = {
+            m + "gate_proj.weight": Expected((I, H), True, "gate_proj [intermediate, hidden]"),
+            m + "up_proj.weight": Expected((I, H), True, "up_proj [intermediate, hidden]"),
+            m + "down_proj.weight": Expected((H, I), True, "down_proj [hidden, intermediate]"),
+        }
+        if spec.mlp_bias:
+            out[m + "gate_proj.bias"] = Expected((I,), True, "mlp_bias")
+            out[m + "up_proj.bias"] = Expected((I,), True, "mlp_bias")
+            out[m + "down_proj.bias"] = Expected((H,), True, "mlp_bias")
+        return out
+
+    @classmethod
+    def synthetic_mlp(cls, dims: Any, w: Callable[..., torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Seeded MLP tensors (names relative to ``mlp.``) for a tiny drafter of ``dims``."""
+        return {"gate_proj.weight": w(dims.intermediate, dims.hidden), "up_proj.weight": w(dims.intermediate, dims.hidden),
+                "down_proj.weight": w(dims.hidden, dims.intermediate)}
+
+    @classmethod
     def synthetic_attention(cls, dims: Any, width: int, w: Callable[..., torch.Tensor],
                             norm: Callable[[int], torch.Tensor]) -> dict[str, torch.Tensor]:
         """Seeded attention tensors (names relative to ``self_attn.``) for a tiny drafter of ``dims``."""
@@ -142,3 +219,18 @@ class Architecture:
         ``rope`` the resolved RoPE, ``ops`` the norm ops.  Returns (output [B, n, H], new cache).
         """
         raise NotImplementedError(f"{cls.name} has no reference forward yet")
+
+    @classmethod
+    def split_tensors(cls, tensors: Mapping[str, torch.Tensor], spec: DrafterSpec) -> dict[str, torch.Tensor]:
+        """Canonical tensors rewritten as the ``equivalent`` architecture stores them (its forward must agree)."""
+        raise NotImplementedError(f"{cls.name} states no equivalent architecture")
+
+    @classmethod
+    def mlp(cls, h: torch.Tensor, w: Any, p: str) -> torch.Tensor:
+        """The reference forward's MLP of one decoder layer: SwiGLU, down(silu(gate(h)) * up(h)) (vLLM: LlamaMLP)."""
+        import torch.nn.functional as F
+
+        m = p + "mlp."
+        gate = w.linear(h, m + "gate_proj.weight", m + "gate_proj.bias")
+        up = w.linear(h, m + "up_proj.weight", m + "up_proj.bias")
+        return w.linear(F.silu(gate) * up, m + "down_proj.weight", m + "down_proj.bias")

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, PositiveInt
 
-from ..schemas import _DecoderFields, _Eagle3Fields
+from ..config_fields import MlaDims, _DecoderFields, _Eagle3Fields
 from . import register
-from .base import Architecture, Expected
+from .base import Architecture, Example, Expected, InLayout, Verdict
 
 if TYPE_CHECKING:
     import torch
@@ -48,6 +48,24 @@ class DeepseekMla(Architecture):
     rope_interleaved = True
     mla = True
     reads_norm_before_fc = False
+    layouts = {
+        "modelopt": InLayout(("Eagle3DeepseekV2ForCausalLM",)),
+        # TorchSpec's --vllm export adds +1 to the aux ids of kimi_k2 (MLA) drafters only: layer_output numbering
+        "torchspec": InLayout(("Eagle3DeepseekV2ForCausalLM",), aux_convention="layer_output"),
+        # vLLM 0.32 recognises a wrapped drafter as MLA only for these inner model_types.
+        "vllm": InLayout(("Eagle3DeepseekV2ForCausalLM",), model_types={"kimi_k2": "deepseek_v3"}),
+    }
+    transformers_model_types = frozenset({"deepseek_v3"})
+    harmless_config_keys = dict.fromkeys(
+        ("first_k_dense_replace", "moe_intermediate_size", "n_group", "n_routed_experts", "n_shared_experts",
+         "norm_topk_prob", "num_experts_per_tok", "num_nextn_predict_layers", "output_router_logits", "qk_head_dim",
+         "rope_interleave", "routed_scaling_factor", "topk_group", "aux_loss_alpha", "scoring_func", "topk_method",
+         "ep_size", "moe_layer_freq", "seq_aux"),
+        "transformers' DeepseekV3Config (MoE and MTP settings; an EAGLE-3 MLA drafter's layer has a dense MLP, which "
+        "its tensors show; RoPE is read as interleaved)")
+    examples = (Example("torchspec-kimi-mla-eagle31", "torchspec", eagle31=True),)
+    verdicts = (Verdict("vllm 0.32", frozenset({"EC040"}), "model_type kimi_k2: vLLM treats a wrapped EAGLE drafter "
+                        "as MLA only for deepseek model_types (vllm#45760)", layouts=frozenset({"torchspec", "modelopt"})),)
     synthetic_model_type = "kimi_k2"
     synthetic_architecture = {"*": "Eagle3DeepseekV2ForCausalLM"}
     synthetic_overrides = {
@@ -66,8 +84,6 @@ class DeepseekMla(Architecture):
 
     @classmethod
     def spec_fields(cls, values: Mapping[str, Any]) -> dict[str, Any]:
-        from ..drafter import MlaDims
-
         dims: dict[str, Any] = {k: values.get(k) for k in MlaDims.model_fields}
         return {"num_key_value_heads": None, "head_dim": None, "mla": MlaDims(**dims)}
 
@@ -130,8 +146,8 @@ class DeepseekMla(Architecture):
         """Multi-head latent attention, expanded form (vLLM's absorbed form differs by rounding only)."""
         import torch
 
-        from ..forward.attention import attend, extend
-        from ..forward.rope import cos_sin, rotate_interleaved, softmax_scale_factor
+        from ..nn.attention import attend, extend
+        from ..rope.rotary import cos_sin, rotate_interleaved, softmax_scale_factor
 
         B, n, _ = u.shape
         m, nh = spec.mla, spec.num_attention_heads

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import PositiveInt
 
-from ..schemas import _DecoderFields, _Eagle3Fields
+from ..config_fields import _DecoderFields, _Eagle3Fields
 from . import register
-from .base import Architecture, Derive, Expected, exact_div, shape_of
+from .base import Architecture, Derive, Example, Expected, InLayout, Verdict, exact_div, shape_of
 
 if TYPE_CHECKING:
     import torch
@@ -46,6 +46,27 @@ class Llama(Architecture):
     config_fields = ("num_key_value_heads", "head_dim")
     synthetic_model_type = "llama"
     synthetic_architecture = {"*": "LlamaForCausalLMEagle3"}
+    layouts: ClassVar[dict[str, InLayout]] = {
+        "automodel": InLayout(("LlamaEagle3DraftModel",)),
+        "eagle": InLayout(("LlamaForCausalLM",)),
+        "modelopt": InLayout(("LlamaForCausalLMEagle3",)),
+        "specforge": InLayout(("LlamaForCausalLMEagle3",)),
+        "speculators": InLayout(("Eagle3Speculator",)),
+        "torchspec": InLayout(("LlamaForCausalLMEagle3",)),
+        "vllm": InLayout(("LlamaForCausalLMEagle3",)),
+    }
+    transformers_model_types = frozenset({"llama"})
+    examples: ClassVar[tuple[Example, ...]] = (
+        Example("specforge-llama-eagle3", "specforge"),
+        Example("specforge-llama-eagle31", "specforge", eagle31=True),
+        Example("eagle-llama-eagle3", "eagle"),
+        Example("speculators-llama-eagle31", "speculators", eagle31=True),
+        Example("automodel-llama-eagle31", "automodel", eagle31=True),
+        Example("modelopt-llama-eagle3", "modelopt"),
+    )
+    verdicts: ClassVar[tuple[Verdict, ...]] = (Verdict("vllm 0.32", frozenset({"EC003", "EC040"}), "vLLM cannot serve Automodel's raw layout "
+                        "(model.-prefixed names, LlamaEagle3DraftModel): that is why Automodel ships serve_vllm",
+                        layouts=frozenset({"automodel"})),)
 
     @classmethod
     def config_model(cls) -> type[BaseModel]:
@@ -111,19 +132,25 @@ class Llama(Architecture):
     qk_norm: ClassVar[bool] = False  # Qwen3: RMSNorm on each query and key head before RoPE
 
     @classmethod
+    def project_qkv(cls, u: torch.Tensor, w: Any, a: str, spec: DrafterSpec) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q [B, n, heads x head_dim], k and v [B, n, kv_heads x head_dim] of the layer input (``a`` =
+        "layers.N.self_attn."): three projections here; a fused family splits one."""
+        return (w.linear(u, a + "q_proj.weight", a + "q_proj.bias"), w.linear(u, a + "k_proj.weight", a + "k_proj.bias"),
+                w.linear(u, a + "v_proj.weight", a + "v_proj.bias"))
+
+    @classmethod
     def attention(cls, u: torch.Tensor, pos: torch.Tensor, cache: Any, w: Any, p: str, spec: DrafterSpec, rope: Any,
                   ops: Any, eps: float) -> tuple[torch.Tensor, Any]:
         """GQA with neox RoPE over the drafter's KV cache (vLLM: llama_eagle3.py, LlamaAttention)."""
-        from ..forward.attention import attend, extend
-        from ..forward.rope import cos_sin, rotate_neox
+        from ..nn.attention import attend, extend
+        from ..rope.rotary import cos_sin, rotate_neox
 
         B, n, _ = u.shape
         nh, nkv, d = spec.num_attention_heads, spec.num_key_value_heads, spec.head_dim
         assert nkv is not None and d is not None
         a = p + "self_attn."
-        q = w.linear(u, a + "q_proj.weight", a + "q_proj.bias").view(B, n, nh, d)
-        k = w.linear(u, a + "k_proj.weight", a + "k_proj.bias").view(B, n, nkv, d)
-        v = w.linear(u, a + "v_proj.weight", a + "v_proj.bias").view(B, n, nkv, d)
+        q, k, v = cls.project_qkv(u, w, a, spec)
+        q, k, v = q.view(B, n, nh, d), k.view(B, n, nkv, d), v.view(B, n, nkv, d)
         if cls.qk_norm:
             q = ops.rms_norm(q, w.get(a + "q_norm.weight"), eps)
             k = ops.rms_norm(k, w.get(a + "k_norm.weight"), eps)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import register
-from .base import Expected
+from .base import Example, Expected, InLayout
 from .llama import Llama
 
 if TYPE_CHECKING:
@@ -30,6 +30,13 @@ class Qwen3(Llama):
     attention_modules = Llama.attention_modules + ("q_norm", "k_norm")
     synthetic_model_type = "qwen3"
     synthetic_architecture = {"*": "LlamaForCausalLMEagle3", "vllm": "Eagle3Qwen3ForCausalLM"}
+    layouts = {"speculators": InLayout(("Eagle3Speculator",)), "vllm": InLayout(("Eagle3Qwen3ForCausalLM",))}
+    transformers_model_types = frozenset({"qwen3"})
+    harmless_config_keys = dict.fromkeys(("use_sliding_window", "sliding_window", "max_window_layers", "layer_types"),
+                                         "transformers' Qwen3Config sliding-window settings, written by save_pretrained")
+    examples = (Example("vllm-qwen3-eagle31", "vllm", eagle31=True),)
+    verdicts = ()
+    default_rope_theta = 1000000.0  # vLLM's set_default_rope_theta for Qwen3
     qk_norm = True  # the forward: Llama attention with q_norm / k_norm per head
 
     @classmethod

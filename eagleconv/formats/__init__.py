@@ -2,7 +2,9 @@
 
 Each layout is one module with one :class:`~eagleconv.formats.base.Layout`
 subclass registered by ``@register``.  Adding a producer is adding a module
-(and a fixture); nothing else in the package needs to change.
+(and a fixture); nothing else in the package needs to change.  Which
+architectures a layout holds, and the class name it writes for each, is the
+architectures' data (``Architecture.layouts``).
 """
 
 from __future__ import annotations
@@ -13,13 +15,17 @@ from typing import Any
 
 from ..errors import AmbiguousLayoutError, FormatError, UsageError
 from ..registry import import_entries, registrar
-from .base import DDP_HINT, Layout, ReadResult, Seen, ddp_prefixed, read_drafter, write_config
+from .base import DDP_HINT, Layout, ReadResult, Seen, bind_architectures, ddp_prefixed, read_drafter, write_config
 
 LAYOUTS: dict[str, type[Layout]] = {}
 
 
-register = registrar(LAYOUTS, "layout")
-"""Class decorator: add a layout to the registry (names must be unique)."""
+_add = registrar(LAYOUTS, "layout")
+
+
+def register(layout: type[Layout]) -> type[Layout]:
+    """Class decorator: add a layout to the registry (names must be unique); the architectures say what it holds."""
+    return bind_architectures(_add(layout))
 
 
 def get_layout(name: str) -> type[Layout]:

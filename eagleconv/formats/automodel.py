@@ -23,7 +23,6 @@ class AutomodelLayout(Layout):
         Rename("model.{rest}", "{rest}"),
     )
     fields = hf_fields(norm_before_fc=None, norm_before_residual=None, use_aux_hidden_state=None)
-    architectures = {"llama": ("LlamaEagle3DraftModel",)}
     flags = frozenset({"fc_norm", "norm_output"})
     defaults = {"target_hidden_size": SameAs("hidden_size"), "num_aux_hidden_states": 3,
                 "fc_norm": False, "norm_output": False}

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from .. import architectures
 from ..architectures.base import Architecture, exact_div as _exact_div, shape_of as _shape
@@ -95,7 +95,7 @@ def hf_fields(decoder: str = "", **overrides: ConfigField | None) -> dict[str, C
         "hidden_size": ConfigField((f"{d}hidden_size",)),
         "num_hidden_layers": ConfigField((f"{d}num_hidden_layers",)),
         "num_attention_heads": ConfigField((f"{d}num_attention_heads",)),
-        "num_key_value_heads": ConfigField((f"{d}num_key_value_heads",)),
+        "num_key_value_heads": ConfigField((f"{d}num_key_value_heads",)),  # HF's attention fields, MLA's too
         "head_dim": ConfigField((f"{d}head_dim",)),
         "intermediate_size": ConfigField((f"{d}intermediate_size",)),
         "hidden_act": ConfigField((f"{d}hidden_act",)),
@@ -107,11 +107,8 @@ def hf_fields(decoder: str = "", **overrides: ConfigField | None) -> dict[str, C
         "rope_theta": ConfigField((f"{d}rope_theta",)),
         "rope_scaling": ConfigField((f"{d}rope_scaling",)),
         "rope_parameters": ConfigField((f"{d}rope_parameters",)),
-        "q_lora_rank": ConfigField((f"{d}q_lora_rank",)),
-        "kv_lora_rank": ConfigField((f"{d}kv_lora_rank",)),
-        "qk_nope_head_dim": ConfigField((f"{d}qk_nope_head_dim",)),
-        "qk_rope_head_dim": ConfigField((f"{d}qk_rope_head_dim",)),
-        "v_head_dim": ConfigField((f"{d}v_head_dim",)),
+        # each architecture's own decoder fields (Architecture.config_fields), in registry order
+        **{f: ConfigField((f"{d}{f}",)) for arch in architectures.ARCHITECTURES.values() for f in arch.config_fields},
         "dtype": ConfigField(("torch_dtype", "dtype")),
         "draft_vocab_size": ConfigField(("draft_vocab_size",)),
         "target_hidden_size": ConfigField(("target_hidden_size",)),
@@ -191,6 +188,8 @@ class Layout:
     fields: ClassVar[dict[str, ConfigField]] = hf_fields()
     aux_convention: ClassVar[AuxConvention] = "hidden_state_index"
     defaults: ClassVar[dict[str, Any]] = {}
+    # Filled from the architectures when the layout is registered (bind_architectures): architecture name ->
+    # the config ``architectures`` written for it, and the model_types this layout rewrites.
     architectures: ClassVar[dict[str, tuple[str, ...]]] = {}
     model_types: ClassVar[dict[str, str]] = {}
     flags: ClassVar[frozenset[str]] = frozenset(EagleFlags.model_fields)
@@ -229,8 +228,10 @@ class Layout:
 
     @classmethod
     def aux_convention_for(cls, architecture: str) -> AuxConvention:
-        """Numbering convention of the aux ids this layout stores for ``architecture``."""
-        return cls.aux_convention
+        """Numbering convention of the aux ids this layout stores for ``architecture`` (the architecture may say)."""
+        held = architectures.ARCHITECTURES[architecture].layouts.get(cls.name) \
+            if architecture in architectures.ARCHITECTURES else None
+        return held.aux_convention if held is not None and held.aux_convention else cls.aux_convention  # type: ignore[return-value]
 
     @classmethod
     def read_extra(cls, config: Mapping[str, Any]) -> dict[str, Any]:
@@ -249,6 +250,18 @@ class Layout:
             if re.fullmatch(cap.pattern, canonical):
                 return cap
         return None
+
+
+def bind_architectures(layout: type[Layout]) -> type[Layout]:
+    """Set ``layout.architectures`` and ``layout.model_types`` from what each architecture declares for it.
+
+    The fallback family first, then by name, so listings and messages read the same whatever the import order.
+    """
+    held = sorted((a for a in architectures.ARCHITECTURES.values() if layout.name in a.layouts),
+                  key=lambda a: (not a.fallback, a.name))
+    layout.architectures = {a.name: a.layouts[layout.name].classes for a in held}
+    layout.model_types = {k: v for a in held for k, v in a.layouts[layout.name].model_types.items()}
+    return layout
 
 
 # -- reading ----------------------------------------------------------------------
@@ -301,11 +314,13 @@ SHAPE_FIELDS = (
     "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size",
     "vocab_size", "draft_vocab_size", "target_hidden_size", "num_aux_hidden_states",
 )
-ARCH_SHAPE_FIELDS = ("num_key_value_heads", "head_dim")  # asked of the architecture (MLA has neither)
+# asked of the architecture (Architecture.missing): MLA has neither num_key_value_heads nor head_dim
+ARCH_SHAPE_FIELDS = frozenset(f for arch in architectures.ARCHITECTURES.values() for f in arch.config_fields)
 
 
-class PerArchitecture(dict):
-    """A layout default that depends on the architecture (vLLM: rope theta 1e6 for qwen3, 10000 otherwise)."""
+class FromArchitecture(str):
+    """A layout default each architecture states, as the attribute named (vLLM: ``default_rope_theta``, 1e6 for
+    Qwen3, 10000 otherwise): the engine falls back to its config class for the family."""
 
 
 def _numeric_defaults(layout: type[Layout], arch: type[Architecture], values: dict[str, Any],
@@ -318,8 +333,8 @@ def _numeric_defaults(layout: type[Layout], arch: type[Architecture], values: di
         if stated:
             continue
         default = layout.defaults.get(key)
-        if isinstance(default, PerArchitecture):
-            default = default.get(arch.name)
+        if isinstance(default, FromArchitecture):
+            default = getattr(arch, default)
         if default is None:
             notes.append(f"{key}: absent from config and the {layout.name} layout documents no default "
                          "(unknown; a forward pass needs it)")
@@ -369,7 +384,7 @@ def _is_int_or_none(value: Any) -> bool:
 # Every engine that reads a drafter config through AutoConfig then fails to load it.  key -> (test, must be).
 # Found by the AutoConfig property in tests/test_properties.py; tests/test_rel_parsers.py checks the dtype names
 # against torch and AutoConfig.
-TRANSFORMERS_MODEL_TYPES = frozenset({"llama", "qwen3", "deepseek_v3"})
+TRANSFORMERS_MODEL_TYPES = frozenset(t for arch in architectures.ARCHITECTURES.values() for t in arch.transformers_model_types)
 TORCH_DTYPE_NAMES = frozenset({
     "float16", "half", "bfloat16", "float32", "float", "float64", "double", "complex64", "cfloat", "complex128",
     "cdouble", "uint8", "int8", "int16", "short", "int32", "int", "int64", "long", "uint16", "uint32", "uint64",
@@ -468,6 +483,17 @@ def read_fields(layout: type[Layout], config: Mapping[str, Any]) -> tuple[dict[s
     return values, consumed
 
 
+def config_model_for(config: dict[str, Any]) -> type[BaseModel]:
+    """The schema a config.json should satisfy: speculators' own, else its architecture's config model."""
+    if "speculators_model_type" in config:
+        from .speculators import SpeculatorsEagle3Config  # the one layout with a config model of its own
+
+        return SpeculatorsEagle3Config
+    arch = architectures.detect(config.get("model_type"), config)
+    assert arch is not None  # detection falls back to llama
+    return arch.config_model()
+
+
 def read_drafter(layout: type[Layout], config: Mapping[str, Any], tensors: Mapping[str, TensorInfo],
                  *, aux_convention: AuxConvention | None = None) -> ReadResult:
     """Read a checkpoint's config and tensor table through ``layout`` into a DrafterSpec.
@@ -475,8 +501,6 @@ def read_drafter(layout: type[Layout], config: Mapping[str, Any], tensors: Mappi
     Never raises for problems in the checkpoint: they are collected in
     ``errors`` and ``missing`` so validation can report all of them at once.
     """
-    from ..schemas import config_model_for
-
     canonical_names, errors = map_names(layout, list(tensors))
     by_canonical = {c: tensors[n] for c, n in canonical_names.items()}
     values, consumed = read_fields(layout, config)
@@ -521,7 +545,7 @@ def read_drafter(layout: type[Layout], config: Mapping[str, Any], tensors: Mappi
 
     derive("hidden_size", _shape(t, "norm.weight", 0), "from norm.weight")
     derive("hidden_size", _shape(t, "fc.weight", 0), "from fc.weight")
-    derive("intermediate_size", _shape(t, "layers.0.mlp.gate_proj.weight", 0), "from layers.0.mlp.gate_proj.weight")
+    arch.derive_mlp(t, values, derive)
     derive("vocab_size", _shape(t, "embed_tokens.weight", 0), "from embed_tokens.weight")
     derive("vocab_size", _shape(t, "t2d", 0), "from t2d")
     derive("draft_vocab_size", _shape(t, "lm_head.weight", 0), "from lm_head.weight")

@@ -21,7 +21,6 @@ class EagleLayout(Layout):
     renames = (Rename("midlayer.{rest}", "layers.0.{rest}"), Rename("{rest}", "{rest}"))
     fields = hf_fields(num_aux_hidden_states=None, norm_before_fc=None, norm_before_residual=None,
                        use_aux_hidden_state=None, fc_norm=None, norm_output=None)
-    architectures = {"llama": ("LlamaForCausalLM",)}
     flags = frozenset()
     fixed_aux_count = 3
     max_layers = 1

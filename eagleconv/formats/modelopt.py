@@ -27,7 +27,6 @@ class ModelOptLayout(Layout):
         norm_before_fc=ConfigField(("eagle_config.norm_before_fc",)),
         num_aux_hidden_states=None, fc_norm=None, norm_output=None, norm_before_residual=None,
     )
-    architectures = {"llama": ("LlamaForCausalLMEagle3",), "deepseek_mla": ("Eagle3DeepseekV2ForCausalLM",)}
     flags = frozenset({"norm_before_fc", "use_aux_hidden_state"})
     defaults = {"target_hidden_size": SameAs("hidden_size"), "num_aux_hidden_states": 3,
                 "norm_before_fc": False, "use_aux_hidden_state": True}

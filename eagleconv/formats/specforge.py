@@ -25,7 +25,6 @@ class SpecForgeLayout(Layout):
         num_aux_hidden_states=None, norm_before_fc=None, norm_before_residual=None, use_aux_hidden_state=None,
     )
     aux_convention = "layer_output"
-    architectures = {"llama": ("LlamaForCausalLMEagle3",)}
     flags = frozenset({"fc_norm", "norm_output"})
     fixed_aux_count = 3
     max_layers = 1

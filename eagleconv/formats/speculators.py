@@ -16,7 +16,7 @@ from pydantic import Field, PositiveInt
 
 from ..architectures.llama import LlamaDecoderFields
 from ..drafter import DrafterSpec, Verifier
-from ..schemas import _Config, _Eagle3Fields
+from ..config_fields import _Config, _Eagle3Fields
 from . import register
 from .base import Seen, ConfigField, Layout, SameAs, get_path, hf_fields
 
@@ -60,7 +60,6 @@ class SpeculatorsLayout(Layout):
         norm_before_fc=ConfigField(("norm_before_fc",)),
         use_aux_hidden_state=None,
     )
-    architectures = {"llama": ("Eagle3Speculator",), "qwen3": ("Eagle3Speculator",)}
     flags = frozenset({"fc_norm", "norm_before_fc", "norm_output", "norm_before_residual"})
     defaults = {"target_hidden_size": SameAs("hidden_size"), "num_aux_hidden_states": 3,
                 "norm_before_residual": False, "norm_before_fc": False, "fc_norm": False, "norm_output": False}

@@ -1,13 +1,12 @@
 """TorchSpec's HF export (``tools/convert_to_hf.py``): ``layers.0.*`` keys, version-stamped.
 
 Aux ids live in ``eagle_config`` and K in ``num_aux_hidden_states``.  TorchSpec's
-``--vllm`` export adds +1 to the ids of kimi_k2 (MLA) drafters only, so its MLA
-ids are read as ``layer_output`` numbering and its Llama ids as vLLM's.
+``--vllm`` export adds +1 to the ids of kimi_k2 (MLA) drafters only, so the MLA
+architecture states ``layer_output`` numbering for this layout; others are read as vLLM's.
 """
 
 from __future__ import annotations
 
-from ..drafter import AuxConvention
 from . import register
 from .base import Seen, Capability, ConfigField, Layout, SameAs, hf_fields
 
@@ -21,16 +20,11 @@ class TorchSpecLayout(Layout):
         aux_layer_ids=ConfigField(("eagle_config.eagle_aux_hidden_state_layer_ids",)),
         norm_before_fc=None, norm_before_residual=None,
     )
-    architectures = {"llama": ("LlamaForCausalLMEagle3",), "deepseek_mla": ("Eagle3DeepseekV2ForCausalLM",)}
     flags = frozenset({"fc_norm", "norm_output", "use_aux_hidden_state"})
     defaults = {"target_hidden_size": SameAs("hidden_size"), "num_aux_hidden_states": 3,
                 "fc_norm": False, "norm_output": False}
     cannot_hold = (Capability(r"input_norm\.weight", "never", "TorchSpec drafters have no norm_before_fc input_norm"),)
     meta_keys = Layout.meta_keys | {"_torchspec_version"}
-
-    @classmethod
-    def aux_convention_for(cls, architecture: str) -> AuxConvention:
-        return "layer_output" if architecture == "deepseek_mla" else "hidden_state_index"
 
     @classmethod
     def looks_like(cls, seen: Seen):

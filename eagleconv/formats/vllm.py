@@ -12,7 +12,7 @@ TRT-LLM's ``eagle_config.return_hidden_post_norm``.
 from __future__ import annotations
 
 from . import register
-from .base import ConfigField, Layout, PerArchitecture, SameAs, Seen, architectures_of, has_prefix, hf_fields
+from .base import ConfigField, FromArchitecture, Layout, SameAs, Seen, architectures_of, has_prefix, hf_fields
 
 VLLM_ARCHITECTURES = {
     "LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM", "Eagle3Qwen3ForCausalLM",
@@ -35,22 +35,15 @@ class VllmLayout(Layout):
         norm_output=ConfigField(("norm_output", "eagle_config.return_hidden_post_norm"),
                                 write=("norm_output", "eagle_config.return_hidden_post_norm")),
     )
-    architectures = {
-        "llama": ("LlamaForCausalLMEagle3",),
-        "qwen3": ("Eagle3Qwen3ForCausalLM",),
-        "deepseek_mla": ("Eagle3DeepseekV2ForCausalLM",),
-    }
-    # vLLM 0.32 recognises a wrapped drafter as MLA only for these inner model_types.
-    model_types = {"kimi_k2": "deepseek_v3"}
     defaults = {
         "target_hidden_size": SameAs("hidden_size"),
         "num_aux_hidden_states": 3,
         "fc_norm": False, "norm_before_fc": False, "norm_output": False,
         "norm_before_residual": False, "use_aux_hidden_state": True,
-        # vLLM's EAGLEConfig falls back to LlamaConfig / DeepseekV3Config (1e-6); RoPE base
-        # 10000 when nothing is given, 1e6 for Qwen3 (set_default_rope_theta).
-        "rms_norm_eps": 1e-6,
-        "rope_theta": PerArchitecture(llama=10000.0, qwen3=1000000.0, deepseek_mla=10000.0),
+        # vLLM's EAGLEConfig falls back to its family's config class (LlamaConfig / DeepseekV3Config: eps 1e-6);
+        # RoPE base 10000 when nothing is given, 1e6 for Qwen3 (set_default_rope_theta): each architecture states its own.
+        "rms_norm_eps": FromArchitecture("default_rms_norm_eps"),
+        "rope_theta": FromArchitecture("default_rope_theta"),
     }
 
     @classmethod

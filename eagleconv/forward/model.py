@@ -15,20 +15,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from .. import architectures
 from ..drafter import DrafterSpec
 from ..errors import FindingsError
-from ..formats.vllm import VllmLayout
-from .attention import Cache, attention_of
+from ..nn.attention import Cache
+from ..rope.rotary import ResolvedRope, resolve_rope
 from .ops import NormOps, get_ops
-from .rope import resolve_rope
 from .weights import BlockCache, TensorSource, Weights, stored_name
 
 COMPUTE_DTYPES = ("float32", "float64", "checkpoint")
-# LlamaConfig / Qwen3Config / DeepseekV3Config default, what vLLM's EAGLEConfig falls back to: one home, the vllm layout
-DEFAULT_EPS: float = VllmLayout.defaults["rms_norm_eps"]
 _CHECKPOINT_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "F64": torch.float64}
 
 
@@ -45,6 +41,11 @@ class UnrunnableDrafter(FindingsError):
         first = " ".join(problems[0])
         more = f" (and {len(problems) - 1} more tensor problem(s))" if len(problems) > 1 else ""
         super().__init__(f"the forward pass cannot run: {first}{more}", path)
+
+
+def rope_of(spec: DrafterSpec) -> ResolvedRope:
+    """The spec's RoPE as vLLM runs it; an absent theta is the architecture's engine default (reported in notes)."""
+    return resolve_rope(spec.rope, spec.architecture, architectures.get(spec.architecture).default_rope_theta)
 
 
 # Tensors the forward replaces when absent (the target's rows, or seeded synthetic ones; d2t/t2d: identity).
@@ -137,17 +138,18 @@ class Drafter:
             self.dtype = getattr(torch, dtype)
         self.compute_dtype = str(self.dtype).removeprefix("torch.")
         self.ops: NormOps = get_ops(backend, recipe)
-        self.rope = resolve_rope(spec.rope, spec.architecture)
+        arch = architectures.get(spec.architecture)
+        self.rope = rope_of(spec)
         self.notes += list(self.rope.notes)
-        if spec.rms_norm_eps is None:
-            self.eps = DEFAULT_EPS
-            self.notes.append(f"rms_norm_eps absent: the engine's config-class default {DEFAULT_EPS:g}")
+        if spec.rms_norm_eps is None:  # the engine's config class for the family falls back to its own
+            self.eps = arch.default_rms_norm_eps
+            self.notes.append(f"rms_norm_eps absent: the engine's config-class default {self.eps:g}")
         else:
             self.eps = float(spec.rms_norm_eps)
         self.w = Weights(source, self.dtype, seed=seed, target_embed=target_embed, target_lm_head=target_lm_head,
                          device=device, cache=cache)
         self.w.width = spec.hidden_size
-        self.attention = attention_of(spec.architecture)
+        self.attention, self.mlp = arch.attention, arch.mlp  # the architecture's decoder layer
         problems = forward_problems(spec, source)
         if not problems:
             self.target_ids = self._draft_to_target()
@@ -192,12 +194,6 @@ class Drafter:
             a = ops.fc_norm_concat(a.chunk(K, dim=-1), [w.get(f"fc_norm.{i}.weight") for i in range(K)], self.eps)
         return w.linear(a, "fc.weight", "fc.bias", keep=False)  # once per draft: caching it would crowd out the layers
 
-    def _mlp(self, h: torch.Tensor, p: str) -> torch.Tensor:
-        w = self.w
-        gate = w.linear(h, p + "mlp.gate_proj.weight", p + "mlp.gate_proj.bias")
-        up = w.linear(h, p + "mlp.up_proj.weight", p + "mlp.up_proj.bias")
-        return w.linear(F.silu(gate) * up, p + "mlp.down_proj.weight", p + "mlp.down_proj.bias")
-
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, hidden: torch.Tensor,
                 cache: list[Cache] | None = None) -> StepOutput:
         """One drafter pass: ids [B, n], positions [n], hidden [B, n, H] (combined features or fed-back state)."""
@@ -219,7 +215,7 @@ class Drafter:
             o, layer_cache = self.attention(u, positions, cache[j] if cache else None, w, p, spec, self.rope, ops, eps)
             new_cache.append(layer_cache)
             h2, res = ops.fused_add_rms_norm(o, res, w.get(p + "post_attention_layernorm.weight"), eps)
-            m = self._mlp(h2, p)
+            m = self.mlp(h2, w, p)
             w.release()
         assert m is not None and res is not None
         out, pre = ops.fused_add_rms_norm(m, res, w.get("norm.weight"), eps)

@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from .. import architectures
 from ..drafter import EagleFlags
 from ..formats.base import BOOL_FIELDS, INT_FIELDS, INT_LIST_FIELDS, MISSING, Layout, get_path
 from ..formats.modelopt import MODELOPT_EAGLE_KEYS
@@ -32,9 +33,6 @@ from ..rope import ROPE_KEYS
 _PRETRAINED = "transformers' PretrainedConfig bookkeeping"
 _TRANSFORMERS_4 = "transformers 4.x PretrainedConfig defaults (generation and export switches)"
 _LLAMA = "transformers' LlamaConfig (training and generation settings, not the drafter's forward)"
-_QWEN3 = "transformers' Qwen3Config sliding-window settings, written by save_pretrained"
-_DEEPSEEK = ("transformers' DeepseekV3Config (MoE and MTP settings; an EAGLE-3 MLA drafter's layer has a dense MLP, "
-             "which its tensors show; RoPE is read as interleaved)")
 
 # Keys relative to the top level or to the layout's decoder location (speculators' transformer_layer_config),
 # with who writes them.  Checked against transformers' config classes by tests/test_rel_keys.py.
@@ -55,12 +53,8 @@ HARMLESS: dict[str, str] = {
                      "begin_suppress_tokens"), _TRANSFORMERS_4),
     **dict.fromkeys(("attention_dropout", "initializer_range", "pretraining_tp", "use_cache", "bos_token_id",
                      "eos_token_id", "pad_token_id", "tie_word_embeddings"), _LLAMA),
-    **dict.fromkeys(("use_sliding_window", "sliding_window", "max_window_layers", "layer_types"), _QWEN3),
-    **dict.fromkeys(("first_k_dense_replace", "moe_intermediate_size", "n_group", "n_routed_experts",
-                     "n_shared_experts", "norm_topk_prob", "num_experts_per_tok", "num_nextn_predict_layers",
-                     "output_router_logits", "qk_head_dim", "rope_interleave", "routed_scaling_factor", "topk_group",
-                     "aux_loss_alpha", "scoring_func", "topk_method", "ep_size", "moe_layer_freq", "seq_aux"),
-                    _DEEPSEEK),
+    # each architecture's own (its transformers config class's keys that change nothing in a drafter)
+    **{k: why for arch in architectures.ARCHITECTURES.values() for k, why in arch.harmless_config_keys.items()},
     "embed_requires_grad": "speculators' training switch (Eagle3SpeculatorConfig)",
     "has_no_defaults_at_init": "speculators' config bookkeeping",
     **dict.fromkeys(("attn_implementation", "parallel_drafting", "mask_token_id", "pard_token"),
@@ -132,8 +126,7 @@ def _canonical_by_path() -> dict[str, str]:
 
 def known_paths(layout: type[Layout], config: Mapping[str, Any]) -> dict[str, str | None]:
     """Config paths some reader of ``layout`` uses -> the canonical field each sets (None: none)."""
-    from .. import architectures
-    from ..schemas import config_model_for
+    from ..formats.base import config_model_for
 
     prefix = layout.decoder_prefix()
     canonical = _canonical_by_path()

@@ -1,4 +1,4 @@
-"""Shared attention pieces for the reference forward; each architecture module owns its attention.
+"""Causal attention over a drafter's KV cache, the piece every architecture's attention is written with.
 
 ``Architecture.attention`` (eagleconv/architectures/*.py) takes the layer input ``u`` [B, n, in], the positions of its
 rows [n], the layer's KV cache entry (keys/values of earlier positions, or
@@ -9,11 +9,9 @@ reference), as vLLM's backends accumulate it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 
-from .ops import acc_dtype
+from .norm import acc_dtype
 
 Cache = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # keys [B, h, L, dk], values [B, h, L, dv], positions [L]
 
@@ -34,9 +32,3 @@ def extend(cache: Cache | None, k: torch.Tensor, v: torch.Tensor, pos: torch.Ten
         return k, v, pos
     return torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2), torch.cat([cache[2], pos])
 
-
-def attention_of(architecture: str) -> Callable[..., tuple[torch.Tensor, Cache]]:
-    """The attention function of a registered architecture."""
-    from ..architectures import get
-
-    return get(architecture).attention
