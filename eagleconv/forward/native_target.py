@@ -131,7 +131,8 @@ class NativeTarget:
         self.eps = float(cfg["rms_norm_eps"])
         self.rope = resolve_rope(typed_rope, arch)
         self.ops = get_ops("torch", "native")
-        self.attention = get(arch).attention
+        self.architecture = get(arch)  # forward.kv_cache.target_step reads its qk_norm
+        self.attention = self.architecture.attention
         tensors = _read_weights(self.path)
         tied = cfg.get("tie_word_embeddings", False)
         embed, head = tensors.get("embed_tokens.weight"), tensors.get("lm_head.weight")
@@ -171,6 +172,16 @@ class NativeTarget:
                 "shapes: " + ", ".join(wrong[:3]) if wrong else "",
                 "missing: " + ", ".join(missing[:3]) if missing else "",
                 "unread tensors: " + ", ".join(extra[:3]) if extra else "") if x))
+
+    def to(self, device: str) -> NativeTarget:
+        """Every weight moved to ``device`` (``simulate --device cuda``); the forward then runs there."""
+        from .weights import DictSource, Weights
+
+        source = self.w.source
+        self.w = Weights(DictSource({n: source.raw(n).to(device) for n in source.names()}), torch.float32,
+                         device=device)
+        self.w.width = self.hidden_size
+        return self
 
     @property
     def embed(self) -> torch.Tensor:
