@@ -51,6 +51,9 @@ def simulate(ctx: click.Context, drafter: str, target: str, prompts: str | None,
     """Greedy speculative decoding offline: the counters and drafts vLLM would produce, before deploying."""
 
     def body():
+        from .validate_cmds import _passive_omp
+
+        _passive_omp()  # idle OpenMP threads sleep: with every core in use, a spinning one takes a busy one's
         from ..simulate import simulate as run
 
         with _progress() as bar:
