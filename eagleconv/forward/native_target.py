@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..errors import FormatError
+from ..errors import EagleconvError, FormatError
 
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3"}
 REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
@@ -84,7 +84,10 @@ def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
 
     if not ((directory / "model.safetensors.index.json").is_file() or (directory / "model.safetensors").is_file()):
         raise NativeUnsupported("no model.safetensors (or index) in the target directory")
-    store = open_checkpoint(directory)
+    try:
+        store = open_checkpoint(directory)
+    except EagleconvError:  # e.g. weights symlinked outside the directory: read (and copy) them as before
+        return _copy_weights(directory)
     try:
         if not store.weights_kind.startswith("safetensors"):
             raise NativeUnsupported(f"weights stored as {store.weights_kind}, not safetensors")
@@ -93,6 +96,21 @@ def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
         tensors.close()  # the tensors keep their mappings
     finally:
         store.close()
+    return out
+
+
+def _copy_weights(directory: Path) -> dict[str, torch.Tensor]:
+    """Every tensor copied into memory by safetensors (the files as their links lead, float32)."""
+    from safetensors import safe_open
+
+    index = directory / "model.safetensors.index.json"
+    files = (sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file()
+             else ["model.safetensors"])
+    out: dict[str, torch.Tensor] = {}
+    for name in files:
+        with safe_open(str(directory / name), framework="pt") as f:
+            for key in f.keys():  # noqa: SIM118 - safe_open is not a mapping
+                out[key.removeprefix("model.")] = f.get_tensor(key).float()
     return out
 
 
