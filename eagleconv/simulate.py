@@ -75,7 +75,7 @@ class EngineDrafter:
     notes: list[str]
 
 
-def engine_drafter(drafter: str | Path, engine: str, target: Any) -> EngineDrafter:
+def engine_drafter(drafter: str | Path, engine: str, target: Any, device: str = "cpu") -> EngineDrafter:
     """Read ``drafter`` the way ``engine``'s loader does (vLLM 0.32 rules, V1 runner); raise where it raises.
 
     Flags and captured layers come from the engine view (``forward.run.engine_forward_view``); tensors the
@@ -88,7 +88,7 @@ def engine_drafter(drafter: str | Path, engine: str, target: Any) -> EngineDraft
     from .forward.api import default_aux_ids
     from .forward.model import Drafter
     from .forward.run import OverlaySource, engine_forward_view
-    from .forward.weights import CheckpointSource
+    from .forward.weights import BlockCache, CheckpointSource, ResidentSource
     from .loading import load_drafter
 
     profile = resolve_engines([engine])[0]
@@ -141,8 +141,9 @@ def engine_drafter(drafter: str | Path, engine: str, target: Any) -> EngineDraft
         else:
             raise SimulateError(f"{path}: {name} is missing; vLLM leaves it uninitialised (torch.empty) and reports "
                                 f"nothing, so what it drafts cannot be predicted", code=None)
-    model = Drafter(spec, OverlaySource(base, extra) if extra else base, dtype="float32",
-                    target_embed=target.embed.float(), path=str(path))
+    # run every round: the checkpoint read into memory once, its blocks upcast (or uploaded to a GPU) once and kept
+    model = Drafter(spec, ResidentSource(OverlaySource(base, extra) if extra else base), dtype="float32",
+                    target_embed=target.embed.float(), path=str(path), device=device, cache=BlockCache(1 << 40))
     return EngineDrafter(model=model, capture=capture, notes=notes)
 
 
@@ -169,9 +170,20 @@ def _target(target: str | Path, runtime: str) -> Any:
     return open_target(path, runtime)
 
 
+def available_threads() -> int:
+    """The cores this process may run on (its CPU affinity, as a container or ``taskset`` limits it)."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def simulate(drafter: str | Path, target: str | Path, prompts: Sequence[Sequence[int]] | str | Path | None = None,
              *, num_speculative_tokens: int = 3, max_tokens: int = 32, engine: str = "vllm:0.32",
-             target_runtime: str = "auto", progress: StepProgress | None = None) -> SimulateReport:
+             target_runtime: str = "auto", progress: StepProgress | None = None, threads: int | None = None,
+             device: str = "cpu", kv_cache: bool = True) -> SimulateReport:
     """Greedy speculative decoding of ``prompts`` with ``target`` verifying ``drafter``'s proposals, as vLLM runs it.
 
     ``prompts``: token-id lists, a JSON file of them (read by ``forward.inputs.read_prompts``, as every
@@ -180,6 +192,11 @@ def simulate(drafter: str | Path, target: str | Path, prompts: Sequence[Sequence
     forward when it understands every config field and tensor (no transformers import: most of simulate's time
     otherwise), else transformers; ``transformers`` or ``eagleconv`` force one (forward.inputs.open_target).
     ``progress(what, done, total)``: told of the loading, then of the tokens generated of all prompts' max_tokens.
+    ``threads``: torch's intra-op threads (default: every core this process may use).  ``device``: where the
+    target and drafter run (``cuda`` needs eagleconv's runtime and a CUDA device).  ``kv_cache`` (eagleconv's
+    runtime only): keys and values kept across rounds and all prompts verified in one pass per step
+    (forward.kv_cache); False re-runs everything each round, prompt by prompt (the reference the tests compare
+    it with; the transformers runtime always runs that way).
     """
     from ._extras import need
 
@@ -190,71 +207,150 @@ def simulate(drafter: str | Path, target: str | Path, prompts: Sequence[Sequence
 
     if num_speculative_tokens < 1 or max_tokens < 1:
         raise SimulateError("--num-speculative-tokens and --max-tokens must be at least 1", code=None)
+    if threads is not None and threads < 1:
+        raise SimulateError("--threads must be at least 1", code=None)
+    if device != "cpu":
+        if not device.startswith("cuda"):
+            raise SimulateError(f"--device {device}: simulate runs on cpu or cuda", code=None)
+        if not torch.cuda.is_available():
+            raise SimulateError(f"--device {device}: torch {torch.__version__} sees no CUDA device here", code=None)
+        if target_runtime == "transformers":
+            raise SimulateError(f"--device {device} runs the target in eagleconv's runtime, not transformers",
+                                code=None)
     source = Path(prompts) if isinstance(prompts, str | Path) else None
     given = read_prompts(source) if source is not None else check_prompts(
         prompts if prompts is not None else DEFAULT_PROMPTS)  # before the target loads: a bad file fails at once
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # one request at a time of small matrices: extra threads only contend
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads or available_threads())
     try:
-        return _simulate(drafter, target, given, source, num_speculative_tokens, max_tokens, engine, target_runtime,
-                         progress or (lambda what, done, total: None))
+        return _simulate(drafter, target, given, source, num_speculative_tokens, max_tokens, engine,
+                         "eagleconv" if device != "cpu" else target_runtime,
+                         progress or (lambda what, done, total: None), device, kv_cache)
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(before)
+
+
+@dataclass
+class _Request:
+    """One prompt in flight: its verified tokens, caches and every proposal so far."""
+
+    prompt: list[int]
+    seq: list[int]
+    cache: Any  # forward.kv_cache.SlotCache (the target's)
+    drafter: Any  # forward.kv_cache.DraftState
+    drafts: list[list[int]]
+    out_len: int = 1
+
+
+def _decode_cached(tgt: Any, d: EngineDrafter, prompts: list[list[int]], K: int, max_tokens: int,
+                   tick: Any) -> tuple[list[list[int]], list[list[list[int]]], int, list[int]]:
+    """All prompts in lockstep, as vLLM's scheduler runs them: one target pass per step over every unfinished
+    prompt's rows (the prefill: every prompt row; then each prompt's [last token, d_1..d_K]), KV cached."""
+    from .forward.kv_cache import DraftState, Segment, SlotCache, target_step
+
+    reqs = [_Request(list(p), list(p), SlotCache(tgt.num_layers), DraftState(d.model), []) for p in prompts]
+    outs = target_step(tgt, [Segment(r.cache, r.prompt, 0, slice(-1, None)) for r in reqs], d.capture)
+    for r, (greedy, aux) in zip(reqs, outs):
+        r.seq.append(int(greedy[-1]))
+        tick(1)
+        r.drafts.append(r.drafter.propose(r.seq, aux, K))
+    per_pos, accepted_total = [0] * K, 0
+    while True:
+        active = [r for r in reqs if r.out_len < max_tokens]
+        if not active:
+            break
+        outs = target_step(tgt, [Segment(r.cache, [r.seq[-1], *r.drafts[-1]], len(r.seq) - 1) for r in active],
+                           d.capture)
+        for r, (greedy, aux) in zip(active, outs):
+            drafts, accepted = r.drafts[-1], 0
+            while accepted < K and drafts[accepted] == int(greedy[accepted]):
+                accepted += 1
+            accepted_total += accepted
+            for i in range(accepted):
+                per_pos[i] += 1
+            r.seq += [*drafts[:accepted], int(greedy[accepted])]
+            tick(min(accepted + 1, max_tokens - r.out_len))
+            r.out_len += accepted + 1
+            # the target's rows of the accepted tokens are the drafter's new first-pass rows; the rejected
+            # drafts' slots (target and drafter) are written again next round
+            r.drafts.append(r.drafter.propose(r.seq, aux[:accepted + 1], K))
+    num_drafts = sum(len(r.drafts) - 1 for r in reqs)
+    return ([r.seq[len(r.prompt):][:max_tokens] for r in reqs], [r.drafts for r in reqs], num_drafts,
+            [accepted_total, *per_pos])
+
+
+def _decode_uncached(tgt: Any, d: EngineDrafter, prompts: list[list[int]], K: int, max_tokens: int,
+                     tick: Any) -> tuple[list[list[int]], list[list[list[int]]], int, list[int]]:
+    """Prompt by prompt, the target over the whole sequence and the drafter's first pass over every verified row
+    each round: the plain definition, for the transformers runtime and as the cached path's reference."""
+    import torch
+
+    per_pos, num_drafts, accepted_total = [0] * K, 0, 0
+    all_tokens, all_drafts = [], []
+    for prompt in prompts:
+        seq = list(prompt)
+
+        def target_pass(s: list[int]) -> tuple[Any, Any]:
+            greedy, states = tgt.forward(s, d.capture)
+            return greedy, torch.cat([states[i] for i in d.capture], -1)
+
+        greedy, aux = target_pass(seq)
+        seq.append(int(greedy[-1]))
+        tick(1)
+        out_len = 1
+        drafts_here = []
+        while True:
+            drafts = propose(d, seq, aux, K)
+            drafts_here.append(drafts)
+            if out_len >= max_tokens:
+                break
+            greedy, aux_full = target_pass(seq + drafts)
+            n = len(seq)
+            accepted = 0
+            while accepted < K and drafts[accepted] == int(greedy[n - 1 + accepted]):
+                accepted += 1
+            num_drafts += 1
+            accepted_total += accepted
+            for i in range(accepted):
+                per_pos[i] += 1
+            seq = seq + drafts[:accepted] + [int(greedy[n - 1 + accepted])]
+            aux = aux_full[: len(seq) - 1]
+            tick(min(accepted + 1, max_tokens - out_len))
+            out_len += accepted + 1
+        all_tokens.append(seq[len(prompt):][:max_tokens])
+        all_drafts.append(drafts_here)
+    return all_tokens, all_drafts, num_drafts, [accepted_total, *per_pos]
 
 
 def _simulate(drafter: str | Path, target: str | Path, prompts: list[list[int]], source: Path | None,
               num_speculative_tokens: int, max_tokens: int, engine: str, target_runtime: str,
-              progress: StepProgress) -> SimulateReport:
+              progress: StepProgress, device: str = "cpu", kv_cache: bool = True) -> SimulateReport:
     import torch
 
     from .forward.inputs import check_prompts
 
     progress("loading the target and the drafter", 0, 2)
     tgt = _target(target, target_runtime)
+    if device != "cpu":
+        tgt.to(device)
     prompts = check_prompts(prompts, source, tgt.vocab_size)
     progress("loading the target and the drafter", 1, 2)
-    d = engine_drafter(drafter, engine, tgt)
+    d = engine_drafter(drafter, engine, tgt, device)
     progress("loading the target and the drafter", 2, 2)
-    generating, generated, planned = "generating tokens", 0, len(prompts) * max_tokens
+    generating, planned = "generating tokens", len(prompts) * max_tokens
+    done = [0]
+
+    def tick(n: int) -> None:
+        done[0] += n
+        progress(generating, done[0], planned)
+
     progress(generating, 0, planned)
     K = num_speculative_tokens
-    per_pos = [0] * K
-    num_drafts = accepted_total = 0
-    all_tokens, all_drafts = [], []
+    decode = _decode_cached if kv_cache and tgt.runtime == "eagleconv" else _decode_uncached
     with torch.no_grad():
-        for prompt in prompts:
-            seq = list(prompt)
-
-            def target_pass(s: list[int]) -> tuple[Any, Any]:
-                greedy, states = tgt.forward(s, d.capture)
-                return greedy, torch.cat([states[i] for i in d.capture], -1)
-
-            greedy, aux = target_pass(seq)
-            seq.append(int(greedy[-1]))
-            out_len = 1
-            drafts_here = []
-            while True:
-                drafts = propose(d, seq, aux, K)
-                drafts_here.append(drafts)
-                if out_len >= max_tokens:
-                    break
-                greedy, aux_full = target_pass(seq + drafts)
-                n = len(seq)
-                accepted = 0
-                while accepted < K and drafts[accepted] == int(greedy[n - 1 + accepted]):
-                    accepted += 1
-                num_drafts += 1
-                accepted_total += accepted
-                for i in range(accepted):
-                    per_pos[i] += 1
-                seq = seq + drafts[:accepted] + [int(greedy[n - 1 + accepted])]
-                aux = aux_full[: len(seq) - 1]
-                progress(generating, generated + min(out_len + accepted + 1, max_tokens), planned)
-                out_len += accepted + 1
-            generated += max_tokens
-            progress(generating, generated, planned)
-            all_tokens.append(seq[len(prompt):][:max_tokens])
-            all_drafts.append(drafts_here)
+        all_tokens, all_drafts, num_drafts, (accepted_total, *per_pos) = decode(tgt, d, prompts, K, max_tokens,
+                                                                                tick)
+    progress(generating, planned, planned)
     return SimulateReport(
         tokens=all_tokens, num_drafts=num_drafts, num_draft_tokens=num_drafts * K,
         num_accepted_tokens=accepted_total, accepted_per_position=per_pos,

@@ -40,18 +40,25 @@ def render_simulate(report, console) -> None:
 @click.option("--target-runtime", type=click.Choice(("auto", "eagleconv", "transformers")), default="auto",
               show_default=True, help="What computes the target: eagleconv's own Llama/Qwen3 forward (no transformers "
               "import), transformers, or auto (eagleconv where it understands the whole config, else transformers).")
+@click.option("--threads", type=click.IntRange(min=1), default=None, metavar="N",
+              help="CPU threads for the forward passes (default: every core this process may use).")
+@click.option("--device", default="cpu", show_default=True, metavar="DEVICE",
+              help="cpu, or cuda (eagleconv's target runtime on a CUDA GPU; refused where there is none).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def simulate(ctx: click.Context, drafter: str, target: str, prompts: str | None, k: int, max_tokens: int, engine: str,
-             target_runtime: str, as_json: bool) -> None:
+             target_runtime: str, threads: int | None, device: str, as_json: bool) -> None:
     """Greedy speculative decoding offline: the counters and drafts vLLM would produce, before deploying."""
 
     def body():
+        from .validate_cmds import _passive_omp
+
+        _passive_omp()  # idle OpenMP threads sleep: with every core in use, a spinning one takes a busy one's
         from ..simulate import simulate as run
 
         with _progress() as bar:
             report = run(drafter, target, prompts, num_speculative_tokens=k, max_tokens=max_tokens, engine=engine,
-                         target_runtime=target_runtime, progress=bar.step)
+                         target_runtime=target_runtime, progress=bar.step, threads=threads, device=device)
         if as_json:
             click.echo(report.model_dump_json(indent=2))
         else:

@@ -58,6 +58,31 @@ class DictSource:
         pass
 
 
+class ResidentSource:
+    """Another source's tensors read into memory once and kept (``release`` keeps them): for a drafter run many
+    times over (simulate's rounds), where re-faulting mapped pages on every pass cost more than the arithmetic."""
+
+    def __init__(self, base: TensorSource):
+        self.base = base
+        self._t: dict[str, torch.Tensor] = {}
+
+    def names(self) -> set[str]:
+        return self.base.names()
+
+    def raw(self, name: str) -> torch.Tensor:
+        t = self._t.get(name)
+        if t is None:
+            t = self._t[name] = self.base.raw(name).clone()
+            self.base.release()
+        return t
+
+    def label(self, name: str) -> str:
+        return stored_name(self.base, name)
+
+    def release(self) -> None:
+        pass
+
+
 def unrunnable_dtype(name: str, dtype: str) -> str | None:
     """Why the forward cannot compute with canonical tensor ``name`` stored as ``dtype``, or None.
 
@@ -237,9 +262,10 @@ class Weights:
         """Embedding rows for target-vocabulary ``ids`` (any shape)."""
         flat = ids.reshape(-1)
         if self.has("embed_tokens.weight"):
-            rows = self.source.raw("embed_tokens.weight").index_select(0, flat.cpu())
+            table = self.source.raw("embed_tokens.weight")
+            rows = table.index_select(0, flat.to(table.device))
         elif self.target_embed is not None:
-            rows = self.target_embed.index_select(0, flat.cpu())
+            rows = self.target_embed.index_select(0, flat.to(self.target_embed.device))  # cuda with --device cuda
         else:
             self.synthetic_embed_ids.update(int(i) for i in flat.tolist())
             rows = synthetic_rows(self.seed, "embed", flat.tolist(), self.width)

@@ -91,7 +91,7 @@ def inv_freq(rope: ResolvedRope, rot: int, dtype: torch.dtype = torch.float) -> 
 def cos_sin(rope: ResolvedRope, rot: int, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin [n, rot/2] for integer ``positions``: float32 cache, cast to ``dtype``."""
     cache = torch.float64 if dtype == torch.float64 else torch.float32
-    freqs = positions.to(cache).unsqueeze(-1) * inv_freq(rope, rot, cache).unsqueeze(0)
+    freqs = positions.to(cache).unsqueeze(-1) * inv_freq(rope, rot, cache).to(positions.device).unsqueeze(0)
     scale = 1.0
     p = rope.params
     if rope.kind == "yarn":

@@ -1,0 +1,209 @@
+"""simulate at real-model speed (issue 15): KV caches across rounds, all prompts verified in one pass per step,
+threads, ``--device``, and the published config fields the native target runtime accepts.
+
+The cached, batched path must draft and generate exactly what the plain definition does (``kv_cache=False``:
+the target re-run over the whole sequence and the drafter's first pass over every verified row, prompt by
+prompt), and the counters must stay those real vLLM 0.32 recorded (fixtures/tiny-pair/vllm-0.32.0-outcomes.json).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from click.testing import CliRunner  # noqa: E402
+
+from eagleconv.cli.main import cli  # noqa: E402
+from eagleconv.forward.kv_cache import Segment, SlotCache, target_step  # noqa: E402
+from eagleconv.forward.native_target import NativeTarget, NativeUnsupported  # noqa: E402
+from eagleconv.parity import VARIANTS, build_variant  # noqa: E402
+from eagleconv.simulate import SimulateError, available_threads, simulate  # noqa: E402
+from eagleconv.synthetic import DrafterRecipe, TinyDims, make_drafter  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+PAIR = REPO / "fixtures" / "tiny-pair"
+PROMPTS = json.loads((PAIR / "prompts.json").read_text())
+RECORD = json.loads((PAIR / "vllm-0.32.0-outcomes.json").read_text())
+SAME = ("tokens", "drafts", "num_drafts", "num_draft_tokens", "num_accepted_tokens", "accepted_per_position")
+COUNTERS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "accepted_per_position")
+
+
+def both_paths(drafter: Path, target: Path, prompts, **kw) -> tuple[dict, dict]:
+    cached = simulate(drafter, target, prompts, kv_cache=True, **kw).model_dump()
+    full = simulate(drafter, target, prompts, kv_cache=False, **kw).model_dump()
+    return {k: cached[k] for k in SAME}, {k: full[k] for k in SAME}
+
+
+@pytest.mark.parametrize("drafter", ["eagle3", "eagle31"])
+@pytest.mark.parametrize("k,max_tokens", [(3, 32), (1, 9), (5, 20)])
+def test_cached_batched_path_equals_the_full_rerun_on_the_tiny_pair(drafter, k, max_tokens):
+    cached, full = both_paths(PAIR / drafter, PAIR / "target", PROMPTS, num_speculative_tokens=k,
+                              max_tokens=max_tokens)
+    assert cached == full
+
+
+# Every parity variant vLLM ran with a defined result: the cached path's counters are the ones vLLM recorded.
+LOADED = [v for v in VARIANTS if RECORD["outcomes"][v.name]["observed"] != "fails" and not v.undefined]
+
+
+@pytest.mark.parametrize("variant", LOADED, ids=lambda v: v.name)
+def test_cached_counters_equal_what_real_vllm_recorded(variant, tmp_path):
+    path = build_variant(variant, tmp_path)
+    report = simulate(path, PAIR / "target", PROMPTS, num_speculative_tokens=RECORD["num_speculative_tokens"],
+                      max_tokens=RECORD["max_tokens"])
+    assert report.target_runtime == "eagleconv"
+    vllm = RECORD["outcomes"][variant.name]["vllm"]
+    assert {k: getattr(report, k) for k in COUNTERS} == {k: vllm[k] for k in COUNTERS}
+
+
+SMALL = dict(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+             num_key_value_heads=2, head_dim=16, initializer_range=0.2, rope_theta=10000.0)
+
+
+def seeded_pair(tmp_path: Path, kind: str) -> tuple[Path, Path]:
+    """A seeded Llama/Qwen3 target written by transformers and a seeded drafter of its width that drafts varied
+    tokens (so every round's drafts depend on the whole cached context)."""
+    config_cls, model_cls = {"llama": ("LlamaConfig", "LlamaForCausalLM"),
+                             "qwen3": ("Qwen3Config", "Qwen3ForCausalLM")}[kind]
+    torch.manual_seed(0)
+    model = getattr(transformers, model_cls)(getattr(transformers, config_cls)(**SMALL))
+    model.save_pretrained(tmp_path / f"target-{kind}")
+    dims = TinyDims(hidden=64, target_hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=96, vocab=300,
+                    draft_vocab=100, aux_ids=(0, 1, 3), target_layers=3)
+    drafter = make_drafter(tmp_path / f"eagle3-{kind}", DrafterRecipe(producer="vllm", architecture=kind,
+                                                                      dims=dims, dtype="float32", seed=3))
+    return drafter, tmp_path / f"target-{kind}"
+
+
+RAGGED = [[1, 17, 42, 99, 7, 30, 200, 5, 5, 64], [1, 250], [1, 4, 9, 16, 25, 36], [7]]
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen3"])
+def test_cached_path_equals_the_full_rerun_on_seeded_targets_with_ragged_prompts(kind, tmp_path):
+    drafter, target = seeded_pair(tmp_path, kind)
+    cached, full = both_paths(drafter, target, RAGGED, num_speculative_tokens=3, max_tokens=24)
+    assert len({tuple(d) for row in full["drafts"] for d in row}) > 10  # the drafts vary: the test can tell
+    assert cached == full
+
+
+def test_a_batched_step_computes_each_prompts_rows_as_the_full_forward(tmp_path):
+    """Ragged rows of three prompts in one pass, appended to their caches: the same states and greedy tokens
+    as NativeTarget.forward over each whole sequence."""
+    _, path = seeded_pair(tmp_path, "qwen3")
+    target = NativeTarget(path)
+    ids = [0, 2, 3]
+    caches = [SlotCache(target.num_layers) for _ in RAGGED[:3]]
+    with torch.no_grad():
+        target_step(target, [Segment(c, p[:-2], 0) for c, p in zip(caches, RAGGED[:3])], ids)
+        outs = target_step(target, [Segment(c, p[-2:], len(p) - 2) for c, p in zip(caches, RAGGED[:3])], ids)
+        for prompt, (greedy, states) in zip(RAGGED[:3], outs):
+            full_greedy, full_states = target.forward(prompt, ids)
+            assert torch.equal(greedy, full_greedy[-2:])
+            torch.testing.assert_close(states, torch.cat([full_states[i][-2:] for i in ids], -1),
+                                       rtol=1e-5, atol=1e-5)
+
+
+def test_slot_cache_overwrites_rejected_slots_and_keeps_earlier_ones_when_it_grows():
+    cache = SlotCache(1)
+    first = torch.arange(2 * 40 * 3, dtype=torch.float32).view(2, 40, 3)
+    cache.write(0, 0, first, -first)
+    rejected = torch.full((2, 4, 3), 99.0)
+    cache.write(0, 40, rejected, rejected)  # a round's drafts: slots 40..43, then only slot 40 accepted
+    accepted = torch.full((2, 70, 3), 7.0)  # the next round writes from slot 41, past the first capacity (64)
+    keys, values = cache.write(0, 41, accepted, -accepted)
+    assert keys.shape == (2, 111, 3)
+    assert torch.equal(keys[:, :40], first) and torch.equal(values[:, :40], -first)
+    assert torch.equal(keys[:, 40], rejected[:, 0]) and torch.equal(keys[:, 41:], accepted)
+    assert not (keys[:, 41:44] == 99.0).any()  # the rejected drafts' slots hold the new rows
+
+
+def test_threads_default_to_every_available_core_and_are_restored():
+    seen: list[int] = []
+    before = torch.get_num_threads()
+    simulate(PAIR / "eagle3", PAIR / "target", PROMPTS[:1], max_tokens=2,
+             progress=lambda what, done, total: seen.append(torch.get_num_threads()))
+    assert set(seen) == {available_threads()} and torch.get_num_threads() == before
+    seen.clear()
+    simulate(PAIR / "eagle3", PAIR / "target", PROMPTS[:1], max_tokens=2, threads=1,
+             progress=lambda what, done, total: seen.append(torch.get_num_threads()))
+    assert set(seen) == {1}
+
+
+def test_cli_threads_option_reaches_torch(tmp_path):
+    script = ("import sys, torch\nimport eagleconv.simulate as s\nreal = s._simulate\n"
+              "def spy(*a, **k):\n    print('THREADS', torch.get_num_threads(), file=sys.stderr)\n"
+              "    return real(*a, **k)\ns._simulate = spy\nfrom eagleconv.cli.main import main\n"
+              "sys.argv = ['eagleconv', *sys.argv[1:]]\nmain()\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run([sys.executable, "-c", script, "simulate", str(PAIR / "eagle3"), "--target",
+                           str(PAIR / "target"), "--max-tokens", "2", "--threads", "1", "--json"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "THREADS 1" in done.stderr
+    assert json.loads(done.stdout)["max_tokens"] == 2
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where there is no CUDA device")
+def test_device_cuda_without_a_gpu_is_one_clear_line():
+    result = CliRunner().invoke(cli, ["simulate", str(PAIR / "eagle3"), "--target", str(PAIR / "target"),
+                                      "--device", "cuda"])
+    assert result.exit_code == 2
+    line = result.output.strip()
+    assert "\n" not in line and "Traceback" not in line and "no CUDA device" in line, result.output
+
+
+@pytest.mark.parametrize("kw,message", [({"device": "tpu"}, "cpu or cuda"), ({"threads": 0}, "at least 1")])
+def test_bad_device_or_threads_are_refused(kw, message):
+    with pytest.raises(SimulateError, match=message):
+        simulate(PAIR / "eagle3", PAIR / "target", PROMPTS, **kw)
+
+
+# SmolLM2-135M-Instruct's published config.json fields beyond transformers' own, at their published values, and
+# what a transformers dump adds: none changes the math, so each alone keeps the target in eagleconv's runtime.
+PUBLISHED = {"is_llama_config": True, "rope_interleaved": False, "pretraining_tp": 1, "use_cache": True,
+             "transformers_version": "4.42.3", "pad_token_id": 2, "unk_token_id": 0,
+             "initializer_range": 0.041666666666666664, "attention_dropout": 0.0, "rope_scaling": None,
+             "_name_or_path": "HuggingFaceTB/SmolLM2-135M-Instruct",
+             "transformers.js_config": {"kv_cache_dtype": {"q4f16": "float16", "fp16": "float16"}}}
+
+
+def edited_target(tmp_path: Path, **fields) -> Path:
+    out = tmp_path / "target"
+    out.mkdir()
+    for f in (PAIR / "target").iterdir():
+        (out / f.name).symlink_to(f)
+    (out / "config.json").unlink()
+    (out / "config.json").write_text(json.dumps({**json.loads((PAIR / "target" / "config.json").read_text()),
+                                                 **fields}))
+    return out
+
+
+@pytest.mark.parametrize("key", sorted(PUBLISHED))
+def test_each_published_field_at_its_published_value_runs_natively(key, tmp_path):
+    path = edited_target(tmp_path, **{key: PUBLISHED[key]})
+    reference = simulate(PAIR / "eagle3", PAIR / "target", PROMPTS[:2], max_tokens=8)
+    report = simulate(PAIR / "eagle3", path, PROMPTS[:2], max_tokens=8)
+    assert report.target_runtime == "eagleconv", report.notes
+    assert report.tokens == reference.tokens and report.drafts == reference.drafts
+
+
+@pytest.mark.parametrize("key,value,reason", [
+    ("rope_interleaved", True, "rope_interleaved = True"), ("pretraining_tp", 2, "pretraining_tp = 2"),
+    ("attention_dropout", 0.1, "attention_dropout = 0.1"), ("mlp_bias", True, "mlp_bias = True"),
+    ("hidden_act", "gelu", "hidden_act = 'gelu'"), ("rope_scaling", {"rope_type": "dynamic", "factor": 2.0}, "rope"),
+])
+def test_a_value_that_changes_the_math_is_refused_with_the_reason(key, value, reason, tmp_path):
+    path = edited_target(tmp_path, **{key: value})
+    with pytest.raises(NativeUnsupported, match=reason.replace("(", r"\(")):
+        NativeTarget(path)
+    report = simulate(PAIR / "eagle3", path, PROMPTS[:1], max_tokens=4)  # auto: transformers, and it says why
+    assert report.target_runtime == "transformers"
+    assert any(key in n or "rope" in n for n in report.notes), report.notes
