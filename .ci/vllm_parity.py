@@ -1,8 +1,12 @@
 """The vLLM parity tier, eagleconv's side (main environment).  Run it through ``.ci/vllm-parity``.
 
     python .ci/vllm_parity.py --vllm-python VENV/bin/python [--work DIR] [--only NAME ...] [--case-timeout S]
+        [--pair DIR] [--num-speculative-tokens K] [--max-tokens N] [--record [--record-file FILE]]
 
-1. builds the cases: both tiny-pair drafters in the vllm layout (as committed) and in the speculators layout
+``--pair`` runs the tier on another pair laid out like fixtures/tiny-pair (target/, eagle3/, eagle31/,
+prompts.json), e.g. the SmolLM2 pair that fixtures/smollm2/build.py prints.
+
+1. builds the cases: both drafters of the pair (default tiny-pair) in the vllm layout (as committed) and in the speculators layout
    (converted by eagleconv), and every broken variant of eagleconv.parity.VARIANTS;
 2. predicts, for each variant, what vLLM 0.32 does (``validate --engine vllm:0.32 --target``);
 3. runs real vLLM on every case (.ci/vllm_parity_runner.py in the vLLM virtualenv, one engine per drafter,
@@ -71,12 +75,13 @@ def run_vllm(python: str, request: dict, work: Path, case_timeout: float) -> dic
             res_path.write_text(json.dumps(results))
 
 
-def simulate_case(drafter: Path, prompts: list[list[int]], target_runtime: str = "auto") -> dict:
+def simulate_case(drafter: Path, prompts: list[list[int]], target_runtime: str = "auto", target: Path | None = None,
+                  k: int = K, max_tokens: int = MAX_TOKENS) -> dict:
     from eagleconv.simulate import SimulateError, simulate
 
     try:
-        report = simulate(drafter, TINY_PAIR / "target", prompts, num_speculative_tokens=K, max_tokens=MAX_TOKENS,
-                          target_runtime=target_runtime)
+        report = simulate(drafter, target or TINY_PAIR / "target", prompts, num_speculative_tokens=k,
+                          max_tokens=max_tokens, target_runtime=target_runtime)
     except SimulateError as exc:
         return {"status": "error", "error": exc.message}
     return {"status": "ok", **report.model_dump()}
@@ -105,26 +110,35 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", action="append", default=[], help="run only cases whose name contains this")
     ap.add_argument("--case-timeout", type=float, default=300.0)
     ap.add_argument("--record", action="store_true",
-                    help=f"write what vLLM did with each variant to {RECORD.relative_to(REPO)} (read by the tests)")
+                    help="write what vLLM did with each variant to --record-file (read by the tests)")
+    ap.add_argument("--record-file", type=Path, default=RECORD,
+                    help=f"where --record writes (default: {RECORD.relative_to(REPO)})")
+    ap.add_argument("--pair", type=Path, default=TINY_PAIR,
+                    help="the pair: a directory with target/, eagle3/, eagle31/ and prompts.json (default: tiny-pair)")
+    ap.add_argument("--num-speculative-tokens", type=int, default=K, help=f"K (default {K})")
+    ap.add_argument("--max-tokens", type=int, default=MAX_TOKENS, help=f"tokens per prompt (default {MAX_TOKENS})")
     args = ap.parse_args(argv)
+    if args.record and args.pair.resolve() != TINY_PAIR.resolve() and args.record_file == RECORD:
+        ap.error("--record with --pair needs its own --record-file (the default one is tiny-pair's)")
     work = args.work or Path(tempfile.mkdtemp(prefix="eagleconv-vllm-parity-"))
     work.mkdir(parents=True, exist_ok=True)
-    prompts = json.loads((TINY_PAIR / "prompts.json").read_text())
-    target = TINY_PAIR / "target"
+    pair, k, max_tokens = args.pair, args.num_speculative_tokens, args.max_tokens
+    prompts = json.loads((pair / "prompts.json").read_text())
+    target = pair / "target"
 
     from eagleconv.conversion import convert
 
     cases: list[dict] = []
     for base in ("eagle3", "eagle31"):
-        cases.append({"name": f"{base} (vllm layout)", "drafter": str(TINY_PAIR / base), "kind": "layout", "base": base})
+        cases.append({"name": f"{base} (vllm layout)", "drafter": str(pair / base), "kind": "layout", "base": base})
         spec_dir = work / f"{base}-speculators"
-        report = convert(TINY_PAIR / base, spec_dir, "speculators", overwrite=True)
+        report = convert(pair / base, spec_dir, "speculators", overwrite=True)
         if not report.ok:
             print(f"eagleconv could not convert {base} to speculators: {report.findings}", file=sys.stderr)
             return 1
         cases.append({"name": f"{base} (speculators layout)", "drafter": str(spec_dir), "kind": "layout", "base": base})
     for v in VARIANTS:
-        path = build_variant(v, work)
+        path = build_variant(v, work, pair)
         outcome, why = predict(path, target)
         cases.append({"name": v.name, "drafter": str(path), "kind": "variant", "base": v.base, "what": v.what,
                       "predicted": outcome, "findings": why, "known_gap": v.known_gap})
@@ -133,8 +147,8 @@ def main(argv: list[str] | None = None) -> int:
                  or any(o in c["name"] for o in args.only)]
 
     start = time.monotonic()
-    results = run_vllm(args.vllm_python, {"target": str(target), "prompts": prompts, "num_speculative_tokens": K,
-                                          "max_tokens": MAX_TOKENS,
+    results = run_vllm(args.vllm_python, {"target": str(target), "prompts": prompts, "num_speculative_tokens": k,
+                                          "max_tokens": max_tokens,
                                           "cases": [{"name": c["name"], "drafter": c["drafter"]} for c in cases]},
                        work, args.case_timeout)
     vllm_seconds = time.monotonic() - start
@@ -145,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     for c in cases:
         r = results["cases"][c["name"]]
         c["vllm"] = {k: v for k, v in r.items() if k != "traceback"}
-        sim = simulate_case(Path(c["drafter"]), prompts) if r["status"] == "ok" else None
+        sim = simulate_case(Path(c["drafter"]), prompts, "auto", target, k, max_tokens) if r["status"] == "ok" \
+            else None
         c["simulate"] = sim
         problems = compare(r, sim) if sim is not None else []
         if c["kind"] == "layout":
@@ -157,8 +172,8 @@ def main(argv: list[str] | None = None) -> int:
             if r["status"] == "ok":  # both target runtimes: the default (eagleconv's own forward) and transformers
                 if sim is not None and sim["status"] == "ok" and sim["target_runtime"] != "eagleconv":
                     problems.append(f"simulate's auto runtime fell back to {sim['target_runtime']}: {sim['notes']}")
-                problems += [f"(transformers target) {p}" for p in compare(r, simulate_case(Path(c["drafter"]), prompts,
-                                                                                            "transformers"))]
+                problems += [f"(transformers target) {p}" for p in compare(r, simulate_case(
+                    Path(c["drafter"]), prompts, "transformers", target, k, max_tokens))]
         else:
             # a failure needs no base to compare with; a run that loads is judged against its base drafter's run
             c["observed"] = observed(r, bases[c["base"]]) if r["status"] != "ok" or bases[c["base"]]["status"] == "ok" \
@@ -190,10 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     (work / "verdicts.md").write_text(verdict_table(rows))
     if args.record:
         # With --only, the cases not run keep what the record says about them.
-        kept = json.loads(RECORD.read_text())["outcomes"] if args.only and RECORD.exists() else {}
-        RECORD.write_text(json.dumps({
-            "vllm": results.get("vllm"), "runner": "V1 (VLLM_USE_V2_MODEL_RUNNER=0, CPU)", "num_speculative_tokens": K,
-            "max_tokens": MAX_TOKENS,
+        record = args.record_file
+        kept = json.loads(record.read_text())["outcomes"] if args.only and record.exists() else {}
+        record.write_text(json.dumps({
+            "vllm": results.get("vllm"), "runner": "V1 (VLLM_USE_V2_MODEL_RUNNER=0, CPU)", "num_speculative_tokens": k,
+            "max_tokens": max_tokens,
             "outcomes": {**kept, **{c["name"]: {
                 "observed": c["observed"], "what": c["what"], "known_gap": c["known_gap"],
                 "vllm": ({k: c["vllm"][k] for k in ("num_drafts", "num_draft_tokens", "num_accepted_tokens",
