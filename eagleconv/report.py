@@ -134,7 +134,8 @@ class RefitRow(_Report):
     tensors: list[str] = Field(description="the tensors the refit rewrote")
     fitted: str = Field(description="what the refitted weights reproduce")
     tokens: int = Field(..., ge=1, description="calibration tokens the fit used")
-    residual_before: float = Field(..., ge=0, description="||new - old||^2 / ||old||^2 with the norms alone")
+    residual_before: float = Field(..., ge=0, description="mean over tokens of ||new - old||^2 / ||old||^2 "
+                                                        "with the norms alone")
     residual_after: float = Field(..., ge=0, description="the same after the refit")
     residual_held_out: float | None = Field(None, ge=0, description="the same for a fit without every 5th token, "
                                             "measured on those (None: too few tokens to hold any out)")

@@ -122,27 +122,31 @@ def _ridge_solve(gram: torch.Tensor, rhs: torch.Tensor, prior: torch.Tensor, str
 
 def least_squares_refit(x: torch.Tensor, y: torch.Tensor, prior: torch.Tensor, strength: float = REFIT_PRIOR,
                         hold_out: int = HOLD_OUT_EVERY) -> tuple[torch.Tensor, float | None]:
-    """W [out, in] minimising ||x W^T - y||^2 + lam ||W - prior||^2, float64, and its held-out residual.
+    """W [out, in] minimising sum_t ||W x_t - y_t||^2 / ||y_t||^2 + lam ||W - prior||^2, float64, and its
+    held-out residual.
 
-    W maps the new inputs x [N, in] to the old outputs y [N, out]; lam = strength x the mean diagonal of
-    x^T x keeps it posed with fewer tokens than inputs.  The held-out residual is the same fit without every
-    ``hold_out``-th token, measured on those (None with under ``hold_out`` x 4 tokens): the in-sample
-    residual of a wide fit on few tokens flatters it.
+    W maps the new inputs x [N, in] to the old outputs y [N, out].  Each token counts by its relative error:
+    an attention-sink token's states are ~100x the others' and would otherwise decide the whole fit.
+    lam = strength x the mean diagonal of the weighted x^T x keeps it posed with fewer tokens than inputs.
+    The held-out residual is the same fit without every ``hold_out``-th token, measured on those (None with
+    under ``hold_out`` x 4 tokens): the in-sample residual of a wide fit on few tokens flatters it.
     """
     x, y, prior = x.double(), y.double(), prior.double()
-    gram, rhs = x.T @ x, x.T @ y
+    scale = y.pow(2).sum(-1, keepdim=True).clamp_min(1e-300).rsqrt()
+    xw, yw = x * scale, y * scale
+    gram, rhs = xw.T @ xw, xw.T @ yw
     fitted = _ridge_solve(gram, rhs, prior, strength)
     if x.shape[0] < hold_out * 4:
         return fitted, None
-    xh, yh = x[hold_out - 1::hold_out], y[hold_out - 1::hold_out]
+    xh, yh = xw[hold_out - 1::hold_out], yw[hold_out - 1::hold_out]
     partial = _ridge_solve(gram - xh.T @ xh, rhs - xh.T @ yh, prior, strength)
-    return fitted, relative_residual(xh @ partial.T, yh)
+    return fitted, relative_residual(x[hold_out - 1::hold_out] @ partial.T, y[hold_out - 1::hold_out])
 
 
 def relative_residual(predicted: torch.Tensor, wanted: torch.Tensor) -> float:
-    """||predicted - wanted||^2 / ||wanted||^2: the fraction of the old outputs' energy the refit misses."""
-    diff = (predicted.double() - wanted.double()).pow(2).sum()
-    return float(diff / wanted.double().pow(2).sum().clamp_min(1e-300))
+    """mean_t ||predicted_t - wanted_t||^2 / ||wanted_t||^2: how much of each token's old output the refit misses."""
+    p, w = predicted.double().reshape(-1, predicted.shape[-1]), wanted.double().reshape(-1, wanted.shape[-1])
+    return float(((p - w).pow(2).sum(-1) / w.pow(2).sum(-1).clamp_min(1e-300)).mean())
 
 
 def output_norm_refit(pre: torch.Tensor, norm: torch.Tensor, lm_head: torch.Tensor,
@@ -150,12 +154,16 @@ def output_norm_refit(pre: torch.Tensor, norm: torch.Tensor, lm_head: torch.Tens
     """norm_output's compensation: (norm.weight', lm_head', residual before, after), float64.
 
     ``pre`` [N, H]: the source's pre-norm states (what EAGLE-3 feeds back).  norm.weight' makes
-    rms(pre) * norm.weight' ~= pre; lm_head' = lm_head * norm.weight / norm.weight' column-wise, so
+    rms(pre) * norm.weight' ~= pre (least squares, each token by its relative error); lm_head' = lm_head * norm.weight / norm.weight' column-wise, so
     lm_head'(rms(pre) * norm.weight') == lm_head(rms(pre) * norm.weight): the logits do not change.
     """
+    import torch
+
     p = pre.double()
     unit = p / rms_of_rows(p, eps).unsqueeze(-1)
-    new = scale_preserving_weight(p, eps)
+    inv = p.pow(2).sum(-1, keepdim=True).clamp_min(1e-300).reciprocal()  # per-token relative error, as above
+    num, den = (unit * p * inv).sum(0), (unit.pow(2) * inv).sum(0)
+    new = torch.where(den > 0, num / den.clamp_min(torch.finfo(torch.float64).tiny), norm.double())
     head = lm_head.double() * (norm.double() / new)
     return new, head, relative_residual(unit * norm.double(), p), relative_residual(unit * new, p)
 
@@ -377,7 +385,7 @@ class Refit:
     tensors: list[str]
     fitted: str  # what the refit reproduces, in words
     tokens: int
-    residual_before: float  # relative: ||new - old||^2 / ||old||^2 over the calibration tokens
+    residual_before: float  # mean over the calibration tokens of ||new - old||^2 / ||old||^2
     residual_after: float
     residual_held_out: float | None = None  # the fit without every 5th token, measured on those
 
