@@ -92,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     from safetensors.torch import load_file
 
     import eagleconv
+    from eagleconv.simulate import simulate
 
     torch.set_num_threads(1)
     train = _module("train", REPO / "fixtures" / "tiny-pair" / "train.py")
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: {args.iters} steps in {time.monotonic() - t1:.0f} s", flush=True)
     results = []
     for name, drafter in rows.items():
-        sim = eagleconv.simulate(drafter, pair / "target", pair / "prompts.json",
+        sim = simulate(drafter, pair / "target", pair / "prompts.json",
                                  num_speculative_tokens=args.num_speculative_tokens, max_tokens=args.max_tokens)
         results.append({"drafter": name, "acceptance_length": sim.acceptance_length,
                         "accepted_per_position": sim.accepted_per_position, "num_drafts": sim.num_drafts})

@@ -113,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     import eagleconv
+    from eagleconv.simulate import simulate
 
     work = args.work or Path(tempfile.mkdtemp(prefix="eagleconv-upgrade-quality-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -141,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             for r in getattr(report, "refits", []):
                 print(f"  refit {', '.join(r.tensors)}: residual {r.residual_before:.3g} -> {r.residual_after:.3g}"
                       + (f" (held out {r.residual_held_out:.3g})" if r.residual_held_out is not None else ""))
-        sim = eagleconv.simulate(drafter, pair / "target", pair / "prompts.json",
+        sim = simulate(drafter, pair / "target", pair / "prompts.json",
                                  num_speculative_tokens=args.num_speculative_tokens, max_tokens=args.max_tokens)
         rows[name] = row(name, sim, rows.get(BASELINE[source]) if name not in BASELINE else None)
         r = rows[name]
