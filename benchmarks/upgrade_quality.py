@@ -118,8 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     work = args.work or Path(tempfile.mkdtemp(prefix="eagleconv-upgrade-quality-"))
     work.mkdir(parents=True, exist_ok=True)
     pair = args.pair
+    prompts: list[list[int]] = []
     if args.calibration is not None:
-        calibration, prompts = args.calibration, []
+        calibration = args.calibration
         print(f"calibration: {calibration}", flush=True)
     else:
         prompts = (json.loads(args.calibration_prompts.read_text()) if args.calibration_prompts
