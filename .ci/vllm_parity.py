@@ -6,8 +6,9 @@
 ``--pair`` runs the tier on another pair laid out like fixtures/tiny-pair (target/, eagle3/, eagle31/,
 prompts.json), e.g. the SmolLM2 pair that fixtures/smollm2/build.py prints.
 
-1. builds the cases: both drafters of the pair (default tiny-pair) in the vllm layout (as committed) and in the speculators layout
-   (converted by eagleconv), and every broken variant of eagleconv.parity.VARIANTS;
+1. builds the cases: both drafters of the pair (default tiny-pair) in the vllm layout (as committed) and in the
+   speculators layout (converted by eagleconv), eagle3 upgraded to EAGLE-3.1 by eagleconv (calibrated, refit:
+   ``upgrade_case``), and every broken variant of eagleconv.parity.VARIANTS;
 2. predicts, for each variant, what vLLM 0.32 does (``validate --engine vllm:0.32 --target``);
 3. runs real vLLM on every case (.ci/vllm_parity_runner.py in the vLLM virtualenv, one engine per drafter,
    all prompts in one generate call, a timer per case: a hung engine is killed and the runner restarted);
@@ -87,6 +88,17 @@ def simulate_case(drafter: Path, prompts: list[list[int]], target_runtime: str =
     return {"status": "ok", **report.model_dump()}
 
 
+def upgrade_case(pair: Path, work: Path, calibration_prompts: Path) -> dict:
+    """PAIR/eagle3 upgraded as a user would (fc_norm + norm_output, calibrated on the target, refit): vLLM must run it
+    as EAGLE-3.1 and draft exactly what simulate says, so the upgrade table's simulate numbers are vLLM's."""
+    import eagleconv
+
+    out = work / "eagle3-upgraded"
+    eagleconv.upgrade(pair / "eagle3", out, target=pair / "target", prompts=calibration_prompts, overwrite=True)
+    return {"name": "eagle3 upgraded (calibrated fc_norm, refit)", "drafter": str(out), "kind": "upgrade",
+            "base": "eagle3"}
+
+
 COMPARED = ("tokens", "num_drafts", "num_draft_tokens", "num_accepted_tokens", "accepted_per_position", "drafts")
 
 
@@ -142,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         outcome, why = predict(path, target)
         cases.append({"name": v.name, "drafter": str(path), "kind": "variant", "base": v.base, "what": v.what,
                       "predicted": outcome, "findings": why, "known_gap": v.known_gap})
+    if not args.only or any(o in "eagle3 upgraded" for o in args.only):  # (the upgrade runs the target: skip it unasked)
+        cases.append(upgrade_case(pair, work, pair / "prompts.json"))
     if args.only:
         cases = [c for c in cases if c["kind"] == "layout" and any(o in c["name"] for o in args.only + ["vllm layout"])
                  or any(o in c["name"] for o in args.only)]
@@ -174,6 +188,9 @@ def main(argv: list[str] | None = None) -> int:
                     problems.append(f"simulate's auto runtime fell back to {sim['target_runtime']}: {sim['notes']}")
                 problems += [f"(transformers target) {p}" for p in compare(r, simulate_case(
                     Path(c["drafter"]), prompts, "transformers", target, k, max_tokens))]
+        elif c["kind"] == "upgrade":
+            if r["status"] != "ok":
+                problems.append(f"vLLM failed on the upgraded drafter: {r.get('error')}")
         else:
             # a failure needs no base to compare with; a run that loads is judged against its base drafter's run
             c["observed"] = observed(r, bases[c["base"]]) if r["status"] != "ok" or bases[c["base"]]["status"] == "ok" \

@@ -18,7 +18,7 @@ from .calibration import TOKENS_KEY, Calibration, load_calibration
 from .conversion import Transform, convert
 from .errors import ConversionError, UsageError
 from .formats import get_layout
-from .report import FlagsView, StepDivergence, TransformChange, TransformReport
+from .report import FlagsView, RefitRow, StepDivergence, TransformChange, TransformReport
 from .transforms import Plan, Style, check_style, plan_downgrade, plan_upgrade
 
 if TYPE_CHECKING:
@@ -172,6 +172,39 @@ class _Measurer:
         return list(steps)
 
 
+def _source_feedback(loaded: LoadedDrafter, target: _OneTarget, calibration: Calibration,
+                     seed: int) -> tuple[torch.Tensor | None, str | None]:
+    """The source drafter's fed-back (pre-norm) state at every calibration row of its first pass, [N, H], or
+    None and why not: what norm_output's refit makes the post-norm state reproduce."""
+    import torch
+
+    from .forward.api import default_aux_ids
+    from .forward.model import Drafter
+    from .forward.weights import CheckpointSource
+
+    spec = loaded.require_spec()
+    if spec.lm_head == "target":
+        return None, None  # plan_upgrade says why it cannot compensate
+    if calibration.tokens is None:
+        return None, (f"norm_output not compensated: the calibration has no {TOKENS_KEY}, so the source's pre-norm "
+                      "states cannot be computed")
+    borrowed: dict[str, Any] = {}
+    if spec.embed_tokens == "target":
+        if target.path is None:
+            return None, ("norm_output not compensated: embed_tokens is the target's and no --target was given, so "
+                          "the source's pre-norm states cannot be computed")
+        borrowed["target_embed"] = target.load().embed
+    layers = target.load().num_layers if target.path is not None else None
+    inputs, _ = _calibration_inputs(calibration, spec.vocab_size, seed, tuple(sorted(default_aux_ids(spec, layers))))
+    drafter = Drafter(spec, CheckpointSource(loaded), dtype="float32", seed=seed, **borrowed)
+    rows = []
+    with torch.no_grad():
+        for x in inputs:
+            T = x.tokens.shape[1] - 1
+            rows.append(drafter.forward(x.tokens[:, 1:], torch.arange(T), drafter.combine(x.aux)).feedback[0])
+    return torch.cat(rows).double(), None
+
+
 # (the plan, the calibration states it used, how they were got)
 Built = tuple[Plan, "Calibration | None", "str | None"]
 
@@ -203,7 +236,7 @@ def _run(source: str | Path | Mapping[str, Any], destination: str | Path, *, ope
             plan.transform.notes.append(f"divergence measured over {MEASURE_STEPS} draft steps on {measurer.description}")
             plan.transform.notes += measurer.notes
             if measure_unit and plan.unit_variant is not None:
-                state["unit"] = measurer.divergence(new, {**plan.new_tensors, **plan.unit_variant},
+                state["unit"] = measurer.divergence(new, plan.unit_variant,
                                                     "divergence: unit norm weights")
         return plan.transform
 
@@ -217,6 +250,7 @@ def _run(source: str | Path | Mapping[str, Any], destination: str | Path, *, ope
         flags_before=_flags(before), flags_after=_flags(after),
         eagle_version_before=before.eagle_version, eagle_version_after=after.eagle_version,
         changes=[TransformChange(change=what, exact=exact) for what, exact in plan.changes],
+        refits=[RefitRow(**vars(r)) for r in plan.refits],
         initialisation=plan.initialisation,
         calibration=state.get("calibration"),
         divergence_unit_weights=state.get("unit", []),
@@ -228,7 +262,7 @@ def _run(source: str | Path | Mapping[str, Any], destination: str | Path, *, ope
 def upgrade(source: str | Path | Mapping[str, Any], destination: str | Path, *, config: Any = None,
             style: str = "fc_norm", fc_norm: bool = True,
             norm_output: bool = True, calibration: str | Path | None = None, target: str | Path | None = None,
-            prompts: str | Path | None = None, to: str | None = None, seed: int = 0,
+            prompts: str | Path | None = None, to: str | None = None, seed: int = 0, refit: bool = True,
             progress: StepProgress | None = None, **convert_kwargs: Any) -> TransformReport:
     """EAGLE-3 -> EAGLE-3.1 at ``destination`` (layout ``to``, default the source's).
 
@@ -243,7 +277,11 @@ def upgrade(source: str | Path | Mapping[str, Any], destination: str | Path, *, 
     aux states are given (``calibration``: the file :func:`capture_aux_states`
     ``save_to=`` writes, see :mod:`eagleconv.transforms`; or ``target`` +
     ``prompts``), else they are 1.0, and the divergence is measured on those
-    states (``target`` with ``calibration`` lends the borrowed rows).
+    states (``target`` with ``calibration`` lends the borrowed rows).  With
+    aux states and ``refit`` (the default) the weights the new norms make
+    stale are refitted by least squares on them: fc to the normalised inputs,
+    and for norm_output norm.weight with lm_head (logits unchanged), so the
+    fed-back state keeps the source's scale; ``report.refits`` has the residuals.
     The result is a starting point for EAGLE-3.1 fine-tuning, not a trained 3.1 drafter.
     ``progress(what, done, total)`` is told how the divergence measurement advances (see forward.run.run_all).
     """
@@ -252,9 +290,18 @@ def upgrade(source: str | Path | Mapping[str, Any], destination: str | Path, *, 
     one_target = _OneTarget(target)
 
     def build(loaded: LoadedDrafter) -> Built:
-        states, label = _calibration(loaded, calibration, one_target, prompts) if fc_norm else (None, None)
-        per_state = states.per_state(loaded.require_spec().aux.count) if states is not None else None
-        plan = plan_upgrade(loaded, style=chosen, fc_norm=fc_norm, norm_output=norm_output, calibration=per_state)
+        spec = loaded.require_spec()
+        adds_output_norm = norm_output and not spec.flags.norm_output
+        wanted = fc_norm or (refit and adds_output_norm)
+        states, label = _calibration(loaded, calibration, one_target, prompts) if wanted else (None, None)
+        per_state = states.per_state(spec.aux.count) if states is not None and fc_norm else None
+        feedback, why_not = None, None
+        if states is not None and refit and adds_output_norm:
+            feedback, why_not = _source_feedback(loaded, one_target, states, seed)
+        plan = plan_upgrade(loaded, style=chosen, fc_norm=fc_norm, norm_output=norm_output, calibration=per_state,
+                            refit=refit, feedback=feedback)
+        if why_not is not None:
+            plan.transform.notes.append(why_not)
         return plan, states, label
 
     report = _run(source, destination, operation="upgrade", to=to, build=build, target=one_target, prompts=prompts,

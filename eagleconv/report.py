@@ -138,6 +138,19 @@ class TransformChange(_Report):
                                          "rounding of the folded weights)")
 
 
+class RefitRow(_Report):
+    """One least-squares refit an upgrade made so the new norms keep what the source computed."""
+
+    tensors: list[str] = Field(description="the tensors the refit rewrote")
+    fitted: str = Field(description="what the refitted weights reproduce")
+    tokens: int = Field(..., ge=1, description="calibration tokens the fit used")
+    residual_before: float = Field(..., ge=0, description="mean over tokens of ||new - old||^2 / ||old||^2 "
+                                                        "with the norms alone")
+    residual_after: float = Field(..., ge=0, description="the same after the refit")
+    residual_held_out: float | None = Field(None, ge=0, description="the same for a fit without every 5th token, "
+                                            "measured on those (None: too few tokens to hold any out)")
+
+
 class TransformReport(ConvertReport):
     """What ``eagleconv upgrade`` / ``downgrade`` (and ``eagleconv.upgrade()`` / ``downgrade()``) return.
 
@@ -156,6 +169,8 @@ class TransformReport(ConvertReport):
     initialisation: Literal["calibrated", "unit"] | None = Field(
         None, description="how new norm weights were set: scale-preserving from captured aux states, or 1.0")
     calibration: str | None = Field(None, description="where the captured aux states came from")
+    refits: list[RefitRow] = Field(default_factory=list, description="weights refitted to the new norms on the "
+                                   "calibration tokens, with the fit residual")
     divergence_unit_weights: list[StepDivergence] = Field(default_factory=list)
     compute_dtype: str | None = Field(None, description="dtype the divergence was measured in (None: not measured)")
     output_dtype: str | None = Field(None, description="dtype of the written weights")

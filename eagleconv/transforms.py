@@ -29,7 +29,7 @@ Folds are computed in float64 and rounded once to the stored dtype.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -88,6 +88,87 @@ def fold_columns(fc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return out
 
 
+# -- refit: the weights the new norms make stale ---------------------------------------
+#
+# A norm divides each token by its own RMS, which no per-channel weight undoes, so calibration also refits
+# what reads the normalised state.  fc: the least-squares fc' with fc'(x_t) ~= fc(a_t) over the captured
+# tokens (x_t the normalised aux states), pulled towards the scale-preserving fold where the data leave it
+# free.  norm_output: the next step is fed out = rms(pre) * norm.weight instead of pre; choosing norm.weight
+# scale-preserving over the source's pre-norm states makes out ~= pre, and dividing the change into
+# lm_head's columns keeps every logit exactly as it was.
+
+REFIT_PRIOR = 1e-2  # ridge strength towards the folded fc, relative to the mean input energy per channel
+HOLD_OUT_EVERY = 5  # every 5th calibration token is held out once, to report the fit's held-out residual
+
+
+def normalised(states: torch.Tensor, style: Style, weights: Sequence[torch.Tensor], eps: float) -> torch.Tensor:
+    """What fc reads after the new norms: [N, K, Ht] aux states -> [N, K*Ht], float64 (vLLM's combine)."""
+    import torch
+
+    a = states.double()
+    if style == "fc_norm":
+        parts = [a[:, i] / rms_of_rows(a[:, i], eps).unsqueeze(-1) * w.double() for i, w in enumerate(weights)]
+        return torch.cat(parts, -1)
+    flat = a.reshape(a.shape[0], -1)
+    return flat / rms_of_rows(flat, eps).unsqueeze(-1) * weights[0].double()
+
+
+def _ridge_solve(gram: torch.Tensor, rhs: torch.Tensor, prior: torch.Tensor, strength: float) -> torch.Tensor:
+    import torch
+
+    lam = strength * float(gram.diagonal().mean())
+    a = gram + lam * torch.eye(gram.shape[0], dtype=gram.dtype)
+    return torch.cholesky_solve(rhs + lam * prior.T, torch.linalg.cholesky(a)).T.contiguous()
+
+
+def least_squares_refit(x: torch.Tensor, y: torch.Tensor, prior: torch.Tensor, strength: float = REFIT_PRIOR,
+                        hold_out: int = HOLD_OUT_EVERY) -> tuple[torch.Tensor, float | None]:
+    """W [out, in] minimising sum_t ||W x_t - y_t||^2 / ||y_t||^2 + lam ||W - prior||^2, float64, and its
+    held-out residual.
+
+    W maps the new inputs x [N, in] to the old outputs y [N, out].  Each token counts by its relative error:
+    an attention-sink token's states are ~100x the others' and would otherwise decide the whole fit.
+    lam = strength x the mean diagonal of the weighted x^T x keeps it posed with fewer tokens than inputs.
+    The held-out residual is the same fit without every ``hold_out``-th token, measured on those (None with
+    under ``hold_out`` x 4 tokens): the in-sample residual of a wide fit on few tokens flatters it.
+    """
+    x, y, prior = x.double(), y.double(), prior.double()
+    scale = y.pow(2).sum(-1, keepdim=True).clamp_min(1e-300).rsqrt()
+    xw, yw = x * scale, y * scale
+    gram, rhs = xw.T @ xw, xw.T @ yw
+    fitted = _ridge_solve(gram, rhs, prior, strength)
+    if x.shape[0] < hold_out * 4:
+        return fitted, None
+    xh, yh = xw[hold_out - 1::hold_out], yw[hold_out - 1::hold_out]
+    partial = _ridge_solve(gram - xh.T @ xh, rhs - xh.T @ yh, prior, strength)
+    return fitted, relative_residual(x[hold_out - 1::hold_out] @ partial.T, y[hold_out - 1::hold_out])
+
+
+def relative_residual(predicted: torch.Tensor, wanted: torch.Tensor) -> float:
+    """mean_t ||predicted_t - wanted_t||^2 / ||wanted_t||^2: how much of each token's old output the refit misses."""
+    p, w = predicted.double().reshape(-1, predicted.shape[-1]), wanted.double().reshape(-1, wanted.shape[-1])
+    return float(((p - w).pow(2).sum(-1) / w.pow(2).sum(-1).clamp_min(1e-300)).mean())
+
+
+def output_norm_refit(pre: torch.Tensor, norm: torch.Tensor, lm_head: torch.Tensor,
+                      eps: float) -> tuple[torch.Tensor, torch.Tensor, float, float]:
+    """norm_output's compensation: (norm.weight', lm_head', residual before, after), float64.
+
+    ``pre`` [N, H]: the source's pre-norm states (what EAGLE-3 feeds back).  norm.weight' makes
+    rms(pre) * norm.weight' ~= pre (least squares, each token by its relative error); lm_head' = lm_head * norm.weight / norm.weight' column-wise, so
+    lm_head'(rms(pre) * norm.weight') == lm_head(rms(pre) * norm.weight): the logits do not change.
+    """
+    import torch
+
+    p = pre.double()
+    unit = p / rms_of_rows(p, eps).unsqueeze(-1)
+    inv = p.pow(2).sum(-1, keepdim=True).clamp_min(1e-300).reciprocal()  # per-token relative error, as above
+    num, den = (unit * p * inv).sum(0), (unit.pow(2) * inv).sum(0)
+    new = torch.where(den > 0, num / den.clamp_min(torch.finfo(torch.float64).tiny), norm.double())
+    head = lm_head.double() * (norm.double() / new)
+    return new, head, relative_residual(unit * norm.double(), p), relative_residual(unit * new, p)
+
+
 # -- building transforms ------------------------------------------------------------------
 
 @dataclass
@@ -99,6 +180,19 @@ class Plan:
     initialisation: Literal["calibrated", "unit"] | None = None
     unit_variant: dict[str, torch.Tensor] | None = None  # upgrade: the new norms with unit weights (for divergence)
     new_tensors: dict[str, torch.Tensor] = field(default_factory=dict)  # everything computed, as tensors
+    refits: list[Refit] = field(default_factory=list)
+
+
+@dataclass
+class Refit:
+    """One least-squares refit: the tensors it rewrote, against what, and the fit residual before and after."""
+
+    tensors: list[str]
+    fitted: str  # what the refit reproduces, in words
+    tokens: int
+    residual_before: float  # mean over the calibration tokens of ||new - old||^2 / ||old||^2
+    residual_after: float
+    residual_held_out: float | None = None  # the fit without every 5th token, measured on those
 
 
 def _eps(spec: DrafterSpec) -> float:
@@ -120,8 +214,13 @@ def _weight_dtype(tensors: Mapping[str, torch.Tensor]) -> torch.dtype:
 
 
 def plan_upgrade(loaded: LoadedDrafter, *, style: Style = "fc_norm", fc_norm: bool = True, norm_output: bool = True,
-                 calibration: torch.Tensor | None = None) -> Plan:
-    """EAGLE-3 -> 3.1: add the aux-state normalisation (in ``style``) and/or norm_output."""
+                 calibration: torch.Tensor | None = None, refit: bool = True,
+                 feedback: torch.Tensor | None = None) -> Plan:
+    """EAGLE-3 -> 3.1: add the aux-state normalisation (in ``style``) and/or norm_output.
+
+    With ``calibration`` [N, K, Ht] and ``refit``, fc is refitted to the new norms; with ``feedback`` (the
+    source's pre-norm states [N, H] on those tokens) norm.weight and lm_head compensate norm_output.
+    """
     import torch
 
     spec = loaded.require_spec()
@@ -178,10 +277,61 @@ def plan_upgrade(loaded: LoadedDrafter, *, style: Style = "fc_norm", fc_norm: bo
         plan.unit_variant = {n: torch.ones_like(t) for n, t in plan.new_tensors.items()}
         changes.append((f"add {style} ({'one RMSNorm per aux state' if style == 'fc_norm' else 'one RMSNorm over the concatenation'}), "
                         f"weights {plan.initialisation}", False))
+        if calibration is not None and refit:
+            _refit_fc(loaded, plan, calibration, style, [plan.new_tensors[n] for n in weights])
     if norm_output and not flags.norm_output:
         changes.append(("add norm_output: feed the post-norm hidden state to the next draft step", False))
+        if feedback is not None and refit:
+            _refit_output_norm(loaded, plan, feedback)
     transform.exact = all(exact for _, exact in changes)
     return plan
+
+
+def _store(plan: Plan, name: str, tensor: torch.Tensor, dtype: torch.dtype, reason: str) -> None:
+    stored = tensor.to(dtype).contiguous()
+    plan.new_tensors[name] = stored
+    plan.transform.computed[name] = _computed(name, stored, reason)
+
+
+def _refit_fc(loaded: LoadedDrafter, plan: Plan, calibration: torch.Tensor, style: Style,
+              weights: Sequence[torch.Tensor]) -> None:
+    """fc' with fc'(normalised a_t) ~= fc(a_t) over the calibration tokens (least squares, see above)."""
+    spec = loaded.require_spec()
+    eps = _eps(spec)
+    with loaded.torch_tensors() as tensors:
+        fc = tensors["fc.weight"]
+        dtype = fc.dtype
+        fc64 = fc.double()
+    x = normalised(calibration, style, weights, eps)
+    wanted = calibration.reshape(calibration.shape[0], -1).double() @ fc64.T
+    fitted, held = least_squares_refit(x, wanted, fc64)
+    stored = fitted.to(dtype)
+    before, after = relative_residual(x @ fc64.T, wanted), relative_residual(x @ stored.double().T, wanted)
+    _store(plan, "fc.weight", stored, dtype, f"refit by least squares to the new {style} on {x.shape[0]} captured "
+                                              f"tokens (relative residual {before:.3g} -> {after:.3g})")
+    plan.refits.append(Refit(["fc.weight"], f"fc(a) of the EAGLE-3 drafter, from the {style}-normalised aux states",
+                             x.shape[0], before, after, held))
+    plan.changes.append((f"refit fc to the {style} inputs (least squares on the captured aux states)", False))
+
+
+def _refit_output_norm(loaded: LoadedDrafter, plan: Plan, feedback: torch.Tensor) -> None:
+    """norm.weight so the post-norm feedback ~= the pre-norm one, lm_head divided so the logits stay put."""
+    spec = loaded.require_spec()
+    if spec.lm_head == "target":
+        plan.transform.notes.append("norm_output not compensated: lm_head is the target's, so norm.weight cannot "
+                                    "change without changing the logits")
+        return
+    with loaded.torch_tensors() as tensors:
+        norm, head = tensors["norm.weight"], tensors["lm_head.weight"]
+        norm_dtype, head_dtype = norm.dtype, head.dtype
+        new_norm, new_head, before, after = output_norm_refit(feedback, norm, head, _eps(spec))
+    _store(plan, "norm.weight", new_norm, norm_dtype, "scale-preserving over the source's pre-norm states, so the "
+                                                      f"fed-back state keeps their scale ({before:.3g} -> {after:.3g})")
+    _store(plan, "lm_head.weight", new_head, head_dtype, "columns times old/new norm.weight: the logits are unchanged")
+    plan.refits.append(Refit(["norm.weight", "lm_head.weight"], "the EAGLE-3 drafter's fed-back pre-norm state, "
+                             "from the post-norm one (logits unchanged)", feedback.shape[0], before, after))
+    plan.changes.append(("refit norm.weight to the pre-norm states and fold the change into lm_head (logits "
+                         "unchanged)", False))
 
 
 def plan_downgrade(loaded: LoadedDrafter, *, allow_lossy: bool = False, calibration: torch.Tensor | None = None) -> Plan:

@@ -69,11 +69,14 @@ def test_calibration_file_and_target_prompts_give_the_same_report(captured, tmp_
     assert a["divergence"][0]["top1_agreement"] > a["divergence_unit_weights"][0]["top1_agreement"]
 
 
-def test_the_report_is_the_drafters_compared_on_the_files_states(captured, tmp_path):
+@pytest.mark.parametrize("refit", [False, True])
+def test_the_report_is_the_drafters_compared_on_the_files_states(captured, tmp_path, refit):
     """The numbers are the source and the output run on the calibration sequences (token ids, states) as the
-    file holds them, built here from the file itself."""
+    file holds them, built here from the file itself.  With the refit (issue 15: fc and lm_head recomputed) the
+    written drafter's logits can differ from the measured overlay's in the last float32 bits (step 2: 3e-6
+    relative), so there the errors are compared to 1e-5 relative."""
     path, prompts, states = captured
-    report = eagleconv.upgrade(EAGLE3, tmp_path / "out", calibration=path, target=TARGET)
+    report = eagleconv.upgrade(EAGLE3, tmp_path / "out", calibration=path, target=TARGET, refit=refit)
     target = Target(TARGET)
     with safe_open(str(path), "pt") as f:
         aux, ids = f.get_tensor("aux_hidden_states"), f.get_tensor("input_ids")
@@ -86,7 +89,12 @@ def test_the_report_is_the_drafters_compared_on_the_files_states(captured, tmp_p
     before = eagleconv.load(EAGLE3, target=target)
     after = eagleconv.load(tmp_path / "out", target=target)
     expected, _ = compare([before.draft(x, 4) for x in inputs], [after.draft(x, 4) for x in inputs])
-    assert [s.model_dump() for s in report.divergence] == [s.model_dump() for s in expected]
+    if not refit:
+        assert [s.model_dump() for s in report.divergence] == [s.model_dump() for s in expected]
+        return
+    assert [s.top1_agreement for s in report.divergence] == [s.top1_agreement for s in expected]
+    for got, want in zip(report.divergence, expected, strict=True):
+        assert got.max_abs_err == pytest.approx(want.max_abs_err, rel=1e-5)
 
 
 def test_a_file_of_states_alone_is_still_measured_on_them(captured, tmp_path):

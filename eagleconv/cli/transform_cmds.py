@@ -67,6 +67,10 @@ def _emit(report: TransformReport, as_json: bool) -> tuple[TransformReport, int]
                f"({'exact' if report.exact else 'changes the drafter'})")
     for change in report.changes:
         click.echo(f"  {'exact' if change.exact else 'changes the function'}: {change.change}")
+    for r in report.refits:
+        click.echo(f"  refit {', '.join(r.tensors)} on {r.tokens} tokens: relative residual "
+                   f"{r.residual_before:.3g} -> {r.residual_after:.3g}"
+                   + (f" (held out: {r.residual_held_out:.3g})" if r.residual_held_out is not None else ""))
     if report.divergence:
         click.echo(f"divergence from the source per draft step ({report.compute_dtype}):")
         unit = {s.step: s for s in report.divergence_unit_weights}
@@ -88,9 +92,12 @@ def _emit(report: TransformReport, as_json: bool) -> tuple[TransformReport, int]
               help="Add the aux-state normalisation (in --style).")
 @click.option("--norm-output/--no-norm-output", default=True, show_default=True,
               help="Feed the post-norm hidden state to the next draft step.")
+@click.option("--refit/--no-refit", default=True, show_default=True,
+              help="With captured aux states, refit by least squares the weights the new norms make stale (fc; "
+                   "norm.weight with lm_head for norm_output, logits unchanged).")
 @_shared_options("upgrade")
 @click.pass_context
-def upgrade(ctx: click.Context, src: str, dst: str, style: str, fc_norm: bool, norm_output: bool,
+def upgrade(ctx: click.Context, src: str, dst: str, style: str, fc_norm: bool, norm_output: bool, refit: bool,
             calibration: str | None, target: str | None, prompts: str | None, to: str | None,
             max_shard_size: str | None, overwrite: bool, force: bool, no_numeric: bool, as_json: bool,
             verifier: str | None = None, allow_no_verifier: bool = False) -> None:
@@ -103,7 +110,8 @@ def upgrade(ctx: click.Context, src: str, dst: str, style: str, fc_norm: bool, n
 
     def body():
         with _progress() as bar:
-            report = run(src, dst, style=style, fc_norm=fc_norm, norm_output=norm_output, calibration=calibration,
+            report = run(src, dst, style=style, fc_norm=fc_norm, norm_output=norm_output, refit=refit,
+                         calibration=calibration,
                          target=target, prompts=prompts, to=to, overwrite=overwrite, force=force, verifier=verifier,
                          max_shard_size=shard, numeric=not no_numeric, on_total=bar.on_total, on_bytes=bar.on_bytes,
                          progress=bar.step, require_verifier=not allow_no_verifier)
