@@ -23,11 +23,6 @@ if TYPE_CHECKING:
     from .io.torch_tensors import TorchTensors
 
 
-def read_problem_code(problem: str) -> str:
-    """The finding code of a layout read problem: EC005 when the config does not describe a drafter, else EC003."""
-    return "EC005" if problem.startswith("config does not describe") else "EC003"
-
-
 @dataclass
 class LoadedDrafter:
     """A checkpoint seen through its layout.  ``read.spec`` is None when the config is incomplete."""
@@ -51,7 +46,7 @@ class LoadedDrafter:
                 "shape-bearing fields absent from config and not derivable from the tensors: "
                 + ", ".join(self.read.missing)
             )
-        first = read_problem_code(self.read.errors[0]) if self.read.errors else "EC004"  # as read_findings orders them
+        first = self.read.problems()[0][0] if self.read.errors else "EC004"  # as read_findings orders them
         raise FindingsError("; ".join(problems), self.store.path, code=first)
 
     def torch_tensors(self) -> TorchTensors:

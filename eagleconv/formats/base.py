@@ -276,9 +276,20 @@ class ReadResult:
     tensors: dict[str, TensorInfo]  # canonical name -> info
     notes: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    # the finding code of each entry of ``errors``, set where it is found (add_error): EC003 for tensor names the
+    # layout cannot map, EC005 for a config that does not describe a valid drafter
+    codes: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)  # shape-bearing fields nobody could determine
     consumed: set[str] = field(default_factory=set)  # config paths read into the spec
     config: dict[str, Any] = field(default_factory=dict)
+
+    def add_error(self, message: str, code: str) -> None:
+        self.errors.append(message)
+        self.codes.append(code)
+
+    def problems(self) -> list[tuple[str, str]]:
+        """(finding code, message) for each error, in the order found; an error appended without a code is EC003."""
+        return [(self.codes[i] if i < len(self.codes) else "EC003", m) for i, m in enumerate(self.errors)]
 
 
 DDP_HINT = ("every tensor name starts with 'module.', the prefix DistributedDataParallel adds: save "
@@ -504,9 +515,12 @@ def read_drafter(layout: type[Layout], config: Mapping[str, Any], tensors: Mappi
     canonical_names, errors = map_names(layout, list(tensors))
     by_canonical = {c: tensors[n] for c, n in canonical_names.items()}
     values, consumed = read_fields(layout, config)
-    result = ReadResult(layout, None, canonical_names, by_canonical, errors=errors, consumed=consumed, config=dict(config))
+    result = ReadResult(layout, None, canonical_names, by_canonical, consumed=consumed, config=dict(config))
+    for message in errors:
+        result.add_error(message, "EC003")
     mistyped = type_problems(layout, config)
-    result.errors.extend(message for _, message in mistyped)
+    for _, message in mistyped:
+        result.add_error(message, "EC005")
     notes = result.notes
     try:
         config_model_for(dict(config)).model_validate(dict(config))
@@ -514,7 +528,7 @@ def read_drafter(layout: type[Layout], config: Mapping[str, Any], tensors: Mappi
         reported = {path for path, _ in mistyped}
         rest = [e for e in exc.errors() if ".".join(str(p) for p in e["loc"]) not in reported]
         if rest:
-            result.errors.append(f"config does not describe a valid drafter: {_short_errors(rest)}")
+            result.add_error(f"config does not describe a valid drafter: {_short_errors(rest)}", "EC005")
         return result
 
     def derive(key: str, value: Any, how: str) -> None:
@@ -587,7 +601,7 @@ def read_drafter(layout: type[Layout], config: Mapping[str, Any], tensors: Mappi
         result.notes += [f"{key} is not a rope parameter eagleconv models; ignored" for key in result.spec.rope.ignored_keys]
     except (ValidationError, ValueError, TypeError) as exc:
         if not mistyped:  # otherwise the mistyped value is the cause, already reported
-            result.errors.append(f"config does not describe a valid drafter: {_short(exc)}")
+            result.add_error(f"config does not describe a valid drafter: {_short(exc)}", "EC005")
     return result
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 from ..canonical import FC_NORM_NAME, expected_tensors, layer_indices
 from ..formats.base import MISSING, ReadResult, get_path
 from ..io.reader import TensorStore
-from ..loading import read_problem_code
 from ..report import Effect, Finding
 from ..rope import ROPE_KEYS, reader_disagreement
 from ..vocab import check_d2t, check_t2d
@@ -25,8 +24,8 @@ def _f(code: str, severity: str, message: str, tensor: str | None = None, effect
 def read_findings(read: ReadResult) -> list[Finding]:
     """Problems found while reading the layout: unmapped names, missing fields, bad values, unread keys."""
     out = []
-    for problem in read.errors:
-        out.append(_f(read_problem_code(problem), "error", problem))
+    for code, problem in read.problems():
+        out.append(_f(code, "error", problem))
     for name in read.missing:
         out.append(_f("EC004", "error", f"{name} is absent from config and cannot be derived exactly from the tensors"))
     return out + rope_findings(read) + unknown_key_findings(read.layout, read.config)
