@@ -16,6 +16,7 @@ from safetensors.torch import save_file
 import eagleconv
 from eagleconv.loading import load_drafter
 from eagleconv.transforms import least_squares_refit, output_norm_refit, relative_residual
+from test_arch_upgrade import canonical, rms64  # the canonical tensors of a written drafter; float64 RMS
 
 PAIR = Path(__file__).resolve().parent.parent / "fixtures" / "tiny-pair"
 TARGET, PROMPTS, EAGLE3 = PAIR / "target", PAIR / "prompts.json", PAIR / "eagle3"
@@ -27,20 +28,6 @@ def cli(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     return subprocess.run([sys.executable, "-m", "eagleconv", *args], capture_output=True, text=True, env=env,
                           timeout=600)
-
-
-def canonical(path: Path) -> dict[str, torch.Tensor]:
-    loaded = load_drafter(path)
-    try:
-        with loaded.torch_tensors() as t:
-            return {n: t[n].clone() for n in t}
-    finally:
-        loaded.close()
-
-
-def rms64(x: torch.Tensor) -> torch.Tensor:
-    x = x.double()
-    return x / (x.pow(2).mean(-1, keepdim=True) + EPS).sqrt()
 
 
 @pytest.fixture(scope="module")
