@@ -47,6 +47,9 @@ class Phi3(Llama):
     harmless_config_keys = {
         **dict.fromkeys(("resid_pdrop", "embd_pdrop"), "transformers' Phi3Config dropout rates (training only)"),
         "original_max_position_embeddings": "transformers' Phi3Config: read only by its longrope scaling",
+        # transformers 4.x's Phi3Config writes it top-level (default 1.0, full rotary); 5.x moves it into
+        # rope_parameters.  The drafter's attention rotates the whole head, as every EAGLE-3 reader does.
+        "partial_rotary_factor": "transformers 4.x Phi3Config (default 1.0: full rotary, what the drafter computes)",
     }
     examples = (Example("vllm-phi3-eagle3", "vllm"),)
     verdicts = (Verdict("vllm 0.32", frozenset({"EC040"}), "vLLM 0.32 registers no Phi-3 EAGLE-3 drafter class"),)
