@@ -242,6 +242,16 @@ class _Request:
     out_len: int = 1
 
 
+def _accept(drafts: list[int], verified: list[int], per_pos: list[int]) -> int:
+    """vLLM's greedy rejection: the drafts accepted up to the first that differs from the target's own token;
+    each accepted position is counted in ``per_pos``."""
+    accepted = 0
+    while accepted < len(drafts) and drafts[accepted] == verified[accepted]:
+        per_pos[accepted] += 1
+        accepted += 1
+    return accepted
+
+
 def _decode_cached(tgt: Any, d: EngineDrafter, prompts: list[list[int]], K: int, max_tokens: int,
                    tick: Any) -> tuple[list[list[int]], list[list[list[int]]], int, list[int]]:
     """All prompts in lockstep, as vLLM's scheduler runs them: one target pass per step over every unfinished
@@ -262,12 +272,9 @@ def _decode_cached(tgt: Any, d: EngineDrafter, prompts: list[list[int]], K: int,
         outs = target_step(tgt, [Segment(r.cache, [r.seq[-1], *r.drafts[-1]], len(r.seq) - 1) for r in active],
                            d.capture)
         for r, (greedy, aux) in zip(active, outs):
-            drafts, accepted = r.drafts[-1], 0
-            while accepted < K and drafts[accepted] == int(greedy[accepted]):
-                accepted += 1
+            drafts = r.drafts[-1]
+            accepted = _accept(drafts, [int(g) for g in greedy[:K]], per_pos)
             accepted_total += accepted
-            for i in range(accepted):
-                per_pos[i] += 1
             r.seq += [*drafts[:accepted], int(greedy[accepted])]
             tick(min(accepted + 1, max_tokens - r.out_len))
             r.out_len += accepted + 1
@@ -306,13 +313,9 @@ def _decode_uncached(tgt: Any, d: EngineDrafter, prompts: list[list[int]], K: in
                 break
             greedy, aux_full = target_pass(seq + drafts)
             n = len(seq)
-            accepted = 0
-            while accepted < K and drafts[accepted] == int(greedy[n - 1 + accepted]):
-                accepted += 1
+            accepted = _accept(drafts, [int(g) for g in greedy[n - 1:n - 1 + K]], per_pos)
             num_drafts += 1
             accepted_total += accepted
-            for i in range(accepted):
-                per_pos[i] += 1
             seq = seq + drafts[:accepted] + [int(greedy[n - 1 + accepted])]
             aux = aux_full[: len(seq) - 1]
             tick(min(accepted + 1, max_tokens - out_len))
