@@ -291,7 +291,9 @@ def test_sharded_and_config_symlink_loops_are_input_errors(drafter, tmp_path):
 
 @pytest.mark.parametrize("field,value", [("torch_dtype", "float8"), ("torch_dtype", "auto"), ("rms_norm_eps", 1),
                                          ("tie_word_embeddings", None), ("max_position_embeddings", None),
-                                         ("bos_token_id", "1"), ("layer_types", ["x"]), ("use_cache", 1)])
+                                         ("bos_token_id", "1"), ("layer_types", ["x"]), ("use_cache", 1),
+                                         # found by .ci/fuzz: one entry per layer, and the drafter has one layer
+                                         ("layer_types", ["full_attention", "full_attention"])])
 def test_values_autoconfig_refuses_are_ec005(drafter, field, value):
     src = drafter(producer="vllm")
     config = json.loads((src / "config.json").read_text())
@@ -304,6 +306,24 @@ def test_values_autoconfig_refuses_are_ec005(drafter, field, value):
     payload = json.loads(result.output)
     assert result.exit_code == 1, result.output
     assert any(f["code"] == "EC005" and field in f["message"] for f in payload["findings"]), payload["findings"]
+
+
+def test_heads_that_do_not_divide_hidden_size_are_ec005_for_a_llama_config(drafter):
+    """Found by .ci/fuzz: hidden_size 32 over 5 heads of head_dim 8 is a consistent drafter (q_proj 40 rows, o_proj
+    40 columns) that vLLM's math would run, but transformers 5's LlamaConfig refuses it, explicit head_dim or not."""
+    from eagleconv.synthetic import TinyDims as Dims
+
+    src = drafter(producer="vllm", dims=Dims(heads=5, kv_heads=1, head_dim=8))
+    config = json.loads((src / "config.json").read_text())
+    assert (config["model_type"], config["hidden_size"] % config["num_attention_heads"]) == ("llama", 2)
+    if TRANSFORMERS_5:  # the ground truth
+        with pytest.raises(Exception, match="not a multiple of the number of attention"):  # noqa: B017 - hub wraps it
+            transformers_reads(src)
+    payload = json.loads(run("validate", src, "--no-numeric", "--json").output)
+    assert [f["code"] for f in payload["findings"] if f["severity"] == "error"] == ["EC005"], payload["findings"]
+    assert "not a multiple of num_attention_heads 5" in payload["findings"][0]["message"]
+    assert run("validate", drafter(producer="vllm", dims=Dims(heads=4, kv_heads=1, head_dim=10)),
+               "--no-numeric").exit_code == 0  # 32 over 4 heads: divides, even with head_dim 10 (q_proj 40 rows)
 
 
 def test_every_dtype_name_accepted_is_one_autoconfig_reads(drafter):

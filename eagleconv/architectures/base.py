@@ -106,6 +106,9 @@ class Architecture:
     rope_interleaved: ClassVar[bool] = False  # GPT-J (pairs) rather than neox (halves) rotation
     layouts: ClassVar[dict[str, InLayout]] = {}  # layout name -> how it writes this family (absent: cannot hold it)
     transformers_model_types: ClassVar[frozenset[str]] = frozenset()  # model_types transformers' AutoConfig reads
+    # of those, the ones whose config class refuses hidden_size % num_attention_heads != 0 even beside an explicit
+    # head_dim (transformers 5's LlamaConfig.validate_architecture; 4.x and vLLM's own math do not mind)
+    transformers_heads_divide_hidden: ClassVar[frozenset[str]] = frozenset()
     # keys of this family's transformers config class that change nothing in a drafter -> who writes them (no EC006)
     harmless_config_keys: ClassVar[dict[str, str]] = {}
     mlp_modules: ClassVar[tuple[str, ...]] = ("gate_proj", "up_proj", "down_proj")  # the mlp.* modules (canonical)

@@ -56,6 +56,7 @@ class Llama(Architecture):
         "vllm": InLayout(("LlamaForCausalLMEagle3",)),
     }
     transformers_model_types = frozenset({"llama"})
+    transformers_heads_divide_hidden = frozenset({"llama"})
     examples: ClassVar[tuple[Example, ...]] = (
         Example("specforge-llama-eagle3", "specforge"),
         Example("specforge-llama-eagle31", "specforge", eagle31=True),

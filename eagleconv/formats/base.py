@@ -396,6 +396,8 @@ def _is_int_or_none(value: Any) -> bool:
 # Found by the AutoConfig property in tests/test_properties.py; tests/test_rel_parsers.py checks the dtype names
 # against torch and AutoConfig.
 TRANSFORMERS_MODEL_TYPES = frozenset(t for arch in architectures.ARCHITECTURES.values() for t in arch.transformers_model_types)
+HEADS_DIVIDE_HIDDEN = frozenset(t for arch in architectures.ARCHITECTURES.values()
+                                for t in arch.transformers_heads_divide_hidden)
 TORCH_DTYPE_NAMES = frozenset({
     "float16", "half", "bfloat16", "float32", "float", "float64", "double", "complex64", "cfloat", "complex128",
     "cdouble", "uint8", "int8", "int16", "short", "int32", "int", "int64", "long", "uint16", "uint32", "uint64",
@@ -440,6 +442,18 @@ def transformers_type_problems(config: Mapping[str, Any]) -> list[tuple[str, str
     if isinstance(head_dim, int) and _is_int(head_dim) and head_dim % 2:
         problems.append(("head_dim", f"config does not describe a valid drafter: head_dim is {head_dim}, odd; "
                          "transformers' AutoConfig refuses it (RoPE needs an even rotary dimension)"))
+    layer_types, layers = config.get("layer_types"), config.get("num_hidden_layers")
+    if isinstance(layer_types, list) and _is_int(layers) and len(layer_types) != layers:
+        problems.append(("layer_types", f"config does not describe a valid drafter: layer_types lists "
+                         f"{len(layer_types)} layer(s) where num_hidden_layers is {layers}; transformers' "
+                         "AutoConfig refuses it"))
+    hidden, heads = config.get("hidden_size"), config.get("num_attention_heads")
+    if model_type in HEADS_DIVIDE_HIDDEN and isinstance(hidden, int) and isinstance(heads, int) \
+            and _is_int(hidden) and _is_int(heads) and heads > 0 and hidden % heads:
+        problems.append(("num_attention_heads", f"config does not describe a valid drafter: hidden_size {hidden} is "
+                         f"not a multiple of num_attention_heads {heads}; transformers 5's {model_type} config "
+                         "refuses it (even beside an explicit head_dim), so every engine that loads the config "
+                         "through transformers fails"))
     return problems
 
 
