@@ -46,8 +46,12 @@ def test_cache_key_changes_with_every_input_and_only_with_them():
 def test_default_out_is_under_the_user_cache_dir(tmp_path):
     out = build.default_out({"XDG_CACHE_HOME": str(tmp_path), "HOME": "/nonexistent"})
     assert out.parent == tmp_path / "eagleconv" and out.name.startswith("smollm2-")
-    key = build.cache_key([BUILD_PY.read_bytes(), build.TRAIN_PY.read_bytes()], build.WHEEL_NAME)
+    committed = [(build.FIXTURE / name).read_bytes() for name in build.FIXTURE_FILES if (build.FIXTURE / name).exists()]
+    key = build.cache_key([BUILD_PY.read_bytes(), build.TRAIN_PY.read_bytes(), *committed], build.WHEEL_NAME)
     assert out.name == f"smollm2-{key}"
+    trained = build.default_out({"XDG_CACHE_HOME": str(tmp_path)}, trained=True)
+    key = build.cache_key([BUILD_PY.read_bytes(), build.TRAIN_PY.read_bytes()], build.WHEEL_NAME)
+    assert trained.name == f"smollm2-{key}-trained"
     assert build.default_out({"HOME": str(tmp_path)}).parent == tmp_path / ".cache" / "eagleconv"
 
 
@@ -160,3 +164,45 @@ def test_built_pair_is_what_the_build_promises():
             t2d = f.get_tensor("t2d")
             assert int(t2d.sum()) == 8192
         assert ("fc_norm.0.weight" in keys) == (name == "eagle31")
+
+
+def test_committed_drafters_round_trip_through_save_fixture_and_assemble(tmp_path):
+    """save_fixture keeps what training learned (bfloat16, lm_head left out); assemble rebuilds a servable
+    drafter from it and the target: float32, lm_head = the target's embedding rows for the draft vocab."""
+    from safetensors.torch import load_file, save_file
+
+    spec = train.TINY
+    trained, fixture, out = tmp_path / "trained", tmp_path / "fixture", tmp_path / "out"
+    embed = torch.randn(spec.vocab, spec.hidden, generator=torch.Generator().manual_seed(0))
+    (out / "target").mkdir(parents=True)
+    save_file({"model.embed_tokens.weight": embed}, out / "target" / "model.safetensors")
+    labels = torch.randint(0, spec.vocab, (4, 64), generator=torch.Generator().manual_seed(1))
+    d2t, t2d, _ = train.draft_vocab(labels, spec.vocab, spec.draft_vocab)
+    originals = {}
+    for name, eagle31 in build.DRAFTERS:
+        p = {k: v.detach() for k, v in train.init_drafter(eagle31, torch.Generator().manual_seed(2), spec).items()}
+        p["lm_head.weight"] = embed[torch.nonzero(t2d).flatten()]
+        originals[name] = p
+        build.write_drafter(trained, name, {**p, "d2t": d2t, "t2d": t2d}, train.drafter_config(eagle31, spec))
+    (trained / "prompts.json").write_text("[[1, 2, 3]]\n")
+
+    build.save_fixture(trained, fixture)
+    assert build.fixture_present(fixture)
+    for name, _ in build.DRAFTERS:
+        stored = load_file(fixture / f"{name}.safetensors")
+        assert "lm_head.weight" not in stored and stored["fc.weight"].dtype == torch.bfloat16
+        assert torch.equal(stored["d2t"], d2t) and torch.equal(stored["t2d"], t2d)
+
+    build.assemble(out, spec, fixture)
+    for name, eagle31 in build.DRAFTERS:
+        got = load_file(out / name / "model.safetensors")
+        assert set(got) == set(originals[name]) | {"d2t", "t2d"}
+        assert torch.equal(got["lm_head.weight"], originals[name]["lm_head.weight"])  # exact: the target's rows
+        for key, value in originals[name].items():
+            assert got[key].dtype == torch.float32
+            if key == "lm_head.weight":
+                continue
+            assert torch.equal(got[key], value.to(torch.bfloat16).float()), key
+        assert json.loads((out / name / "config.json").read_text()) == train.drafter_config(eagle31, spec)
+        assert not (out / f"{name}.partial").exists()
+    assert (out / "prompts.json").read_text() == "[[1, 2, 3]]\n"
