@@ -32,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from eagleconv.parity import OUTCOME_TEXT, TINY_PAIR, VARIANTS, build_variant, predict  # noqa: E402
+from eagleconv.parity import OUTCOME_TEXT, TINY_PAIR, VARIANTS, agrees, build_variant, predict  # noqa: E402
 
 K, MAX_TOKENS = 3, 32
 RECORD = TINY_PAIR / "vllm-0.32.0-outcomes.json"
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
             # a failure needs no base to compare with; a run that loads is judged against its base drafter's run
             c["observed"] = observed(r, bases[c["base"]]) if r["status"] != "ok" or bases[c["base"]]["status"] == "ok" \
                 else "unknown"
-            if c["observed"] != c["predicted"]:
+            if not agrees(c["predicted"], c["observed"]):
                 problems.append(f"eagleconv predicted '{OUTCOME_TEXT[c['predicted']]}', vLLM: "
                                 f"{OUTCOME_TEXT.get(c['observed'], c['observed'])}")
             if r["status"] == "ok" and sim is not None and sim["status"] != "ok" and "uninitialised" in sim["error"]:

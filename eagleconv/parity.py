@@ -18,9 +18,17 @@ from .validation.api import validate
 if TYPE_CHECKING:
     from .report import Finding
 
-Outcome = Literal["intended", "fails", "differs"]
+# "unverified": it loads, and runs as intended only if a value the engine guesses (the checkpoint does not state it)
+# is what the drafter was trained with; either run that loads agrees with it (see ``agrees``).
+Outcome = Literal["intended", "fails", "differs", "unverified"]
 OUTCOME_TEXT = {"intended": "loads and behaves as intended", "fails": "fails at load",
-                "differs": "loads but behaves differently"}
+                "differs": "loads but behaves differently",
+                "unverified": "loads; behaves as intended only if the engine's guess is what it was trained with"}
+
+
+def agrees(predicted: str, observed: str) -> bool:
+    """Whether what vLLM did (``observed``: intended, differs, fails) is what eagleconv predicted."""
+    return observed == predicted or (predicted == "unverified" and observed in ("intended", "differs"))
 
 REPO = Path(__file__).resolve().parent.parent
 TINY_PAIR = REPO / "fixtures" / "tiny-pair"
@@ -137,7 +145,8 @@ def predict(path: Path, target: Path) -> tuple[Outcome, list[str]]:
 
     An error finding whose ``effect`` is ``load_fails`` (the engine raises, or a shape contradicts what it builds)
     means vLLM fails at load; any other error or warning, except one about the V2 runner only, means it loads but
-    runs something else; no such finding means it loads and behaves as intended.
+    runs something else, unless every such finding is ``unverified`` (vLLM guesses what the checkpoint does not
+    state: "unverified"); no such finding means it loads and behaves as intended.
     """
     return outcome_of(validate(path, engines=("vllm:0.32",), target=target, numeric=False).findings)
 
@@ -149,12 +158,15 @@ def outcome_of(findings: Sequence[Finding]) -> tuple[Outcome, list[str]]:
     relevant = [f for f in findings if f.severity in ("error", "warning") and f.code not in IGNORED
                 and not (f.engine is None and f.tensor in harmless)]
     fails = [f for f in relevant if f.severity == "error" and f.effect == "load_fails"]
-    differs = [f for f in relevant if f not in fails and f.runner != "V2"]  # the tier runs the V1 runner (CPU)
+    v1 = [f for f in relevant if f not in fails and f.runner != "V2"]  # the tier runs the V1 runner (CPU)
+    differs = [f for f in v1 if f.effect != "unverified"]
     lines = [f"{f.code} {f.severity}: {f.message}" for f in relevant]
     if fails:
         return "fails", lines
     if differs:
         return "differs", lines
+    if v1:
+        return "unverified", lines
     return "intended", lines
 
 

@@ -16,9 +16,10 @@ from .drafter import DrafterSpec
 Severity = Literal["error", "warning", "info"]
 # What an engine does because of a finding, stated where the finding is made (never read back from its text):
 # load_fails (it refuses the checkpoint, or its first request fails), runs_differently (it loads and computes
-# other than the checkpoint means), ignored (it drops a tensor or a field, or uses the target's copy), none (it
-# behaves as intended; the finding is a note).
-Effect = Literal["load_fails", "runs_differently", "ignored", "none"]
+# other than the checkpoint means), unverified (it guesses a value the checkpoint does not state: whether the guess
+# is what the drafter was trained with cannot be read from the checkpoint), ignored (it drops a tensor or a field,
+# or uses the target's copy), none (it behaves as intended; the finding is a note).
+Effect = Literal["load_fails", "runs_differently", "unverified", "ignored", "none"]
 Runner = Literal["V1", "V2"]  # vLLM's two model runners, where only one of them does what a finding says
 
 
@@ -39,7 +40,8 @@ class Finding(_Report):
     engine: str | None = None
     effect: Effect | None = Field(default=None, description=(
         "what the engine (or, without one, every engine building from the config) does because of this: load_fails, "
-        "runs_differently, ignored (drops it, or uses the target's copy), none (a note); null: not stated"))
+        "runs_differently, unverified (guesses a value the checkpoint does not state), ignored (drops it, or uses "
+        "the target's copy), none (a note); null: not stated"))
     runner: Runner | None = Field(default=None, description="the vLLM model runner this is about, where only one is")
 
 

@@ -186,7 +186,7 @@ def check_capture(subject: Subject, view: EngineView) -> list[Finding]:
             producer = " (SafeAILab's EAGLE hard-codes the same layers, so for its checkpoints the guess is right)"
         return [finding(view, "EC010", "warning", f"no aux layer ids in the config: {label} guesses {guess}{producer}; "
                         "a wrong guess silently collapses acceptance. Stamp the trained ids "
-                        "(eagleconv convert --aux-layer-ids)", effect="runs_differently")]
+                        "(eagleconv convert --aux-layer-ids)", effect="unverified")]
     if partial:
         out.append(finding(view, "EC010", "warning", f"aux layer ids only at {source}: {partial}, and guesses {guess}. "
                            "Also set the top-level eagle_aux_hidden_state_layer_ids", effect="runs_differently", runner=runner))
