@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"training data: {tokens.shape[0]} sequences of {tokens.shape[1]} ({time.monotonic() - t0:.0f} s)", flush=True)
     t2d_index, draft_ids = draft_index(pair / "eagle3", spec.vocab)
     embed = target.model.embed_tokens.weight.detach()
-    scratch_init = build.drafter_overrides(target, draft_ids, spec)
+    scratch_init = build.drafter_overrides(target, draft_ids)
     del target
 
     (work / "prompts.json").write_text(json.dumps(prompts))
