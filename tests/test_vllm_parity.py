@@ -41,6 +41,25 @@ def test_prediction_matches_what_vllm_did(variant, tmp_path):
     assert agrees(outcome, recorded[variant.name]["observed"]), (outcome, findings)
 
 
+def test_absent_aux_ids_are_unverified_where_the_guess_is_well_formed(tmp_path):
+    """vLLM guesses (2, L//2, L-3); only the training run knows whether that is right. On tiny-pair's 4 layers the
+    guess captures a layer twice (EC011, fails); on a 30-layer target it is well formed, and it was the SmolLM2
+    pair's trained ids (fixtures/smollm2/vllm-0.32.0-outcomes.json: intended): "unverified", which agrees with a
+    run that loads either way, never with one that fails."""
+    variant = next(v for v in VARIANTS if v.name == "no aux ids at all")
+    drafter = build_variant(variant, tmp_path)
+    assert predict(drafter, TINY_PAIR / "target")[0] == "fails"
+    target30 = tmp_path / "target30"
+    target30.mkdir()
+    config = json.loads((TINY_PAIR / "target" / "config.json").read_text())
+    (target30 / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 30}))
+    outcome, findings = predict(drafter, target30)
+    assert outcome == "unverified" and "[2, 15, 27]" in findings[0], findings
+    smollm2 = json.loads((REPO / "fixtures" / "smollm2" / "vllm-0.32.0-outcomes.json").read_text())["outcomes"]
+    assert smollm2[variant.name]["observed"] == "intended" and agrees(outcome, "intended")
+    assert agrees(outcome, "differs") and not agrees(outcome, "fails") and not agrees("differs", "intended")
+
+
 @pytest.mark.parametrize("variant", [v for v in VARIANTS if not v.known_gap], ids=lambda v: v.name)
 def test_the_prediction_reads_effects_not_message_text(variant, tmp_path):
     """Blank every message: the prediction is the same, because each finding carries its effect and runner as data."""
