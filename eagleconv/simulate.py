@@ -144,6 +144,7 @@ def engine_drafter(drafter: str | Path, engine: str, target: Any, device: str = 
     # run every round: the checkpoint read into memory once, its blocks upcast (or uploaded to a GPU) once and kept
     model = Drafter(spec, ResidentSource(OverlaySource(base, extra) if extra else base), dtype="float32",
                     target_embed=target.embed.float(), path=str(path), device=device, cache=BlockCache(1 << 40))
+    model.w.pack_linears()  # on the CPU: oneDNN with weights reordered once, as vLLM runs its linears
     return EngineDrafter(model=model, capture=capture, notes=notes)
 
 
@@ -258,7 +259,9 @@ def _decode_cached(tgt: Any, d: EngineDrafter, prompts: list[list[int]], K: int,
     prompt's rows (the prefill: every prompt row; then each prompt's [last token, d_1..d_K]), KV cached."""
     from .forward.kv_cache import DraftState, Segment, SlotCache, target_step
 
-    reqs = [_Request(list(p), list(p), SlotCache(tgt.num_layers), DraftState(d.model), []) for p in prompts]
+    # a round writes K+1 rows from the last verified position, which is before len(prompt) + max_tokens
+    reqs = [_Request(list(p), list(p), SlotCache(tgt.num_layers, len(p) + max_tokens + K), DraftState(d.model), [])
+            for p in prompts]
     outs = target_step(tgt, [Segment(r.cache, r.prompt, 0, slice(-1, None)) for r in reqs], d.capture)
     for r, (greedy, aux) in zip(reqs, outs):
         r.seq.append(int(greedy[-1]))
@@ -336,6 +339,7 @@ def _simulate(drafter: str | Path, target: str | Path, prompts: list[list[int]],
     tgt = _target(target, target_runtime)
     if device != "cpu":
         tgt.to(device)
+    packed = tgt.runtime == "eagleconv" and tgt.w.pack_linears()  # weights reordered once for oneDNN (CPU)
     prompts = check_prompts(prompts, source, tgt.vocab_size)
     progress("loading the target and the drafter", 1, 2)
     d = engine_drafter(drafter, engine, tgt, device)
@@ -361,5 +365,7 @@ def _simulate(drafter: str | Path, target: str | Path, prompts: list[list[int]],
         drafts=all_drafts, engine=engine, num_speculative_tokens=K, max_tokens=max_tokens,
         target_runtime=tgt.runtime,
         notes=[*d.notes, "aux layers captured as vLLM's V1 runner does: " + str(list(d.capture)),
+               *(["target and drafter linears: oneDNN, weights reordered once (as vLLM's CPU backend runs them)"]
+                 if packed else []),
                *([f"target run by transformers: {tgt.fallback}"] if getattr(tgt, "fallback", None) else [])],
     )

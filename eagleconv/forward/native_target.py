@@ -15,7 +15,7 @@ test suite and the vLLM parity tier check this runtime against transformers and 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -72,8 +72,9 @@ def _check_config(cfg: dict[str, Any]) -> str:
     return ARCHITECTURES[arch[0]]
 
 
-def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
-    """Every tensor of the target's safetensors files (index or single file), float32, ``model.`` prefix dropped.
+def _read_weights(directory: Path) -> tuple[dict[str, torch.Tensor], dict[str, Callable[[int, int], None]]]:
+    """Every tensor of the target's safetensors files (index or single file), float32, ``model.`` prefix dropped,
+    and for those that are views of a file mapping what drops their pages (weights.DictSource.drop).
 
     Float32 tensors stay views of a private mapping of the files (eagleconv.io's reader): the weights are in
     memory once, as page cache, instead of once mapped and once copied (issue 15: peak RSS at most 1.5x the
@@ -87,16 +88,18 @@ def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
     try:
         store = open_checkpoint(directory)
     except EagleconvError:  # e.g. weights symlinked outside the directory: read (and copy) them as before
-        return _copy_weights(directory)
+        return _copy_weights(directory), {}
     try:
         if not store.weights_kind.startswith("safetensors"):
             raise NativeUnsupported(f"weights stored as {store.weights_kind}, not safetensors")
         tensors = TorchTensors(store, {name: name for name in store.tensors})
         out = {name.removeprefix("model."): tensors[name].float() for name in store.tensors}
+        droppers = {name.removeprefix("model."): drop for name in store.tensors
+                    if tensors.info(name).dtype == "F32" and (drop := tensors.page_dropper(name)) is not None}
         tensors.close()  # the tensors keep their mappings
     finally:
         store.close()
-    return out
+    return out, droppers
 
 
 def _copy_weights(directory: Path) -> dict[str, torch.Tensor]:
@@ -156,7 +159,7 @@ class NativeTarget:
         self.ops = get_ops("torch", "native")
         self.architecture = get(arch)  # forward.kv_cache.target_step reads its qk_norm
         self.attention = self.architecture.attention
-        tensors = _read_weights(self.path)
+        tensors, droppers = _read_weights(self.path)
         tied = cfg.get("tie_word_embeddings", False)
         embed, head = tensors.get("embed_tokens.weight"), tensors.get("lm_head.weight")
         if tied and embed is not None and head is not None and not torch.equal(embed, head):
@@ -167,8 +170,10 @@ class NativeTarget:
             if not tied or embed is None:
                 raise NativeUnsupported("no lm_head.weight and no tied embedding")
             tensors["lm_head.weight"] = embed
+            if "embed_tokens.weight" in droppers:
+                droppers["lm_head.weight"] = droppers["embed_tokens.weight"]
         self._check_tensors(tensors, arch)
-        self.w = Weights(DictSource(tensors), torch.float32)
+        self.w = Weights(DictSource(tensors, droppers), torch.float32)
         self.w.width = self.hidden_size
 
     def _check_tensors(self, tensors: dict[str, torch.Tensor], arch: str) -> None:

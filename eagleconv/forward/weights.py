@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import mmap
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 import torch
@@ -24,9 +24,15 @@ import torch
 from .._process import start_helper_thread
 
 BLOCK_BYTES = 128 * 1024 * 1024  # compute-dtype bytes of one upcast weight block
+PACK_BYTES = 4 * 1024 * 1024  # bytes of one packed weight block (Weights.pack_linears): what packing adds to the peak
+
 
 class TensorSource(Protocol):
-    """Canonical name -> tensor in its stored dtype, without copying the whole state dict."""
+    """Canonical name -> tensor in its stored dtype, without copying the whole state dict.
+
+    A source may also have ``drop(name, byte_range=None)``: the caller now keeps its own copy of that tensor
+    (Weights.pack_linears), so the source may free what it holds for it.
+    """
 
     def names(self) -> set[str]: ...
 
@@ -45,8 +51,11 @@ def stored_name(source: TensorSource, name: str) -> str:
 class DictSource:
     """Canonical tensors already in memory (tests, a training loop's state dict)."""
 
-    def __init__(self, tensors: Mapping[str, torch.Tensor]):
+    def __init__(self, tensors: Mapping[str, torch.Tensor],
+                 droppers: Mapping[str, Callable[[int, int], None]] | None = None):
+        """``droppers``: for tensors that are views of a file mapping, what releases their pages (see drop)."""
         self._t = dict(tensors)
+        self._droppers = dict(droppers or {})
 
     def names(self) -> set[str]:
         return set(self._t)
@@ -56,6 +65,13 @@ class DictSource:
 
     def release(self) -> None:
         pass
+
+    def drop(self, name: str, byte_range: tuple[int, int] | None = None) -> None:
+        """The caller keeps its own copy of ``name`` (or of its bytes ``byte_range``: a packed weight): free the
+        pages this source holds for them, where they are a file mapping's (a copy's pages are its only data)."""
+        dropper = self._droppers.get(name)
+        if dropper is not None:
+            dropper(*(byte_range or (0, self._t[name].numel() * self._t[name].element_size())))
 
 
 class ResidentSource:
@@ -81,6 +97,11 @@ class ResidentSource:
 
     def release(self) -> None:
         pass
+
+    def drop(self, name: str, byte_range: tuple[int, int] | None = None) -> None:
+        """The caller keeps its own copy of ``name`` (a packed weight): forget this source's, once all of it is."""
+        if byte_range is None:
+            self._t.pop(name, None)
 
 
 def unrunnable_dtype(name: str, dtype: str) -> str | None:
@@ -206,6 +227,23 @@ class Weights:
         self.synthetic_embed_ids: set[int] = set()
         self.synthetic_lm_head = False
         self._scratch: torch.Tensor | None = None
+        self._packed: dict[str, list[torch.Tensor]] | None = None
+
+    def pack_linears(self) -> bool:
+        """From now on, reorder each weight that ``linear`` keeps (``keep``) once into oneDNN's layout and multiply
+        with that (nn.packed_linear), as vLLM's CPU backend does; the source's own copy is dropped.  For a weight
+        used over many passes (simulate's rounds).  False, and nothing changes, where it does not apply: not float32
+        on the CPU, this torch has no usable oneDNN, or ``EAGLECONV_PACKED_LINEARS=0`` turns it off (torch's own
+        matmul then: ~20 MB less peak RSS on the SmolLM2 pair, and slower; benchmarks/RESULTS.md)."""
+        from ..nn import packed_linear
+
+        if os.environ.get("EAGLECONV_PACKED_LINEARS", "1") == "0":
+            return False
+        if self.dtype != torch.float32 or self.device != "cpu" or not packed_linear.available():
+            return False
+        if self._packed is None:
+            self._packed = {}
+        return True
 
     def has(self, name: str) -> bool:
         return name in self._names
@@ -226,6 +264,9 @@ class Weights:
         others are upcast into one reused buffer: a fresh 128 MB block per product costs more (page faults
         and zeroing of new memory) than the conversion itself.  The products are the same either way.
         """
+        if self._packed is not None and keep:
+            out = self._packed_linear(x, name)
+            return out + self.get(bias) if bias is not None and self.has(bias) else out
         w = self.source.raw(name)
         rows = w.shape[0]
         step = max(1, BLOCK_BYTES // max(1, w.shape[1] * self.dtype.itemsize))
@@ -250,6 +291,32 @@ class Weights:
         self.source.release()  # the weight's pages leave this process: RSS stays near one upcast block
         return out
 
+    def _packed_linear(self, x: torch.Tensor, name: str) -> torch.Tensor:
+        """x @ W.T with W packed at its first use, in row blocks of at most PACK_BYTES: each block's source pages
+        are dropped once it is packed, so packing adds one block to the peak, not a whole lm_head."""
+        from ..nn import packed_linear
+
+        assert self._packed is not None
+        blocks = self._packed.get(name)
+        if blocks is None:
+            w = self.source.raw(name)
+            row_bytes = w.shape[1] * w.element_size()
+            step = max(1, PACK_BYTES // max(1, w.shape[1] * self.dtype.itemsize))
+            drop = getattr(self.source, "drop", None)
+            blocks = []
+            for r in range(0, w.shape[0], step):
+                blocks.append(packed_linear.pack(w[r:r + step].to(self.dtype)))
+                if drop is not None:
+                    drop(name, (r * row_bytes, (r + step) * row_bytes))
+            if drop is not None:
+                drop(name)
+            self._packed[name] = blocks
+            self.source.release()
+        x = x.to(self.dtype)
+        if len(blocks) == 1:
+            return packed_linear.linear(x, blocks[0])
+        return torch.cat([packed_linear.linear(x, b) for b in blocks], dim=-1)
+
     def _scratch_copy(self, src: torch.Tensor) -> torch.Tensor:
         """``src`` converted into the reused block buffer (a contiguous view at its start, as a fresh block is)."""
         n = src.numel()
@@ -264,6 +331,10 @@ class Weights:
         if self.has("embed_tokens.weight"):
             table = self.source.raw("embed_tokens.weight")
             rows = table.index_select(0, flat.to(table.device))
+            drop = getattr(self.source, "drop", None)
+            if self._packed is not None and drop is not None:
+                # the rows are copied: the pages they faulted in (the kernel maps ~64 KB around each) can go
+                drop("embed_tokens.weight", (0, table.numel() * table.element_size()))
         elif self.target_embed is not None:
             rows = self.target_embed.index_select(0, flat.to(self.target_embed.device))  # cuda with --device cuda
         else:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import mmap
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -118,6 +118,31 @@ class TorchTensors(Mapping[str, "torch.Tensor"]):
         if not raw:
             return torch.empty(info.shape, dtype=dtype)
         return torch.frombuffer(raw, dtype=dtype).view(info.shape)
+
+    def page_dropper(self, name: str) -> Callable[[int, int], None] | None:
+        """``drop(lo, hi)``: release the pages of bytes lo..hi of canonical ``name`` from this process, where the
+        tensor is a view of a file mapping (they stay in the page cache; a later read faults them back in from
+        it), else None: the pages of a copy hold its only data, and dropping them would zero it.  Only whole pages
+        inside the range are released.  For a caller that keeps its own copy (a packed weight)."""
+        stored = self._canonical[name]
+        info = self.info(name)
+        if not isinstance(self._store, Checkpoint) or isinstance(self._store._memory, StateDictTensors) or not info.numel:
+            return None
+        loc = self._store._locations[stored]
+        if loc.start % DTYPE_SIZES[info.dtype]:
+            return None
+        buffer, page, base, size = self._map(loc.path), mmap.PAGESIZE, loc.start, loc.end - loc.start
+
+        def drop(lo: int, hi: int) -> None:
+            first = -(-(base + max(0, lo)) // page) * page
+            last = ((base + min(size, hi)) // page) * page
+            if last > first:
+                try:
+                    buffer.madvise(mmap.MADV_DONTNEED, first, last - first)
+                except (AttributeError, OSError):  # pragma: no cover - platform without madvise
+                    pass
+
+        return drop
 
     def _map(self, path: Path) -> mmap.mmap:
         if path not in self._maps:
