@@ -25,7 +25,7 @@ from eagleconv.cli.main import cli  # noqa: E402
 from eagleconv.forward.kv_cache import Segment, SlotCache, target_step  # noqa: E402
 from eagleconv.forward.native_target import NativeTarget, NativeUnsupported  # noqa: E402
 from eagleconv.parity import VARIANTS, build_variant  # noqa: E402
-from eagleconv.simulate import SimulateError, available_threads, simulate  # noqa: E402
+from eagleconv.simulate import SimulateError, available_threads, engine_drafter, simulate  # noqa: E402
 from eagleconv.synthetic import DrafterRecipe, TinyDims, make_drafter  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -207,3 +207,53 @@ def test_a_value_that_changes_the_math_is_refused_with_the_reason(key, value, re
     report = simulate(PAIR / "eagle3", path, PROMPTS[:1], max_tokens=4)  # auto: transformers, and it says why
     assert report.target_runtime == "transformers"
     assert any(key in n or "rope" in n for n in report.notes), report.notes
+
+
+def test_slot_cache_sized_up_front_keeps_one_block_and_growth_keeps_every_layers_slots():
+    """Capacity given: one [layers, 2, h, cap, d] block, never reallocated while writes stay inside it; a write
+    past it grows the whole block and keeps what every layer holds (the rows a step wrote to earlier layers too)."""
+    cache = SlotCache(2, capacity=50)
+    first = torch.arange(2 * 40 * 3, dtype=torch.float32).view(2, 40, 3)
+    for layer in (0, 1):
+        cache.write(layer, 0, first + layer, -first)
+    assert cache.kv is not None and cache.kv.shape == (2, 2, 2, 50, 3)
+    block = cache.kv.data_ptr()
+    cache.write(0, 40, first[:, :10], first[:, :10])  # slots 40..49: still inside
+    assert cache.kv.data_ptr() == block
+    keys, _ = cache.write(0, 50, first[:, :5], first[:, :5])  # past it: doubled, layer 1 kept
+    assert cache.kv.shape[3] == 100 and keys.shape == (2, 55, 3)
+    keys1, values1 = cache.write(1, 40, first[:, :15], -first[:, :15])
+    assert torch.equal(keys1[:, :40], first + 1) and torch.equal(values1[:, :40], -first)
+    assert torch.equal(keys[:, :40], first) and torch.equal(keys[:, 40:50], first[:, :10])
+
+
+def test_drafter_logits_for_the_last_row_only_are_the_full_passes_last_row():
+    """DraftState's first pass computes logits for its last row only (what the proposer samples)."""
+    from eagleconv.forward.kv_cache import LAST
+
+    d = engine_drafter(PAIR / "eagle3", "vllm:0.32", NativeTarget(PAIR / "target"))
+    m = d.model
+    ids, T = torch.tensor([PROMPTS[0][1:]]), len(PROMPTS[0]) - 1
+    hidden = torch.randn(1, T, m.spec.hidden_size, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        full = m.forward(ids, torch.arange(T), hidden)
+        last = m.forward(ids, torch.arange(T), hidden, logits_rows=LAST)
+    assert last.logits.shape == (1, 1, full.logits.shape[-1])
+    torch.testing.assert_close(last.logits[:, 0], full.logits[:, -1], rtol=1e-5, atol=1e-5)
+    assert torch.equal(last.logits[:, 0].argmax(-1), full.logits[:, -1].argmax(-1))
+    assert torch.equal(last.feedback, full.feedback)
+
+
+def test_simulate_with_packed_linears_drafts_what_torchs_matmul_drafts(monkeypatch):
+    """simulate's default (oneDNN, weights reordered once) against torch's matmul (EAGLECONV_PACKED_LINEARS=0):
+    the same tokens, counters and drafts on the tiny pair, and the report says which ran."""
+    from eagleconv.nn import packed_linear
+
+    if not packed_linear.available():
+        pytest.skip("this torch has no usable oneDNN")
+    packed = simulate(PAIR / "eagle3", PAIR / "target", PROMPTS, max_tokens=12)
+    monkeypatch.setenv("EAGLECONV_PACKED_LINEARS", "0")
+    plain = simulate(PAIR / "eagle3", PAIR / "target", PROMPTS, max_tokens=12)
+    assert packed.tokens == plain.tokens and packed.drafts == plain.drafts
+    assert packed.accepted_per_position == plain.accepted_per_position
+    assert any("oneDNN" in n for n in packed.notes) and not any("oneDNN" in n for n in plain.notes)

@@ -30,28 +30,33 @@ from ..rope.rotary import cos_sin, rotate_neox
 
 
 class SlotCache:
-    """One sequence's keys and values per layer, slot i holding position i ([kv_heads, capacity, head_dim])."""
+    """One sequence's keys and values, slot i holding position i: one [layers, 2, kv_heads, capacity, head_dim] block.
 
-    def __init__(self, layers: int):
-        self.keys: list[torch.Tensor | None] = [None] * layers
-        self.values: list[torch.Tensor | None] = [None] * layers
+    ``capacity``: the slots allocated at the first write, where the caller knows the furthest one (simulate:
+    prompt + max_tokens + K); a write past them grows the block by doubling.  One block per sequence, not one
+    buffer per layer: on the SmolLM2 pair, sizing 240 per-layer buffers exactly did not lower the peak RSS (they
+    sat in the heap among the prefill's temporaries); one block, with last-row drafter logits, took it from 869
+    to 841 MiB.
+    """
+
+    def __init__(self, layers: int, capacity: int = 64):
+        self.layers, self.capacity = layers, capacity
+        self.kv: torch.Tensor | None = None
 
     def write(self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Put k/v [h, n, d] in slots start..start+n-1 (overwriting what a rejected draft left there) and return
         the keys and values of slots 0..start+n-1."""
         end = start + k.shape[1]
-        keys, values = self.keys[layer], self.values[layer]
-        if keys is None or values is None or keys.shape[1] < end:
-            cap = max(end, 2 * (keys.shape[1] if keys is not None else 0), 64)  # doubling: amortised copies
-            grown_k = k.new_empty(k.shape[0], cap, k.shape[2])
-            grown_v = v.new_empty(v.shape[0], cap, v.shape[2])
-            if keys is not None and values is not None:
-                grown_k[:, :start] = keys[:, :start]
-                grown_v[:, :start] = values[:, :start]
-            keys, values = self.keys[layer], self.values[layer] = grown_k, grown_v
-        keys[:, start:end] = k
-        values[:, start:end] = v
-        return keys[:, :end], values[:, :end]
+        kv = self.kv
+        if kv is None or kv.shape[3] < end:
+            cap = max(end, 2 * kv.shape[3] if kv is not None else self.capacity)  # doubling: amortised copies
+            grown = k.new_empty(self.layers, 2, k.shape[0], cap, k.shape[2])
+            if kv is not None:
+                grown[:, :, :, :kv.shape[3]] = kv  # every layer's slots, those this step already wrote included
+            kv = self.kv = grown
+        kv[layer, 0, :, start:end] = k
+        kv[layer, 1, :, start:end] = v
+        return kv[layer, 0, :, :end], kv[layer, 1, :, :end]
 
 
 @dataclass
@@ -99,14 +104,16 @@ def target_step(target: Any, segments: Sequence[Segment], layer_ids: Sequence[in
         q = rotate_neox(q.transpose(1, 2), cos, sin)[0]  # [nh, N, d]
         k = rotate_neox(k.transpose(1, 2), cos, sin)[0]
         v = v.transpose(1, 2)[0]
-        outs, row = [], 0
+        outs, row, rep = [], 0, nh // nkv
         for s, n in zip(segments, lengths):
             keys, values = s.cache.write(j, s.start, k[:, row:row + n], v[:, row:row + n])
-            if nh != nkv:
-                keys, values = keys.repeat_interleave(nh // nkv, dim=0), values.repeat_interleave(nh // nkv, dim=0)
-            q_pos = positions[row:row + n]
-            outs.append(attend(q[None, :, row:row + n], keys[None], values[None], q_pos,
-                               torch.arange(keys.shape[1], device=device), d ** -0.5)[0])
+            # GQA without copying the keys: query head h reads kv head h // rep, so each kv head's rep query
+            # heads go through attention as rep * n rows of one head
+            grouped = q[:, row:row + n].reshape(nkv, rep * n, d)
+            q_pos = positions[row:row + n].repeat(rep)
+            att = attend(grouped[None], keys[None], values[None], q_pos, torch.arange(keys.shape[1], device=device),
+                         d ** -0.5)[0]
+            outs.append(att.reshape(nh, n, d))
             row += n
         o = torch.cat(outs, dim=1).transpose(0, 1).reshape(1, N, nh * d)
         h = h + w.linear(o, a + "o_proj.weight", a + "o_proj.bias")
@@ -131,6 +138,9 @@ def target_step(target: Any, segments: Sequence[Segment], layer_ids: Sequence[in
     return out
 
 
+LAST = slice(-1, None)  # logits for the last row only: vLLM's proposer samples nothing else
+
+
 class DraftState:
     """One prompt's drafter cache over its verified rows: each round's first pass covers only the new ones."""
 
@@ -146,12 +156,12 @@ class DraftState:
         m, T = self.model, len(tokens) - 1
         start = self.rows
         ids = torch.tensor([list(tokens[start + 1:T + 1])])
-        r = m.forward(ids, torch.arange(start, T), m.combine(new_aux.unsqueeze(0)), self.cache)
+        r = m.forward(ids, torch.arange(start, T), m.combine(new_aux.unsqueeze(0)), self.cache, logits_rows=LAST)
         self.cache, self.rows = r.cache, T
         toks = [r.logits[:, -1].argmax(-1)]
         fb, cache = r.feedback[:, -1], r.cache
         for step in range(2, k + 1):
-            r = m.forward(toks[-1].unsqueeze(1), torch.tensor([T - 2 + step]), fb.unsqueeze(1), cache)
+            r = m.forward(toks[-1].unsqueeze(1), torch.tensor([T - 2 + step]), fb.unsqueeze(1), cache, logits_rows=LAST)
             cache, fb = r.cache, r.feedback[:, -1]
             toks.append(r.logits[:, -1].argmax(-1))
         return [int(t[0]) for t in toks]

@@ -100,7 +100,7 @@ class DraftInputs:
 class StepOutput:
     """One forward call: logits over the target vocabulary, the post-norm state and the state fed back."""
 
-    logits: torch.Tensor  # [B, n, V], -inf outside the draft vocabulary
+    logits: torch.Tensor  # [B, n, V] (the rows of logits_rows), -inf outside the draft vocabulary
     out: torch.Tensor  # [B, n, H] post-norm (lm_head input)
     feedback: torch.Tensor  # [B, n, H]
     cache: list[Cache]
@@ -195,8 +195,12 @@ class Drafter:
         return w.linear(a, "fc.weight", "fc.bias", keep=False)  # once per draft: caching it would crowd out the layers
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, hidden: torch.Tensor,
-                cache: list[Cache] | None = None) -> StepOutput:
-        """One drafter pass: ids [B, n], positions [n], hidden [B, n, H] (combined features or fed-back state)."""
+                cache: list[Cache] | None = None, logits_rows: slice = slice(None)) -> StepOutput:
+        """One drafter pass: ids [B, n], positions [n], hidden [B, n, H] (combined features or fed-back state).
+
+        ``logits_rows``: the rows whose logits are computed (default all).  A proposer samples the last row only,
+        and full-vocabulary logits for every first-pass row were ~10 MB per call on a 49k vocabulary.
+        """
         spec, w, ops, eps = self.spec, self.w, self.ops, self.eps
         hidden = hidden.to(device=self.device, dtype=self.dtype)
         positions = positions.to(self.device)
@@ -220,7 +224,7 @@ class Drafter:
         assert m is not None and res is not None
         out, pre = ops.fused_add_rms_norm(m, res, w.get("norm.weight"), eps)
         feedback = out if spec.flags.norm_output else pre
-        z = w.lm_head(out, spec.draft_vocab_size, self.target_ids)
+        z = w.lm_head(out[:, logits_rows], spec.draft_vocab_size, self.target_ids)
         if self.logit_scale != 1.0:
             z = z * self.logit_scale
         full = z.new_full((*z.shape[:-1], spec.vocab_size), float("-inf"))
