@@ -365,7 +365,8 @@ def _simulate(drafter: str | Path, target: str | Path, prompts: list[list[int]],
         drafts=all_drafts, engine=engine, num_speculative_tokens=K, max_tokens=max_tokens,
         target_runtime=tgt.runtime,
         notes=[*d.notes, "aux layers captured as vLLM's V1 runner does: " + str(list(d.capture)),
-               *(["target and drafter linears: oneDNN, weights reordered once (as vLLM's CPU backend runs them)"]
-                 if packed else []),
+               *([f"linears of {tgt.w.packed_weights} target and {d.model.w.packed_weights} drafter weights (those "
+                  "of 1 MiB or more): oneDNN, each reordered once, as vLLM's CPU backend runs them"]
+                 if packed and tgt.w.packed_weights + d.model.w.packed_weights else []),
                *([f"target run by transformers: {tgt.fallback}"] if getattr(tgt, "fallback", None) else [])],
     )

@@ -98,6 +98,7 @@ def test_packing_in_blocks_drops_each_blocks_source_pages_and_keeps_products(mon
     w, once = torch.randn(37, 16, generator=g), torch.randn(5, 16, generator=g)
     dropped: list[tuple[int, int]] = []
     monkeypatch.setattr(weights_mod, "PACK_BYTES", 8 * 16 * 4)  # 8 rows per block: 5 blocks, a short last one
+    monkeypatch.setattr(weights_mod, "PACK_MIN_BYTES", 0)
     src = DictSource({"w": w, "once": once}, {"w": lambda lo, hi: dropped.append((lo, hi))})
     x = torch.randn(1, 3, 16, generator=g)
     want = x @ w.T
@@ -109,6 +110,8 @@ def test_packing_in_blocks_drops_each_blocks_source_pages_and_keeps_products(mon
     assert weights._packed is not None and len(weights._packed["w"]) == 5
     torch.testing.assert_close(weights.linear(x, "w"), want, rtol=1e-5, atol=1e-5)  # from the packed blocks
     assert torch.equal(weights.linear(x, "once", keep=False), x @ once.T) and "once" not in weights._packed
+    monkeypatch.setattr(weights_mod, "PACK_MIN_BYTES", once.numel() * 4 + 1)  # below the line: torch's matmul
+    assert torch.equal(weights.linear(x, "once"), x @ once.T) and weights.packed_weights == 1
 
 
 def test_pack_linears_declines_where_it_does_not_apply(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -246,12 +246,18 @@ def test_drafter_logits_for_the_last_row_only_are_the_full_passes_last_row():
 
 def test_simulate_with_packed_linears_drafts_what_torchs_matmul_drafts(monkeypatch):
     """simulate's default (oneDNN, weights reordered once) against torch's matmul (EAGLECONV_PACKED_LINEARS=0):
-    the same tokens, counters and drafts on the tiny pair, and the report says which ran."""
+    the same tokens, counters and drafts on the tiny pair with every weight packed, and the report says which ran.
+    Left alone, tiny-pair's weights are all under PACK_MIN_BYTES: none is packed."""
+    from eagleconv.forward import weights as weights_mod
     from eagleconv.nn import packed_linear
 
     if not packed_linear.available():
         pytest.skip("this torch has no usable oneDNN")
+    small = simulate(PAIR / "eagle3", PAIR / "target", PROMPTS, max_tokens=12)
+    assert not any("oneDNN" in n for n in small.notes)
+    monkeypatch.setattr(weights_mod, "PACK_MIN_BYTES", 0)
     packed = simulate(PAIR / "eagle3", PAIR / "target", PROMPTS, max_tokens=12)
+    assert packed.tokens == small.tokens and packed.drafts == small.drafts
     monkeypatch.setenv("EAGLECONV_PACKED_LINEARS", "0")
     plain = simulate(PAIR / "eagle3", PAIR / "target", PROMPTS, max_tokens=12)
     assert packed.tokens == plain.tokens and packed.drafts == plain.drafts

@@ -25,6 +25,9 @@ from .._process import start_helper_thread
 
 BLOCK_BYTES = 128 * 1024 * 1024  # compute-dtype bytes of one upcast weight block
 PACK_BYTES = 4 * 1024 * 1024  # bytes of one packed weight block (Weights.pack_linears): what packing adds to the peak
+# smaller weights stay on torch's matmul: their products are bound by per-call overhead, and oneDNN's is higher
+# (tiny-pair, every weight under 1 MiB, ran 0.5 s slower with all of them packed)
+PACK_MIN_BYTES = 1024 * 1024
 
 
 class TensorSource(Protocol):
@@ -230,8 +233,9 @@ class Weights:
         self._packed: dict[str, list[torch.Tensor]] | None = None
 
     def pack_linears(self) -> bool:
-        """From now on, reorder each weight that ``linear`` keeps (``keep``) once into oneDNN's layout and multiply
-        with that (nn.packed_linear), as vLLM's CPU backend does; the source's own copy is dropped.  For a weight
+        """From now on, reorder each weight of at least PACK_MIN_BYTES that ``linear`` keeps (``keep``) once into
+        oneDNN's layout and multiply with that (nn.packed_linear), as vLLM's CPU backend does; the source's own copy
+        is dropped.  For a weight
         used over many passes (simulate's rounds).  False, and nothing changes, where it does not apply: not float32
         on the CPU, this torch has no usable oneDNN, or ``EAGLECONV_PACKED_LINEARS=0`` turns it off (torch's own
         matmul then: ~20 MB less peak RSS on the SmolLM2 pair, and slower; benchmarks/RESULTS.md)."""
@@ -244,6 +248,11 @@ class Weights:
         if self._packed is None:
             self._packed = {}
         return True
+
+    @property
+    def packed_weights(self) -> int:
+        """How many weights ``linear`` multiplies packed so far (pack_linears)."""
+        return len(self._packed or {})
 
     def has(self, name: str) -> bool:
         return name in self._names
@@ -264,10 +273,11 @@ class Weights:
         others are upcast into one reused buffer: a fresh 128 MB block per product costs more (page faults
         and zeroing of new memory) than the conversion itself.  The products are the same either way.
         """
-        if self._packed is not None and keep:
+        w = self.source.raw(name) if self._packed is None or name not in self._packed else None
+        if self._packed is not None and keep and (w is None or w.numel() * self.dtype.itemsize >= PACK_MIN_BYTES):
             out = self._packed_linear(x, name)
             return out + self.get(bias) if bias is not None and self.has(bias) else out
-        w = self.source.raw(name)
+        assert w is not None
         rows = w.shape[0]
         step = max(1, BLOCK_BYTES // max(1, w.shape[1] * self.dtype.itemsize))
         copies = w.dtype != self.dtype or str(w.device) != self.device
