@@ -51,9 +51,9 @@ def simulate(ctx: click.Context, drafter: str, target: str, prompts: str | None,
     """Greedy speculative decoding offline: the counters and drafts vLLM would produce, before deploying."""
 
     def body():
-        from .validate_cmds import _passive_omp
-
-        _passive_omp()  # idle OpenMP threads sleep: with every core in use, a spinning one takes a busy one's
+        # OpenMP's own wait policy (spin briefly, then sleep), not validate's PASSIVE: a decode step is thousands
+        # of ~0.1 ms products, and waking sleeping threads for each made the SmolLM2 pair 1.3-1.7x slower on an
+        # idle machine (benchmarks/RESULTS.md).  On a machine already busy, OMP_WAIT_POLICY=PASSIVE is the choice.
         from ..simulate import simulate as run
 
         with _progress() as bar:
