@@ -358,6 +358,7 @@ def _simulate(drafter: str | Path, target: str | Path, prompts: list[list[int]],
         all_tokens, all_drafts, num_drafts, (accepted_total, *per_pos) = decode(tgt, d, prompts, K, max_tokens,
                                                                                 tick)
     progress(generating, planned, planned)
+    n_target, n_drafter = tgt.w.packed_weights if packed else 0, d.model.w.packed_weights
     return SimulateReport(
         tokens=all_tokens, num_drafts=num_drafts, num_draft_tokens=num_drafts * K,
         num_accepted_tokens=accepted_total, accepted_per_position=per_pos,
@@ -365,8 +366,7 @@ def _simulate(drafter: str | Path, target: str | Path, prompts: list[list[int]],
         drafts=all_drafts, engine=engine, num_speculative_tokens=K, max_tokens=max_tokens,
         target_runtime=tgt.runtime,
         notes=[*d.notes, "aux layers captured as vLLM's V1 runner does: " + str(list(d.capture)),
-               *([f"linears of {tgt.w.packed_weights} target and {d.model.w.packed_weights} drafter weights (those "
-                  "of 1 MiB or more): oneDNN, each reordered once, as vLLM's CPU backend runs them"]
-                 if packed and tgt.w.packed_weights + d.model.w.packed_weights else []),
+               *([f"linears of {n_target} target and {n_drafter} drafter weights (those of 1 MiB or more): oneDNN, "
+                  "each reordered once, as vLLM's CPU backend runs them"] if n_target + n_drafter else []),
                *([f"target run by transformers: {tgt.fallback}"] if getattr(tgt, "fallback", None) else [])],
     )

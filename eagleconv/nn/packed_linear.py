@@ -1,7 +1,7 @@
 """float32 products with weights reordered once into oneDNN's blocked layout, as vLLM's CPU backend runs its linears.
 
 ``x @ W.T`` through torch's default CPU path (MKL sgemm) repacks W on every call.  With the few activation rows of a
-decode step that repacking is most of the cost: on the 2-core VM an SmolLM2 projection ran at 4.7-6 GB/s of weights
+decode step that repacking is most of the cost: on the 2-core VM a SmolLM2 projection ran at 4.7-6 GB/s of weights
 while the memory streams 40 GB/s (benchmarks/RESULTS.md).  vLLM 0.32's CPU backend reorders each weight once
 (``create_onednn_mm``, model_executor/layers/utils.py) and multiplies with oneDNN; reordering once here too ran the
 same products at 10-19 GB/s.  Same float32 arithmetic, in another summation order (differences ~1e-6 relative).
