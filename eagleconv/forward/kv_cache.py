@@ -25,7 +25,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..nn.attention import Cache, attend
+from ..nn.attention import Cache, attend_grouped
 from ..rope.rotary import cos_sin, rotate_neox
 
 
@@ -104,16 +104,11 @@ def target_step(target: Any, segments: Sequence[Segment], layer_ids: Sequence[in
         q = rotate_neox(q.transpose(1, 2), cos, sin)[0]  # [nh, N, d]
         k = rotate_neox(k.transpose(1, 2), cos, sin)[0]
         v = v.transpose(1, 2)[0]
-        outs, row, rep = [], 0, nh // nkv
+        outs, row = [], 0
         for s, n in zip(segments, lengths):
             keys, values = s.cache.write(j, s.start, k[:, row:row + n], v[:, row:row + n])
-            # GQA without copying the keys: query head h reads kv head h // rep, so each kv head's rep query
-            # heads go through attention as rep * n rows of one head
-            grouped = q[:, row:row + n].reshape(nkv, rep * n, d)
-            q_pos = positions[row:row + n].repeat(rep)
-            att = attend(grouped[None], keys[None], values[None], q_pos, torch.arange(keys.shape[1], device=device),
-                         d ** -0.5)[0]
-            outs.append(att.reshape(nh, n, d))
+            outs.append(attend_grouped(q[None, :, row:row + n], keys[None], values[None], positions[row:row + n],
+                                       torch.arange(keys.shape[1], device=device), d ** -0.5)[0])
             row += n
         o = torch.cat(outs, dim=1).transpose(0, 1).reshape(1, N, nh * d)
         h = h + w.linear(o, a + "o_proj.weight", a + "o_proj.bias")

@@ -27,6 +27,20 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: torch.Tenso
     return (probs @ v.to(acc)).to(q.dtype)
 
 
+def attend_grouped(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,
+                   scale: float) -> torch.Tensor:
+    """:func:`attend` with grouped-query heads: q [B, nh, n, d], k/v [B, nkv, L, d*], nh a multiple of nkv (query
+    head h reads kv head h // (nh // nkv)) -> [B, nh, n, dv].  Each kv head's query heads go through attention as
+    rows of one head, so keys and values are never copied per query head (repeat_interleave did, every call)."""
+    B, nh, n, d = q.shape
+    nkv = k.shape[1]
+    if nh == nkv:
+        return attend(q, k, v, q_pos, k_pos, scale)
+    rep = nh // nkv
+    out = attend(q.reshape(B, nkv, rep * n, d), k, v, q_pos.repeat(rep), k_pos, scale)
+    return out.reshape(B, nh, n, out.shape[-1])
+
+
 def extend(cache: Cache | None, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor) -> Cache:
     if cache is None:
         return k, v, pos
