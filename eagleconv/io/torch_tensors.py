@@ -105,14 +105,12 @@ class TorchTensors(Mapping[str, "torch.Tensor"]):
         memory = self._store._memory if isinstance(self._store, Checkpoint) else self._store
         if isinstance(memory, StateDictTensors):  # already in memory (--allow-pickle, a state dict): no copy
             return memory._tensors[stored].detach().to("cpu")  # (a trainer's GPU tensor: where the math runs)
-        if isinstance(self._store, Checkpoint):
-            loc = self._store._locations[stored]
-            if info.numel == 0:
-                return torch.empty(info.shape, dtype=dtype)
-            if loc.start % DTYPE_SIZES[info.dtype] == 0:
-                buffer = self._map(loc.path)
-                flat = torch.frombuffer(buffer, dtype=dtype, count=info.numel, offset=loc.start)
-                return flat.view(info.shape)
+        if isinstance(self._store, Checkpoint) and info.numel == 0:
+            return torch.empty(info.shape, dtype=dtype)
+        loc = self._mapped(stored, info)
+        if loc is not None:
+            flat = torch.frombuffer(self._map(loc.path), dtype=dtype, count=info.numel, offset=loc.start)
+            return flat.view(info.shape)
         # unaligned data: a copy of this one tensor
         raw = bytearray(self._store.read_bytes(stored))
         if not raw:
@@ -124,12 +122,9 @@ class TorchTensors(Mapping[str, "torch.Tensor"]):
         tensor is a view of a file mapping (they stay in the page cache; a later read faults them back in from
         it), else None: the pages of a copy hold its only data, and dropping them would zero it.  Only whole pages
         inside the range are released.  For a caller that keeps its own copy (a packed weight)."""
-        stored = self._canonical[name]
         info = self.info(name)
-        if not isinstance(self._store, Checkpoint) or isinstance(self._store._memory, StateDictTensors) or not info.numel:
-            return None
-        loc = self._store._locations[stored]
-        if loc.start % DTYPE_SIZES[info.dtype]:
+        loc = self._mapped(self._canonical[name], info) if info.numel else None
+        if loc is None:
             return None
         buffer, page, base, size = self._map(loc.path), mmap.PAGESIZE, loc.start, loc.end - loc.start
 
@@ -143,6 +138,15 @@ class TorchTensors(Mapping[str, "torch.Tensor"]):
                     pass
 
         return drop
+
+    def _mapped(self, stored: str, info: TensorInfo) -> Any:
+        """The file location of ``stored`` where ``_load`` returns a view of the file's mapping, else None (a copy:
+        a state dict in memory, or data not aligned to its dtype).  One rule for loading and for page_dropper,
+        which must never release the pages of a copy."""
+        if not isinstance(self._store, Checkpoint) or isinstance(self._store._memory, StateDictTensors):
+            return None
+        loc = self._store._locations[stored]
+        return loc if loc.start % DTYPE_SIZES[info.dtype] == 0 else None
 
     def _map(self, path: Path) -> mmap.mmap:
         if path not in self._maps:
