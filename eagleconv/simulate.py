@@ -339,7 +339,8 @@ def _simulate(drafter: str | Path, target: str | Path, prompts: list[list[int]],
     tgt = _target(target, target_runtime)
     if device != "cpu":
         tgt.to(device)
-    packed = tgt.runtime == "eagleconv" and tgt.w.pack_linears()  # weights reordered once for oneDNN (CPU)
+    if tgt.runtime == "eagleconv":
+        tgt.w.pack_linears()  # on the CPU: weights reordered once for oneDNN, as vLLM runs its linears
     prompts = check_prompts(prompts, source, tgt.vocab_size)
     progress("loading the target and the drafter", 1, 2)
     d = engine_drafter(drafter, engine, tgt, device)
@@ -358,7 +359,7 @@ def _simulate(drafter: str | Path, target: str | Path, prompts: list[list[int]],
         all_tokens, all_drafts, num_drafts, (accepted_total, *per_pos) = decode(tgt, d, prompts, K, max_tokens,
                                                                                 tick)
     progress(generating, planned, planned)
-    n_target, n_drafter = tgt.w.packed_weights if packed else 0, d.model.w.packed_weights
+    n_target, n_drafter = tgt.w.packed_weights if tgt.runtime == "eagleconv" else 0, d.model.w.packed_weights
     return SimulateReport(
         tokens=all_tokens, num_drafts=num_drafts, num_draft_tokens=num_drafts * K,
         num_accepted_tokens=accepted_total, accepted_per_position=per_pos,

@@ -235,10 +235,10 @@ class Weights:
     def pack_linears(self) -> bool:
         """From now on, reorder each weight of at least PACK_MIN_BYTES that ``linear`` keeps (``keep``) once into
         oneDNN's layout and multiply with that (nn.packed_linear), as vLLM's CPU backend does; the source's own copy
-        is dropped.  For a weight
-        used over many passes (simulate's rounds).  False, and nothing changes, where it does not apply: not float32
-        on the CPU, this torch has no usable oneDNN, or ``EAGLECONV_PACKED_LINEARS=0`` turns it off (torch's own
-        matmul then: ~20 MB less peak RSS on the SmolLM2 pair, and slower; benchmarks/RESULTS.md)."""
+        is dropped.  For weights used over many passes (simulate's rounds).  False, and nothing changes, where it
+        does not apply: not float32 on the CPU, this torch has no usable oneDNN, or ``EAGLECONV_PACKED_LINEARS=0``
+        turns it off (torch's own matmul then: ~20 MB less peak RSS on the SmolLM2 pair, and slower;
+        benchmarks/RESULTS.md)."""
         from ..nn import packed_linear
 
         if os.environ.get("EAGLECONV_PACKED_LINEARS", "1") == "0":
@@ -273,11 +273,10 @@ class Weights:
         others are upcast into one reused buffer: a fresh 128 MB block per product costs more (page faults
         and zeroing of new memory) than the conversion itself.  The products are the same either way.
         """
-        w = self.source.raw(name) if self._packed is None or name not in self._packed else None
-        if self._packed is not None and keep and (w is None or w.numel() * self.dtype.itemsize >= PACK_MIN_BYTES):
+        if keep and self._packs(name):
             out = self._packed_linear(x, name)
             return out + self.get(bias) if bias is not None and self.has(bias) else out
-        assert w is not None
+        w = self.source.raw(name)
         rows = w.shape[0]
         step = max(1, BLOCK_BYTES // max(1, w.shape[1] * self.dtype.itemsize))
         copies = w.dtype != self.dtype or str(w.device) != self.device
@@ -300,6 +299,13 @@ class Weights:
             out = out + self.get(bias)
         self.source.release()  # the weight's pages leave this process: RSS stays near one upcast block
         return out
+
+    def _packs(self, name: str) -> bool:
+        """Whether ``linear`` multiplies ``name`` packed: packing is on and it is packed already (its source copy may
+        be gone), or it has PACK_MIN_BYTES or more."""
+        if self._packed is None:
+            return False
+        return name in self._packed or self.source.raw(name).numel() * self.dtype.itemsize >= PACK_MIN_BYTES
 
     def _packed_linear(self, x: torch.Tensor, name: str) -> torch.Tensor:
         """x @ W.T with W packed at its first use, in row blocks of at most PACK_BYTES: each block's source pages
