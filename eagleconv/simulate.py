@@ -257,16 +257,20 @@ def _decode_cached(tgt: Any, d: EngineDrafter, prompts: list[list[int]], K: int,
                    tick: Any) -> tuple[list[list[int]], list[list[list[int]]], int, list[int]]:
     """All prompts in lockstep, as vLLM's scheduler runs them: one target pass per step over every unfinished
     prompt's rows (the prefill: every prompt row; then each prompt's [last token, d_1..d_K]), KV cached."""
-    from .forward.kv_cache import DraftState, Segment, SlotCache, target_step
+    from .forward.kv_cache import DraftState, Segment, SlotCache, propose, target_step
+
+    def draft(batch: list[_Request], new_aux: list[Any]) -> None:  # one proposer batch, as vLLM runs it
+        for r, drafts in zip(batch, propose(d.model, [r.drafter for r in batch], [r.seq for r in batch], new_aux, K)):
+            r.drafts.append(drafts)
 
     # a round writes K+1 rows from the last verified position, which is before len(prompt) + max_tokens
-    reqs = [_Request(list(p), list(p), SlotCache(tgt.num_layers, len(p) + max_tokens + K), DraftState(d.model), [])
+    reqs = [_Request(list(p), list(p), SlotCache(tgt.num_layers, len(p) + max_tokens + K), DraftState(), [])
             for p in prompts]
     outs = target_step(tgt, [Segment(r.cache, r.prompt, 0, slice(-1, None)) for r in reqs], d.capture)
-    for r, (greedy, aux) in zip(reqs, outs):
+    for r, (greedy, _) in zip(reqs, outs):
         r.seq.append(int(greedy[-1]))
         tick(1)
-        r.drafts.append(r.drafter.propose(r.seq, aux, K))
+    draft(reqs, [aux for _, aux in outs])
     per_pos, accepted_total = [0] * K, 0
     while True:
         active = [r for r in reqs if r.out_len < max_tokens]
@@ -274,6 +278,7 @@ def _decode_cached(tgt: Any, d: EngineDrafter, prompts: list[list[int]], K: int,
             break
         outs = target_step(tgt, [Segment(r.cache, [r.seq[-1], *r.drafts[-1]], len(r.seq) - 1) for r in active],
                            d.capture)
+        new_aux = []
         for r, (greedy, aux) in zip(active, outs):
             drafts = r.drafts[-1]
             accepted = _accept(drafts, [int(g) for g in greedy[:K]], per_pos)
@@ -283,7 +288,8 @@ def _decode_cached(tgt: Any, d: EngineDrafter, prompts: list[list[int]], K: int,
             r.out_len += accepted + 1
             # the target's rows of the accepted tokens are the drafter's new first-pass rows; the rejected
             # drafts' slots (target and drafter) are written again next round
-            r.drafts.append(r.drafter.propose(r.seq, aux[:accepted + 1], K))
+            new_aux.append(aux[:accepted + 1])
+        draft(active, new_aux)
     num_drafts = sum(len(r.drafts) - 1 for r in reqs)
     return ([r.seq[len(r.prompt):][:max_tokens] for r in reqs], [r.drafts for r in reqs], num_drafts,
             [accepted_total, *per_pos])

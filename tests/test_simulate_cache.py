@@ -228,9 +228,8 @@ def test_slot_cache_sized_up_front_keeps_one_block_and_growth_keeps_every_layers
 
 
 def test_drafter_logits_for_the_last_row_only_are_the_full_passes_last_row():
-    """DraftState's first pass computes logits for its last row only (what the proposer samples)."""
-    from eagleconv.forward.kv_cache import LAST
-
+    """The proposer's first pass computes logits for its last row only (what it samples)."""
+    LAST = slice(-1, None)
     d = engine_drafter(PAIR / "eagle3", "vllm:0.32", NativeTarget(PAIR / "target"))
     m = d.model
     ids, T = torch.tensor([PROMPTS[0][1:]]), len(PROMPTS[0]) - 1
@@ -263,3 +262,32 @@ def test_simulate_with_packed_linears_drafts_what_torchs_matmul_drafts(monkeypat
     assert packed.tokens == plain.tokens and packed.drafts == plain.drafts
     assert packed.accepted_per_position == plain.accepted_per_position
     assert any("oneDNN" in n for n in packed.notes) and not any("oneDNN" in n for n in plain.notes)
+
+
+@pytest.mark.parametrize("architecture", ["llama", "qwen3", "deepseek_mla"])
+def test_one_ragged_proposer_batch_drafts_what_each_prompt_drafts_alone(architecture, tmp_path):
+    """forward.kv_cache.propose runs every request's rows through the drafter in one pass per step (attention per
+    request): two rounds of three ragged requests draft what each request drafts alone and what the uncached
+    reference (Drafter.draft over every verified row) drafts."""
+    from eagleconv.forward.api import load
+    from eagleconv.forward.kv_cache import DraftState, propose
+    from eagleconv.forward.model import DraftInputs
+
+    dims = TinyDims()
+    path = make_drafter(tmp_path / architecture, DrafterRecipe(producer="vllm", architecture=architecture,
+                                                               dims=dims, dtype="float32", seed=4))
+    model = load(path)
+    g = torch.Generator().manual_seed(9)
+    seqs = [[1, 17, 42, 99, 7, 30, 11], [5, 9], [3, 3, 8, 100, 64]]
+    auxes = [torch.randn(len(s) + 2, 3 * dims.target_hidden, generator=g) for s in seqs]  # rows of two rounds
+    together, alone = [DraftState() for _ in seqs], [DraftState() for _ in seqs]
+    with torch.no_grad():
+        for extra in (0, 2):  # round 2: two more verified tokens per request, their two new rows
+            now = [s + [(7 * i + 5 * extra) % dims.vocab for i in range(extra)] for s in seqs]
+            new = [a[len(n) - 1 - (extra or len(n) - 1):len(n) - 1] for a, n in zip(auxes, now)]
+            batched = propose(model, together, now, new, 3)
+            single = [propose(model, [st], [n], [a], 3)[0] for st, n, a in zip(alone, now, new)]
+            reference = [[int(t[0]) for t in model.draft(DraftInputs(torch.tensor([n]), a[:len(n) - 1][None]), 3).tokens]
+                         for n, a in zip(now, auxes)]
+            assert batched == single == reference
+    assert len({t for d in batched for t in d}) > 2  # the drafts vary: the test can tell requests apart

@@ -146,7 +146,7 @@ class DeepseekMla(Architecture):
         """Multi-head latent attention, expanded form (vLLM's absorbed form differs by rounding only)."""
         import torch
 
-        from ..nn.attention import attend, extend
+        from ..nn.attention import attend_cache, extend
         from ..rope.rotary import cos_sin, rotate_interleaved, softmax_scale_factor
 
         B, n, _ = u.shape
@@ -169,5 +169,5 @@ class DeepseekMla(Architecture):
         k_nope, v = kv.split([dn, dv], dim=-1)
         cache = extend(cache, torch.cat([k_nope, kpe.expand(B, nh, n, dr)], dim=-1), v, pos)
         scale = (dn + dr) ** -0.5 * softmax_scale_factor(rope)
-        o = attend(q, cache[0], cache[1], pos, cache[2], scale).transpose(1, 2).reshape(B, n, nh * dv)
+        o = attend_cache(q, cache, pos, scale).transpose(1, 2).reshape(B, n, nh * dv)
         return w.linear(o, a + "o_proj.weight"), cache

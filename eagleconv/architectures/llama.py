@@ -143,7 +143,7 @@ class Llama(Architecture):
     def attention(cls, u: torch.Tensor, pos: torch.Tensor, cache: Any, w: Any, p: str, spec: DrafterSpec, rope: Any,
                   ops: Any, eps: float) -> tuple[torch.Tensor, Any]:
         """GQA with neox RoPE over the drafter's KV cache (vLLM: llama_eagle3.py, LlamaAttention)."""
-        from ..nn.attention import attend_grouped, extend
+        from ..nn.attention import attend_cache, extend
         from ..rope.rotary import cos_sin, rotate_neox
 
         B, n, _ = u.shape
@@ -159,5 +159,5 @@ class Llama(Architecture):
         q = rotate_neox(q.transpose(1, 2), cos, sin)  # [B, nh, n, d]
         k = rotate_neox(k.transpose(1, 2), cos, sin)
         cache = extend(cache, k, v.transpose(1, 2), pos)
-        o = attend_grouped(q, cache[0], cache[1], pos, cache[2], d ** -0.5).transpose(1, 2).reshape(B, n, nh * d)
+        o = attend_cache(q, cache, pos, d ** -0.5).transpose(1, 2).reshape(B, n, nh * d)
         return w.linear(o, a + "o_proj.weight", a + "o_proj.bias"), cache

@@ -10,7 +10,7 @@ drafter's own KV cache over context and drafts, as vLLM's proposer does.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +19,7 @@ import torch
 from .. import architectures
 from ..drafter import DrafterSpec
 from ..errors import FindingsError
-from ..nn.attention import Cache
+from ..nn.attention import Cache, Ragged
 from ..rope.rotary import ResolvedRope, resolve_rope
 from .ops import NormOps, get_ops
 from .weights import BlockCache, TensorSource, Weights, stored_name
@@ -103,7 +103,7 @@ class StepOutput:
     logits: torch.Tensor  # [B, n, V] (the rows of logits_rows), -inf outside the draft vocabulary
     out: torch.Tensor  # [B, n, H] post-norm (lm_head input)
     feedback: torch.Tensor  # [B, n, H]
-    cache: list[Cache]
+    cache: list[Cache | Ragged]
 
 
 @dataclass
@@ -195,16 +195,19 @@ class Drafter:
         return w.linear(a, "fc.weight", "fc.bias", keep=False)  # once per draft: caching it would crowd out the layers
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, hidden: torch.Tensor,
-                cache: list[Cache] | None = None, logits_rows: slice = slice(None)) -> StepOutput:
+                cache: Sequence[Cache | Ragged | None] | None = None,
+                logits_rows: slice | torch.Tensor = slice(None)) -> StepOutput:
         """One drafter pass: ids [B, n], positions [n], hidden [B, n, H] (combined features or fed-back state).
 
-        ``logits_rows``: the rows whose logits are computed (default all).  A proposer samples the last row only,
-        and full-vocabulary logits for every first-pass row were ~10 MB per call on a 49k vocabulary.
+        ``cache``: per layer, the keys/values of earlier positions; a Ragged entry runs several sequences' rows
+        side by side (forward.kv_cache.propose).  ``logits_rows``: the rows whose logits are computed (default
+        all; a slice or row indices).  A proposer samples each sequence's last row only, and full-vocabulary
+        logits for every first-pass row were ~10 MB per call on a 49k vocabulary.
         """
         spec, w, ops, eps = self.spec, self.w, self.ops, self.eps
         hidden = hidden.to(device=self.device, dtype=self.dtype)
         positions = positions.to(self.device)
-        new_cache: list[Cache] = []
+        new_cache: list[Cache | Ragged] = []
         m = res = None
         for j in range(spec.num_hidden_layers):
             p = f"layers.{j}."

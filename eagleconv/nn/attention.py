@@ -9,6 +9,8 @@ reference), as vLLM's backends accumulate it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from .norm import acc_dtype
@@ -41,8 +43,41 @@ def attend_grouped(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: tor
     return out.reshape(B, nh, n, out.shape[-1])
 
 
-def extend(cache: Cache | None, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor) -> Cache:
+@dataclass
+class Ragged:
+    """Several sequences' rows side by side in one pass (vLLM's flattened batch), each with its own cache.
+
+    The weights stream through memory once for all of them; only attention is per sequence.  ``lengths[i]``: this
+    pass's rows of sequence i, in order along the row axis; ``entries[i]``: its cache before them (None: none).
+    """
+
+    lengths: list[int]
+    entries: list[Cache | None]
+
+
+def extend(cache: Cache | Ragged | None, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor) -> Cache | Ragged:
+    """The cache with this pass's keys/values [B, h, n, d*] at positions [n] appended (per sequence if Ragged)."""
+    if isinstance(cache, Ragged):
+        n = cache.lengths
+        return Ragged(n, [_extend(e, *new) for e, new in zip(cache.entries, zip(k.split(n, 2), v.split(n, 2),
+                                                                                    pos.split(n)))])
+    return _extend(cache, k, v, pos)
+
+
+def _extend(cache: Cache | None, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor) -> Cache:
     if cache is None:
         return k, v, pos
     return torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2), torch.cat([cache[2], pos])
+
+
+def attend_cache(q: torch.Tensor, cache: Cache | Ragged | None, q_pos: torch.Tensor, scale: float) -> torch.Tensor:
+    """:func:`attend_grouped` of q [B, nh, n, d] at positions [n] against what :func:`extend` returned; with a
+    Ragged cache each sequence's rows attend to its own entry only."""
+    if isinstance(cache, Ragged):
+        n = cache.lengths
+        return torch.cat([attend_cache(qi, e, pi, scale) for qi, pi, e in zip(q.split(n, 2), q_pos.split(n),
+                                                                               cache.entries)], dim=2)
+    if cache is None:
+        raise ValueError("attend_cache needs the cache extend() returned, this pass's keys included")
+    return attend_grouped(q, cache[0], cache[1], q_pos, cache[2], scale)
 
