@@ -264,8 +264,8 @@ def _decode_cached(tgt: Any, d: EngineDrafter, prompts: list[list[int]], K: int,
             r.drafts.append(drafts)
 
     # a round writes K+1 rows from the last verified position, which is before len(prompt) + max_tokens
-    reqs = [_Request(list(p), list(p), SlotCache(tgt.num_layers, len(p) + max_tokens + K), DraftState(), [])
-            for p in prompts]
+    caches = SlotCache.batch(tgt.num_layers, max(len(p) for p in prompts) + max_tokens + K, len(prompts))
+    reqs = [_Request(list(p), list(p), c, DraftState(), []) for p, c in zip(prompts, caches)]
     outs = target_step(tgt, [Segment(r.cache, r.prompt, 0, slice(-1, None)) for r in reqs], d.capture)
     for r, (greedy, _) in zip(reqs, outs):
         r.seq.append(int(greedy[-1]))

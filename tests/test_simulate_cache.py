@@ -111,6 +111,50 @@ def test_a_batched_step_computes_each_prompts_rows_as_the_full_forward(tmp_path)
                                        rtol=1e-5, atol=1e-5)
 
 
+def test_caches_sharing_one_block_attend_together_and_a_grown_one_leaves_it(tmp_path, monkeypatch):
+    """SlotCache.batch: steps whose segments all have the same rows attend in one product against the shared
+    block (a subset of its rows too, as when prompts finish); a cache written past its capacity leaves the block.
+    Every step's states and greedy tokens are those of NativeTarget.forward over the whole sequence."""
+    from eagleconv.forward import kv_cache
+
+    batch_rows: list[int] = []  # per attention call of target_step: how many segments it covers
+
+    def spy(q, *args):
+        batch_rows.append(q.shape[0])
+        return attend_grouped(q, *args)
+
+    from eagleconv.nn.attention import attend_grouped
+    monkeypatch.setattr(kv_cache, "attend_grouped", spy)
+    _, path = seeded_pair(tmp_path, "llama")
+    target = NativeTarget(path)
+    ids = [0, 2, 3]
+    seqs = [list(p) for p in RAGGED[:3]]
+    caches = SlotCache.batch(target.num_layers, max(len(p) for p in seqs) + 6, len(seqs))
+    with torch.no_grad():
+        target_step(target, [Segment(c, p, 0) for c, p in zip(caches, seqs)], ids)
+        block = caches[0].shared
+        counts = []
+        for step, members in enumerate([[0, 1, 2], [0, 2], [1, 2], [0, 1, 2]]):
+            new = [[(11 * step + 3 * i + 1) % 300 for i in range(3)] for _ in members]
+            batch_rows.clear()
+            outs = target_step(target, [Segment(caches[m], t, len(seqs[m])) for m, t in zip(members, new)], ids)
+            counts.append(sorted(set(batch_rows)))
+            for m, t, (greedy, states) in zip(members, new, outs):
+                seqs[m] += t
+                full_greedy, full_states = target.forward(seqs[m], ids)
+                assert torch.equal(greedy, full_greedy[-3:])
+                # the batched product sums over the longest segment's slots (the others' masked ones add
+                # zeros), in another order than a full forward: float32 rounding, grown over 3 seeded layers
+                torch.testing.assert_close(states, torch.cat([full_states[i][-3:] for i in ids], -1),
+                                           rtol=1e-4, atol=1e-4)
+    # steps 1-3 batched (all rows of the block, then two subsets); step 4 writes prompts 0 and 2 past the
+    # capacity: they get blocks of their own and that step attends per segment
+    assert counts == [[3], [2], [2], [1]]
+    assert caches[0].shared is None and caches[2].shared is None
+    assert caches[1].shared is block and caches[1].kv is not None and block is not None and block.kv is not None
+    assert caches[1].kv.data_ptr() == block.kv[:, :, 1].data_ptr()
+
+
 def test_slot_cache_overwrites_rejected_slots_and_keeps_earlier_ones_when_it_grows():
     cache = SlotCache(1)
     first = torch.arange(2 * 40 * 3, dtype=torch.float32).view(2, 40, 3)

@@ -38,27 +38,53 @@ class SlotCache:
     prompt + max_tokens + K); a write past them grows the block by doubling.  One block per sequence, not one
     buffer per layer: on the SmolLM2 pair, sizing 240 per-layer buffers exactly did not lower the peak RSS (they
     sat in the heap among the prefill's temporaries); one block, with last-row drafter logits, took it from 869
-    to 841 MiB.
+    to 841 MiB.  :meth:`batch` makes caches whose blocks are rows of one shared block instead.
     """
 
-    def __init__(self, layers: int, capacity: int = 64):
+    def __init__(self, layers: int, capacity: int = 64, *, shared: SharedBlock | None = None, row: int = 0):
         self.layers, self.capacity = layers, capacity
         self.kv: torch.Tensor | None = None
+        self.shared, self.row = shared, row  # while shared, kv is row ``row`` of shared.kv
+
+    @classmethod
+    def batch(cls, layers: int, capacity: int, count: int) -> list[SlotCache]:
+        """``count`` caches whose slots are rows of one block [layers, 2, count, kv_heads, capacity, head_dim], so
+        that a step whose segments all have the same number of rows attends for all of them in one product
+        (target_step: a decode step's 30 layers x 4 prompts were 120 small attention calls).  A cache that grows
+        past ``capacity`` leaves the block, and steps with it attend per segment again."""
+        shared = SharedBlock(layers, count)
+        return [cls(layers, capacity, shared=shared, row=i) for i in range(count)]
 
     def write(self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Put k/v [h, n, d] in slots start..start+n-1 (overwriting what a rejected draft left there) and return
         the keys and values of slots 0..start+n-1."""
         end = start + k.shape[1]
+        if self.kv is None and self.shared is not None:
+            self.kv = self.shared.allocate(k, self.capacity)[:, :, self.row]
         kv = self.kv
         if kv is None or kv.shape[3] < end:
             cap = max(end, 2 * kv.shape[3] if kv is not None else self.capacity)  # doubling: amortised copies
             grown = k.new_empty(self.layers, 2, k.shape[0], cap, k.shape[2])
             if kv is not None:
                 grown[:, :, :, :kv.shape[3]] = kv  # every layer's slots, those this step already wrote included
-            kv = self.kv = grown
+            kv, self.kv, self.shared = grown, grown, None
         kv[layer, 0, :, start:end] = k
         kv[layer, 1, :, start:end] = v
         return kv[layer, 0, :, :end], kv[layer, 1, :, :end]
+
+
+class SharedBlock:
+    """The block :meth:`SlotCache.batch`'s caches share, allocated at their first write.  Zeroed: a short
+    sequence's slots past its end are masked in a batched attention, but still multiplied (0 x NaN is NaN)."""
+
+    def __init__(self, layers: int, count: int):
+        self.layers, self.count = layers, count
+        self.kv: torch.Tensor | None = None
+
+    def allocate(self, like: torch.Tensor, capacity: int) -> torch.Tensor:
+        if self.kv is None:
+            self.kv = like.new_zeros(self.layers, 2, self.count, like.shape[0], capacity, like.shape[2])
+        return self.kv
 
 
 @dataclass
@@ -84,6 +110,7 @@ def target_step(target: Any, segments: Sequence[Segment], layer_ids: Sequence[in
     qk_norm = bool(getattr(target.architecture, "qk_norm", False))
     device = w.device
     lengths = [len(s.tokens) for s in segments]
+    starts = [sum(lengths[:i]) for i in range(len(segments))]  # each segment's first row in the batch
     ids = torch.tensor([[t for s in segments for t in s.tokens]], device=device)
     positions = torch.cat([torch.arange(s.start, s.start + n) for s, n in zip(segments, lengths)]).to(device)
     cos, sin = cos_sin(target.rope, d, positions, torch.float32)
@@ -106,13 +133,25 @@ def target_step(target: Any, segments: Sequence[Segment], layer_ids: Sequence[in
         q = rotate_neox(q.transpose(1, 2), cos, sin)[0]  # [nh, N, d]
         k = rotate_neox(k.transpose(1, 2), cos, sin)[0]
         v = v.transpose(1, 2)[0]
-        outs, row = [], 0
-        for s, n in zip(segments, lengths):
-            keys, values = s.cache.write(j, s.start, k[:, row:row + n], v[:, row:row + n])
-            outs.append(attend_grouped(q[None, :, row:row + n], keys[None], values[None], positions[row:row + n],
-                                       torch.arange(keys.shape[1], device=device), d ** -0.5)[0])
-            row += n
-        o = torch.cat(outs, dim=1).transpose(0, 1).reshape(1, N, nh * d)
+        kvs = [s.cache.write(j, s.start, k[:, r:r + n], v[:, r:r + n]) for s, r, n in zip(segments, starts, lengths)]
+        shared = segments[0].cache.shared
+        if shared is not None and shared.kv is not None and len(set(lengths)) == 1 and \
+                all(s.cache.shared is shared for s in segments):
+            # every segment's rows at once against its row of the shared block; slots past a segment's own
+            # rows (a shorter prompt, rejected drafts) come after its queries' positions: masked
+            B, n = len(segments), lengths[0]
+            end = max(s.start for s in segments) + n
+            block = shared.kv[j, :, :, :, :end]  # [2, count, kv_heads, end, d]
+            members = [s.cache.row for s in segments]
+            if members != list(range(shared.count)):
+                block = block[:, members]
+            o = attend_grouped(q.view(nh, B, n, d).transpose(0, 1), block[0], block[1], positions.view(B, n),
+                               torch.arange(end, device=device), d ** -0.5).transpose(1, 2).reshape(1, N, nh * d)
+        else:
+            o = torch.cat([attend_grouped(q[None, :, r:r + n], keys[None], values[None], positions[r:r + n],
+                                          torch.arange(keys.shape[1], device=device), d ** -0.5)[0]
+                           for (keys, values), r, n in zip(kvs, starts, lengths)], dim=1)
+            o = o.transpose(0, 1).reshape(1, N, nh * d)
         h = h + w.linear(o, a + "o_proj.weight", a + "o_proj.bias")
         u = ops.rms_norm(h, w.get(p + "post_attention_layernorm.weight"), eps)
         gate = w.linear(u, p + "mlp.gate_proj.weight")
@@ -123,7 +162,6 @@ def target_step(target: Any, segments: Sequence[Segment], layer_ids: Sequence[in
     states = torch.cat([c for c in captured if c is not None], dim=-1) if captured else h[0, :, :0]
     # logits only for the rows whose token is used (vLLM's logits_indices): the prefill's last row, every
     # verified row; the lm_head is the largest single weight
-    starts = [sum(lengths[:i]) for i in range(len(segments))]
     picks = [torch.arange(st, st + n, device=device)[s.logits_rows] for s, st, n in zip(segments, starts, lengths)]
     rows = torch.cat(picks)
     normed = ops.rms_norm(h[:, rows], w.get("norm.weight"), eps)

@@ -20,10 +20,13 @@ Cache = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # keys [B, h, L, dk], v
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,
             scale: float) -> torch.Tensor:
-    """Causal softmax attention: q [B, h, n, d], k/v [B, h, L, d*] -> [B, h, n, dv] in q's dtype."""
+    """Causal softmax attention: q [B, h, n, d], k/v [B, h, L, d*] -> [B, h, n, dv] in q's dtype.  ``q_pos`` [n],
+    or [B, n] where each batch row has its own positions (simulate's batched decode step)."""
     acc = acc_dtype(q.dtype)
     scores = (q.to(acc) @ k.to(acc).transpose(-1, -2)) * scale
-    mask = k_pos.unsqueeze(0) > q_pos.unsqueeze(1)  # [n, L]: a key after the query is hidden
+    mask = k_pos > q_pos.unsqueeze(-1)  # [(B,) n, L]: a key after the query is hidden
+    if mask.dim() == 3:
+        mask = mask.unsqueeze(1)  # per batch row, every head alike
     scores = scores.masked_fill(mask, float("-inf"))
     probs = torch.softmax(scores, dim=-1)
     return (probs @ v.to(acc)).to(q.dtype)
@@ -39,7 +42,7 @@ def attend_grouped(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: tor
     if nh == nkv:
         return attend(q, k, v, q_pos, k_pos, scale)
     rep = nh // nkv
-    out = attend(q.reshape(B, nkv, rep * n, d), k, v, q_pos.repeat(rep), k_pos, scale)
+    out = attend(q.reshape(B, nkv, rep * n, d), k, v, q_pos.repeat(*[1] * (q_pos.dim() - 1), rep), k_pos, scale)
     return out.reshape(B, nh, n, out.shape[-1])
 
 
