@@ -83,4 +83,3 @@ def attend_cache(q: torch.Tensor, cache: Cache | Ragged | None, q_pos: torch.Ten
     if cache is None:
         raise ValueError("attend_cache needs the cache extend() returned, this pass's keys included")
     return attend_grouped(q, cache[0], cache[1], q_pos, cache[2], scale)
-
