@@ -7,7 +7,8 @@ over every verified row (issue 15: 2.4-8x slower than the engine simulate stands
   their positions; the slots of rejected drafts are simply written again by the next round before anything reads
   them, as vLLM's scheduler reuses them.  All prompts' rows of one step go through the weights in one ragged pass
   (:func:`target_step`), as vLLM schedules them, so the weights stream through memory once per step, not once per
-  prompt;
+  prompt; the caches are rows of one block (:meth:`SlotCache.batch`), so a decode step attends for all prompts in
+  one product;
 * the drafter keeps its first pass's cache (:class:`DraftState`) over every verified row, and each round runs the
   first pass over the newly verified rows only; the recursive steps' rows (drafts) are dropped, so the next
   round's first-pass rows take their positions.  Every request's rows go through the drafter together, one
