@@ -257,11 +257,12 @@ def _decode_cached(tgt: Any, d: EngineDrafter, prompts: list[list[int]], K: int,
                    tick: Any) -> tuple[list[list[int]], list[list[list[int]]], int, list[int]]:
     """All prompts in lockstep, as vLLM's scheduler runs them: one target pass per step over every unfinished
     prompt's rows (the prefill: every prompt row; then each prompt's [last token, d_1..d_K]), KV cached."""
-    from .forward.kv_cache import DraftState, Segment, SlotCache, propose, target_step
+    from .forward.kv_cache import DraftState, Segment, SlotCache, propose_batch, target_step
 
     def draft(batch: list[_Request], new_aux: list[Any]) -> None:  # one proposer batch, as vLLM runs it
-        for r, drafts in zip(batch, propose(d.model, [r.drafter for r in batch], [r.seq for r in batch], new_aux, K)):
-            r.drafts.append(drafts)
+        drafts = propose_batch(d.model, [r.drafter for r in batch], [r.seq for r in batch], new_aux, K)
+        for r, proposed in zip(batch, drafts):
+            r.drafts.append(proposed)
 
     # a round writes K+1 rows from the last verified position, which is before len(prompt) + max_tokens
     caches = SlotCache.batch(tgt.num_layers, max(len(p) for p in prompts) + max_tokens + K, len(prompts))
@@ -340,6 +341,7 @@ def _simulate(drafter: str | Path, target: str | Path, prompts: list[list[int]],
     import torch
 
     from .forward.inputs import check_prompts
+    from .forward.weights import PACK_MIN_BYTES
 
     progress("loading the target and the drafter", 0, 2)
     tgt = _target(target, target_runtime)
@@ -366,6 +368,8 @@ def _simulate(drafter: str | Path, target: str | Path, prompts: list[list[int]],
                                                                                 tick)
     progress(generating, planned, planned)
     n_target, n_drafter = tgt.w.packed_weights if tgt.runtime == "eagleconv" else 0, d.model.w.packed_weights
+    packed = (f"linears of {n_target} target and {n_drafter} drafter weights (those of {PACK_MIN_BYTES >> 20} MiB or "
+              "more): oneDNN, each reordered once, as vLLM's CPU backend runs them")
     return SimulateReport(
         tokens=all_tokens, num_drafts=num_drafts, num_draft_tokens=num_drafts * K,
         num_accepted_tokens=accepted_total, accepted_per_position=per_pos,
@@ -373,7 +377,6 @@ def _simulate(drafter: str | Path, target: str | Path, prompts: list[list[int]],
         drafts=all_drafts, engine=engine, num_speculative_tokens=K, max_tokens=max_tokens,
         target_runtime=tgt.runtime,
         notes=[*d.notes, "aux layers captured as vLLM's V1 runner does: " + str(list(d.capture)),
-               *([f"linears of {n_target} target and {n_drafter} drafter weights (those of 1 MiB or more): oneDNN, "
-                  "each reordered once, as vLLM's CPU backend runs them"] if n_target + n_drafter else []),
+               *([packed] if n_target + n_drafter else []),
                *([f"target run by transformers: {tgt.fallback}"] if getattr(tgt, "fallback", None) else [])],
     )

@@ -310,11 +310,11 @@ def test_simulate_with_packed_linears_drafts_what_torchs_matmul_drafts(monkeypat
 
 @pytest.mark.parametrize("architecture", ["llama", "qwen3", "deepseek_mla"])
 def test_one_ragged_proposer_batch_drafts_what_each_prompt_drafts_alone(architecture, tmp_path):
-    """forward.kv_cache.propose runs every request's rows through the drafter in one pass per step (attention per
-    request): two rounds of three ragged requests draft what each request drafts alone and what the uncached
-    reference (Drafter.draft over every verified row) drafts."""
+    """forward.kv_cache.propose_batch runs every request's rows through the drafter in one pass per step
+    (attention per request): two rounds of three ragged requests draft what each request drafts alone and what
+    the uncached reference (Drafter.draft over every verified row) drafts."""
     from eagleconv.forward.api import load
-    from eagleconv.forward.kv_cache import DraftState, propose
+    from eagleconv.forward.kv_cache import DraftState, propose_batch
     from eagleconv.forward.model import DraftInputs
 
     dims = TinyDims()
@@ -329,9 +329,10 @@ def test_one_ragged_proposer_batch_drafts_what_each_prompt_drafts_alone(architec
         for extra in (0, 2):  # round 2: two more verified tokens per request, their two new rows
             now = [s + [(7 * i + 5 * extra) % dims.vocab for i in range(extra)] for s in seqs]
             new = [a[len(n) - 1 - (extra or len(n) - 1):len(n) - 1] for a, n in zip(auxes, now)]
-            batched = propose(model, together, now, new, 3)
-            single = [propose(model, [st], [n], [a], 3)[0] for st, n, a in zip(alone, now, new)]
-            reference = [[int(t[0]) for t in model.draft(DraftInputs(torch.tensor([n]), a[:len(n) - 1][None]), 3).tokens]
+            batched = propose_batch(model, together, now, new, 3)
+            single = [propose_batch(model, [st], [n], [a], 3)[0] for st, n, a in zip(alone, now, new)]
+            reference = [[int(t[0]) for t in
+                          model.draft(DraftInputs(torch.tensor([n]), a[:len(n) - 1][None]), 3).tokens]
                          for n, a in zip(now, auxes)]
             assert batched == single == reference
     assert len({t for d in batched for t in d}) > 2  # the drafts vary: the test can tell requests apart

@@ -12,7 +12,7 @@ over every verified row (issue 15: 2.4-8x slower than the engine simulate stands
 * the drafter keeps its first pass's cache (:class:`DraftState`) over every verified row, and each round runs the
   first pass over the newly verified rows only; the recursive steps' rows (drafts) are dropped, so the next
   round's first-pass rows take their positions.  Every request's rows go through the drafter together, one
-  ragged pass per proposer step (:func:`propose`), as vLLM's proposer runs its batch: one request at a time
+  ragged pass per proposer step (:func:`propose_batch`), as vLLM's proposer runs its batch: one request at a time
   streamed the drafter's ~35 MB of float32 weights 4 times per step on the SmolLM2 pair (2.4 s of its 8 s decode).
 
 Every row sees the same keys and values as in a full re-run (causal attention: a row never reads a later one),
@@ -182,8 +182,8 @@ class DraftState:
         self.rows = 0  # first-pass rows cached: positions 0..rows-1
 
 
-def propose(model: Any, states: Sequence[DraftState], seqs: Sequence[Sequence[int]],
-            new_aux: Sequence[torch.Tensor], k: int) -> list[list[int]]:
+def propose_batch(model: Any, states: Sequence[DraftState], seqs: Sequence[Sequence[int]],
+                  new_aux: Sequence[torch.Tensor], k: int) -> list[list[int]]:
     """vLLM's proposer for one round of every request at once: k drafts per request.
 
     Per request: ``seqs[i]`` every verified token (x_0..x_T), ``new_aux[i]`` the target's captured states of

@@ -200,7 +200,7 @@ class Drafter:
         """One drafter pass: ids [B, n], positions [n], hidden [B, n, H] (combined features or fed-back state).
 
         ``cache``: per layer, the keys/values of earlier positions; a Ragged entry runs several sequences' rows
-        side by side (forward.kv_cache.propose).  ``logits_rows``: the rows whose logits are computed (default
+        side by side (forward.kv_cache.propose_batch).  ``logits_rows``: the rows whose logits are computed (default
         all; a slice or row indices).  A proposer samples each sequence's last row only, and full-vocabulary
         logits for every first-pass row were ~10 MB per call on a 49k vocabulary.
         """
