@@ -232,3 +232,52 @@ def test_write_file_atomically_publishes_whole_or_leaves_the_old_file(tmp_path):
     with pytest.raises(DestinationError, match="cannot write the file: No such file or directory") as caught:
         write_file_atomically(tmp_path / "missing" / "f", [b"x"], what="the file")
     assert isinstance(caught.value, OSError) and caught.value.path == str(tmp_path / "missing" / "f")
+
+
+# -- validate and lint take a transformers config; ignore takes one code -------------------------------
+
+def state_dict_and_config(path: Path) -> tuple[dict[str, torch.Tensor], dict]:
+    from safetensors.torch import load_file
+
+    return load_file(str(path / "model.safetensors")), json.loads((path / "config.json").read_text())
+
+
+def test_validate_and_lint_take_a_transformers_config(drafter):
+    from transformers import LlamaConfig
+
+    sd, cfg = state_dict_and_config(drafter(producer="vllm"))
+    config = LlamaConfig(**cfg)
+    as_object = eagleconv.validate(sd, config=config, numeric=False)
+    as_dict = eagleconv.validate(sd, config=config.to_dict(), numeric=False)
+    assert as_object.ok and as_object.model_dump() == as_dict.model_dump()
+    assert as_object.format == "vllm" and as_object.aux_layer_ids == cfg["eagle_aux_hidden_state_layer_ids"]
+    assert eagleconv.lint(config).model_dump() == eagleconv.lint(config.to_dict()).model_dump()
+
+
+@pytest.mark.parametrize("call", [lambda sd: eagleconv.validate(sd, config=3),
+                                  lambda sd: eagleconv.lint(["not", "a", "config"])])
+def test_a_config_of_the_wrong_type_is_a_type_error_naming_it(drafter, call):
+    from eagleconv.errors import ArgumentTypeError
+
+    sd, _ = state_dict_and_config(drafter(producer="vllm"))
+    with pytest.raises(TypeError, match=r"^config must be a dict, a config\.json path or a config object") as info:
+        call(sd)
+    assert isinstance(info.value, ArgumentTypeError) and isinstance(info.value, UsageError)
+
+
+def test_ignore_takes_one_code_as_a_string(drafter):
+    src = drafter(producer="vllm")
+    report = eagleconv.validate(src, numeric=False)
+    code = next(f.code for f in report.findings if f.severity != "error")  # a code there is to ignore
+    one = eagleconv.validate(src, numeric=False, ignore=code)
+    assert one.model_dump() == eagleconv.validate(src, numeric=False, ignore=[code]).model_dump()
+    assert code in {f.code for f in one.ignored} and code not in {f.code for f in one.findings}
+    assert eagleconv.lint(src, ignore=code).model_dump() == eagleconv.lint(src, ignore=(code,)).model_dump()
+
+
+@pytest.mark.parametrize("ignore,message", [(23, "ignore must be a finding code or an iterable of codes, not int"),
+                                            (["EC023", 5], "ignore: finding codes are strings, not int")])
+def test_ignore_of_the_wrong_type_is_a_type_error_naming_it(drafter, ignore, message):
+    src = drafter(producer="vllm")
+    with pytest.raises(TypeError, match=message):
+        eagleconv.validate(src, numeric=False, ignore=ignore)
