@@ -53,10 +53,10 @@ cat "$out/environment.txt"
 
 if wants tests; then
     step "kernel tests on CUDA"
-    # --noconftest: tests/test_kernels.py needs only torch, triton and pytest (the shared conftest imports the
+    # --noconftest: tests/kernels/test_kernels.py needs only torch, triton and pytest (the shared conftest imports the
     # whole package); the tests put their tensors on cuda when it is available.
-    timeout 300 python -m pytest -q -p no:cacheprovider --noconftest tests/test_kernels.py \
-        tests/test_benchmark_kernels.py 2>&1 | tee "$out/tests.txt" || status=1
+    timeout 300 python -m pytest -q -p no:cacheprovider --noconftest tests/kernels/test_kernels.py \
+        tests/benchmarks/test_kernels_script.py 2>&1 | tee "$out/tests.txt" || status=1
 fi
 
 if wants bench; then

@@ -113,7 +113,7 @@ class Architecture:
     harmless_config_keys: ClassVar[dict[str, str]] = {}
     mlp_modules: ClassVar[tuple[str, ...]] = ("gate_proj", "up_proj", "down_proj")  # the mlp.* modules (canonical)
     examples: ClassVar[tuple[Example, ...]] = ()  # committed example fixtures of this family
-    # clean drafters of this family: what each engine profile reports (tests/test_arch_contract.py checks them)
+    # clean drafters of this family: what each engine profile reports (tests/architectures/test_contract.py checks them)
     verdicts: ClassVar[tuple[Verdict, ...]] = ()
     # an architecture this one computes exactly, from tensors rewritten by split_tensors (fused projections split)
     equivalent: ClassVar[str | None] = None

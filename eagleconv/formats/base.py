@@ -393,7 +393,7 @@ def _is_int_or_none(value: Any) -> bool:
 # transformers' config classes are strict dataclasses (transformers 5): AutoConfig raises on a value of another
 # JSON type, on a null where the class allows none, and on a float field written as an integer ("rms_norm_eps": 1).
 # Every engine that reads a drafter config through AutoConfig then fails to load it.  key -> (test, must be).
-# Found by the AutoConfig property in tests/test_properties.py; tests/test_rel_parsers.py checks the dtype names
+# Found by the AutoConfig property in tests/test_properties.py; tests/io/test_parsers.py checks the dtype names
 # against torch and AutoConfig.
 TRANSFORMERS_MODEL_TYPES = frozenset(t for arch in architectures.ARCHITECTURES.values() for t in arch.transformers_model_types)
 HEADS_DIVIDE_HIDDEN = frozenset(t for arch in architectures.ARCHITECTURES.values()

@@ -35,7 +35,7 @@ _TRANSFORMERS_4 = "transformers 4.x PretrainedConfig defaults (generation and ex
 _LLAMA = "transformers' LlamaConfig (training and generation settings, not the drafter's forward)"
 
 # Keys relative to the top level or to the layout's decoder location (speculators' transformer_layer_config),
-# with who writes them.  Checked against transformers' config classes by tests/test_rel_keys.py.
+# with who writes them.  Checked against transformers' config classes by tests/validation/test_config_keys.py.
 HARMLESS: dict[str, str] = {
     **dict.fromkeys(("_name_or_path", "architectures", "chunk_size_feed_forward", "dtype", "torch_dtype", "id2label",
                      "label2id", "is_encoder_decoder", "output_attentions", "output_hidden_states", "problem_type",
