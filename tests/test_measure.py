@@ -7,6 +7,7 @@ import json
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -49,6 +50,10 @@ def test_counters_per_prompt_equal_the_engines_own_decode(server, prompts):
     assert sum(p["num_drafts"] for p in report["prompts"]) == ref["num_drafts"]
     assert "bonus token included" in report["acceptance_length_definition"]
     assert len(report["prompts_sha256"]) == 64
+    import jsonschema
+
+    schema = json.loads((Path(__file__).resolve().parents[1] / "schemas" / "report-measure.schema.json").read_text())
+    jsonschema.validate(report, schema)
 
 
 def test_against_simulate_same_then_first_differing_round(server, prompts, tmp_path):
