@@ -111,7 +111,7 @@ class FakeServer:
         label = '{engine="0",model_name="fake/target"}' if self.engine == "vllm" else ""
         gen = "vllm:generation_tokens" if self.engine == "vllm" else "llamacpp:tokens_predicted"
         lines += [f"# TYPE {gen}_total counter", f"{gen}_total{label} {float(c['generated'])}"]
-        if self.fail != "no-spec":
+        if self.fail != "no-spec" or self.engine == "llama.cpp":  # llama-server exports them at 0 when off
             for name, key in (("num_drafts", "drafts"), ("num_draft_tokens", "draft_tokens"),
                               ("num_accepted_tokens", "accepted")):
                 lines += [f"# TYPE {prefix}spec_decode_{name}_total counter",

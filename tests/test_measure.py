@@ -127,6 +127,16 @@ def test_llama_server_metrics_and_timings(prompts):
         srv.stop()
 
 
+def test_llama_server_with_speculative_decoding_off(prompts):
+    srv = FakeServer(engine="llama.cpp").start()
+    srv.fail = "no-spec"  # its counters exist and stay at 0
+    try:
+        result = CliRunner().invoke(cli, ["measure", srv.url, "--prompts", str(prompts), "--engine", "llama.cpp"])
+    finally:
+        srv.stop()
+    assert result.exit_code == 2 and "speculative decoding is off" in result.stderr, result.output
+
+
 def test_concurrency_reports_totals_and_per_user_throughput(server, prompts):
     result = run(server.url, "--prompts", str(prompts), "--max-tokens", "20", "--concurrency", "4", "--json")
     assert result.exit_code == 0, result.output

@@ -23,8 +23,9 @@ class PromptMeasure(_Model):
     accepted_per_position: list[int] | None = Field(None, description="per draft position (null: not reported)")
     seconds: float = Field(description="wall time of the request, from sending it to its full reply")
     tokens_per_second: float = Field(description="this request's generated tokens / seconds (per-user throughput)")
-    top2_margins: list[float] | None = Field(None, description="per generated token, the server's top-1 minus top-2 "
-                                             "logprob (requested with --against, to show greedy near-ties)")
+    top2_margins: list[float | None] | None = Field(None, description="per generated token, the server's top-1 minus "
+                                                    "top-2 logprob (requested with --against, to show greedy "
+                                                    "near-ties; null where it gave fewer than two)")
     server_timings: dict[str, float] | None = Field(None, description="llama-server: the reply's own draft counts "
                                                     "(timings.draft_n, timings.draft_n_accepted)")
 

@@ -18,7 +18,7 @@ class ServerProfile:
     generated: str  # counter of generated tokens (another client's traffic shows there)
     running: str  # gauge of requests in flight
     body: Callable[[list[int], int, str | None, bool], dict[str, Any]]
-    reply: Callable[[Any], tuple[list[int], list[float] | None, dict[str, float] | None]]
+    reply: Callable[[Any], tuple[list[int], list[float | None] | None, dict[str, float] | None]]
     conversion: str
 
 
@@ -27,17 +27,18 @@ def _vllm_body(prompt: list[int], max_tokens: int, model: str | None, margins: b
                             "return_token_ids": True, "stream": False}
     if model is not None:
         body["model"] = model
-    if margins:
-        body["logprobs"] = 2
+    if margins:  # keyed by token id: two tokens that decode to the same text stay two entries
+        body["logprobs"], body["return_tokens_as_token_ids"] = 2, True
     return body
 
 
-def _margin(top: list[float]) -> float:
+def _margin(top: list[float]) -> float | None:
+    """top-1 minus top-2 logprob (None when the server gave fewer than two)."""
     top = sorted(top, reverse=True)
-    return top[0] - top[1] if len(top) > 1 else float("inf")
+    return top[0] - top[1] if len(top) > 1 else None
 
 
-def _vllm_reply(data: Any) -> tuple[list[int], list[float] | None, dict[str, float] | None]:
+def _vllm_reply(data: Any) -> tuple[list[int], list[float | None] | None, dict[str, float] | None]:
     choice = data["choices"][0]
     tokens = [int(t) for t in choice["token_ids"]]
     lp = choice.get("logprobs")
@@ -53,7 +54,7 @@ def _llama_body(prompt: list[int], max_tokens: int, model: str | None, margins: 
     return body
 
 
-def _llama_reply(data: Any) -> tuple[list[int], list[float] | None, dict[str, float] | None]:
+def _llama_reply(data: Any) -> tuple[list[int], list[float | None] | None, dict[str, float] | None]:
     tokens = [int(t) for t in data["tokens"]]
     probs = data.get("completion_probabilities")
     margins = [_margin([float(t["logprob"]) for t in p["top_logprobs"]]) for p in probs] if probs else None
