@@ -83,6 +83,20 @@ def test_against_simulate_same_then_first_differing_round(server, prompts, tmp_p
     assert against["first"].startswith(f"prompt 2, round {rnd}, position {9 - cursor}: token")
 
 
+def test_against_another_measure_report(server, prompts, tmp_path):
+    first = run(server.url, "--prompts", str(prompts), "--max-tokens", "24", "--json")
+    path = tmp_path / "first.json"
+    path.write_text(first.stdout)
+    again = run(server.url, "--prompts", str(prompts), "--max-tokens", "24", "--against", str(path), "--json")
+    assert again.exit_code == 0 and json.loads(again.stdout)["against"]["kind"] == "measure", again.output
+    edited = json.loads(first.stdout)
+    edited["prompts"][1]["accepted_per_position"][0] += 1
+    path.write_text(json.dumps(edited))
+    again = run(server.url, "--prompts", str(prompts), "--max-tokens", "24", "--against", str(path), "--json")
+    against = json.loads(again.stdout)["against"]
+    assert again.exit_code == 1 and (against["prompt"], against["position"]) == (1, 0), against
+
+
 def test_counters_that_differ_are_named_by_prompt_and_position(server, prompts, tmp_path):
     ref = reference(PROMPTS, 40)
     ref["drafts"][3][0] = [(t + 1) % 1000 for t in ref["drafts"][3][0]]  # simulate's drafter differs in round 0
