@@ -49,6 +49,7 @@ PUBLISHED: dict[str, str] = {
     "report-pull": "eagleconv.hub:PullReport",
     "report-diff": "eagleconv.report:DiffReport",
     "report-simulate": "eagleconv.simulate:SimulateReport",
+    "report-measure": "eagleconv.measure:MeasureReport",
     "error": "eagleconv.report:ErrorReport",
 }
 

@@ -40,7 +40,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("validation",),  # validate(), lint(): engine-independent checks + engines + forward
     ("inspection", "conversion"),
     ("transforms",),  # the EAGLE-3 <-> 3.1 math
-    ("eagle31", "simulate", "parity", "hub"),  # upgrade/downgrade, simulate, the parity tier, push/pull
+    ("eagle31", "simulate", "parity", "hub", "measure"),  # upgrade/downgrade, simulate, the parity tier, push/pull, measure
     ("cli", "__main__", ""),  # the click layer; "" is eagleconv/__init__.py, the lazy public facade
 )
 

@@ -21,6 +21,20 @@ def timeout_option(func):
                         help=TIMEOUT_HELP)(func)
 
 
+def render_card(card, console) -> None:
+    """What the pulled card states was checked: the engine matrix, then the acceptance."""
+    from rich.markup import escape
+
+    for e in card.engines:
+        console.print(f"card: {escape(e.engine)}: {e.verdict}" + (f" ({', '.join(e.codes)})" if e.codes else ""))
+    a = card.acceptance
+    if a is not None:
+        rates = ", ".join(f"{r:.3f}" for r in a.acceptance_per_position)
+        console.print(f"card: acceptance length {a.acceptance_length} (K={a.num_speculative_tokens}, {escape(a.engine)}"
+                      f"{' ' + escape(a.engine_version) if a.engine_version else ''}, {a.source}; per position "
+                      f"{rates}; prompts sha256 {a.prompts_sha256 or 'not recorded'}); AL = {escape(a.definition)}")
+
+
 def _render_push(report) -> None:
     from rich.markup import escape
 
@@ -79,6 +93,9 @@ def _render_push(report) -> None:
 @click.option("--license", "license_id", metavar="ID", default="unknown", show_default=True,
               help="The model card's license (a Hub license identifier such as apache-2.0 or llama3.1).")
 @click.option("--message", "commit_message", metavar="TEXT", help="Commit message.")
+@click.option("--acceptance", metavar="REPORT.json", type=click.Path(path_type=str),
+              help="A simulate or measure --json report: the card states its AL, per-position acceptance, K, engine "
+                   "and version and prompts' hash as model-index evaluation results.")
 @timeout_option
 @click.option("--dry-run", is_flag=True, help="Validate and stage (model card, manifest); print what would be "
               "uploaded; no network.")
@@ -87,7 +104,7 @@ def _render_push(report) -> None:
 def push(ctx: click.Context, path: str, repo_id: str, revision: str | None, create_pr: bool, private: bool,
          endpoint: str | None, engines: tuple[str, ...], strict: bool, ignore: tuple[str, ...], no_numeric: bool,
          no_forward: bool, base_model: str | None, stage_dir: str | None, license_id: str, commit_message: str | None,
-         timeout: float | None, dry_run: bool, as_json: bool) -> None:
+         acceptance: str | None, timeout: float | None, dry_run: bool, as_json: bool) -> None:
     """Validate drafter PATH and publish it to Hub repository REPO_ID in one commit, with a model card and manifest.
 
     Refused (exit 1, no network request) on error findings, on a config that names
@@ -103,7 +120,7 @@ def push(ctx: click.Context, path: str, repo_id: str, revision: str | None, crea
                                   endpoint=endpoint, engines=engines, strict=strict, ignore=ignore,
                                   numeric=not no_numeric, forward=not no_forward, dry_run=dry_run, stage_dir=stage_dir,
                                   base_model=base_model, license=license_id, timeout=timeout,
-                                  commit_message=commit_message, progress=bar.byte_step)
+                                  commit_message=commit_message, progress=bar.byte_step, acceptance=acceptance)
         if as_json:
             click.echo(report.model_dump_json(indent=2))
         else:
@@ -153,6 +170,8 @@ def pull(ctx: click.Context, repo_id: str, dest: str, revision: str | None, endp
             render_validation(report.validation, console)
             manifest = {None: "no MANIFEST.json", True: "MANIFEST.json verified"}[report.manifest_verified]
             console.print(f"{escape(report.repo_id)} at {report.commit or '?'}: {len(report.files)} files, {manifest}")
+            if report.card is not None:
+                render_card(report.card, console)
             for note in report.notes:
                 console.print(f"note: {escape(note)}", style="dim")
             if report.destination:

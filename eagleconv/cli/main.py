@@ -141,6 +141,7 @@ from . import validate_cmds  # noqa: E402,F401
 from . import transform_cmds  # noqa: E402,F401
 from . import hub_cmds  # noqa: E402,F401
 from . import simulate_cmd  # noqa: E402,F401
+from . import measure_cmd  # noqa: E402,F401
 
 def main() -> None:
     raise_on_termination()  # SIGTERM/SIGHUP unwind like SIGINT, so a staging directory is removed

@@ -19,7 +19,8 @@ a bare ``org/name`` is a local path, and a missing one is an error.
 The public API is re-exported here; the private modules hold one job each:
 ``_base`` (file names, step names, errors, reports), ``_timeouts``, ``_manifest``,
 ``_download`` (snapshots), ``_transfer`` (copying and hashing with progress),
-``_card`` (model card, publish checks), ``_push`` and ``_pull``.  ``hf://`` path
+``_card`` (model card, publish checks), ``_evaluation`` (the card's engine matrix and acceptance),
+``_push`` and ``_pull``.  ``hf://`` path
 parsing lives in ``eagleconv.io.hub_paths`` (the readers need it below the hub).
 """
 
@@ -33,6 +34,7 @@ from ._base import (CARD, CONNECT_TIMEOUT, DEFAULT_TIMEOUT, DOWNLOADING, HASHING
                     TMP_STAGE, UPLOADING, WEIGHT_SUFFIXES, offline)
 from ._card import TARGET_KEYS, model_card, publish_findings, serve_command, served_as, speculative_tokens, verifier_of
 from ._download import download, fetch_verified
+from ._evaluation import Acceptance, CardSummary, EngineVerdict, engine_matrix, read_acceptance, read_card
 from ._manifest import build_manifest, manifest_json, read_manifest, verify_manifest
 from ._pull import pull
 from ._push import compare, push, unhashed
@@ -40,6 +42,7 @@ from ._timeouts import hub_timeout, hub_timeouts
 from ._transfer import checkpoint_files
 
 __all__ = [
+    "Acceptance", "CardSummary", "EngineVerdict", "engine_matrix", "read_acceptance", "read_card",
     "CARD", "CONNECT_TIMEOUT", "DEFAULT_TIMEOUT", "DOWNLOADING", "HASHING", "HASH_CHUNK", "HF_SCHEME", "HubError",
     "HubRef", "HubTimeoutError", "LENIENT", "LIBRARY", "LICENSE", "MANIFEST", "MANIFEST_FORMAT", "ManifestEntry",
     "PLACING", "Progress", "PullReport", "PushReport", "RemoteFile", "SCANNING", "STAGING", "STEPS", "Step",

@@ -10,6 +10,7 @@ from pydantic import Field
 
 from ..errors import EagleconvError
 from ..report import Finding, ValidationReport, _Report
+from ._evaluation import CardSummary
 
 MANIFEST = "MANIFEST.json"
 CARD = "README.md"
@@ -113,6 +114,8 @@ class PullReport(_Report):
     files: list[str] = Field(default_factory=list)
     validation: ValidationReport
     notes: list[str] = Field(default_factory=list)
+    card: CardSummary | None = Field(default=None, description="what the repository's model card states was checked: "
+                                     "the engine matrix and the acceptance (null: no card, or not eagleconv's)")
 
 
 def _endpoint(explicit: str | None) -> str | None:

@@ -13,6 +13,7 @@ from ..errors import UsageError
 from ..io.hub_paths import is_local_path
 from ..report import Finding, ValidationReport
 from ._base import LIBRARY, LICENSE, MANIFEST, ManifestEntry
+from ._evaluation import Acceptance, card_sections, engine_matrix, eval_results
 
 if TYPE_CHECKING:
     from ..report import InspectReport
@@ -77,8 +78,10 @@ def serve_command(target: str | None, repo_id: str, k: int) -> str:
 
 
 def model_card(repo_id: str, inspected: InspectReport, validation: ValidationReport, base_model: str | None,
-               command: str, files: Sequence[ManifestEntry], license_id: str = LICENSE) -> str:
-    """A README.md with metadata (license, library_name, base_model, tags) and what a user needs to serve the drafter.
+               command: str, files: Sequence[ManifestEntry], license_id: str = LICENSE,
+               acceptance: Acceptance | None = None) -> str:
+    """A README.md with metadata (license, library_name, base_model, tags, the engine matrix and, given
+    ``acceptance``, its model-index evaluation results) and what a user needs to serve the drafter.
 
     The metadata goes through huggingface_hub's ModelCardData/ModelCard, which write and re-parse the YAML.
     """
@@ -87,9 +90,13 @@ def model_card(repo_id: str, inspected: InspectReport, validation: ValidationRep
 
     spec = inspected.spec
     tags = ["eagle3", *(["eagle3.1"] if spec.eagle_version == "3.1" else []), "speculative-decoding", "eagleconv"]
-    data = ModelCardData(license=license_id, library_name=LIBRARY, base_model=base_model or None, tags=tags)
-    front = ["---", data.to_yaml(), "---", ""]
     name = repo_id.split("/")[-1]
+    matrix = engine_matrix(validation)
+    data = ModelCardData(license=license_id, library_name=LIBRARY, base_model=base_model or None, tags=tags,
+                         model_name=name if acceptance is not None else None,
+                         eval_results=eval_results(acceptance) if acceptance is not None else None,
+                         eagleconv={"engines": [e.model_dump() for e in matrix]})
+    front = ["---", data.to_yaml(), "---", ""]
     version = "EAGLE-3.1" if spec.eagle_version == "3.1" else "EAGLE-3"
     target = f"[{base_model}](https://huggingface.co/{base_model})" if base_model else "its target model (not recorded)"
     body = [f"# {name}", "",
@@ -139,7 +146,8 @@ def model_card(repo_id: str, inspected: InspectReport, validation: ValidationRep
     if validation.ignored:
         body += ["", "Judged acceptable by the publisher (ignored): " +
                  ", ".join(sorted({f.code for f in validation.ignored})) + "."]
-    body += ["", "## Files", "", f"`{MANIFEST}` lists the size and sha256 of every file.", "",
+    body += ["", *card_sections(matrix, acceptance)]
+    body += ["## Files", "", f"`{MANIFEST}` lists the size and sha256 of every file.", "",
              "| file | bytes | sha256 |", "|---|---|---|", *(f"| {e.path} | {e.size} | `{e.sha256}` |" for e in files), ""]
     try:
         card = ModelCard("\n".join(front + body))  # parses the front matter back: what the Hub will read

@@ -12,6 +12,7 @@ from ..io.staging import StagedDirectory
 from ..validation import validate
 from ._base import CARD, MANIFEST, PLACING, PullReport, SCANNING, Step
 from ._download import download
+from ._evaluation import read_card
 from ._manifest import _repo_files, read_manifest, verify_manifest
 from ._transfer import _bytes_step, _copy_files, checkpoint_files
 
@@ -52,7 +53,8 @@ def pull(repo_id: str, destination: str | Path, *, revision: str | None = None, 
         names = sorted({*checkpoint_files(snapshot)[0], *([CARD] if (snapshot / CARD).is_file() else [])})
     left_out = [n for n in _repo_files(snapshot) if n not in names and n != ".gitattributes"]
     result = PullReport(ok=report.ok, repo_id=repo_id, revision=revision, commit=commit, snapshot=str(snapshot),
-                        manifest_verified=verified, files=names, validation=report, notes=[*staged.notes, *notes])
+                        manifest_verified=verified, files=names, validation=report, notes=[*staged.notes, *notes],
+                        card=read_card(snapshot / CARD))
     if left_out:
         result.notes.append("not copied (not part of the checkpoint" + (f" nor in {MANIFEST}" if verified else "")
                             + f"): {', '.join(left_out)}")

@@ -22,6 +22,7 @@ from ..validation import validate
 from ..validation.api import add_forward, apply_ignore
 from ._base import (CARD, HASHING, HubError, LICENSE, MANIFEST, ManifestEntry, Progress, PushReport, RemoteFile,
                     SCANNING, STAGING, Step, TMP_STAGE, TMP_STATE_DICT, UPLOADING, WEIGHT_SUFFIXES, _endpoint, _hub_error, offline)
+from ._evaluation import read_acceptance
 from ._card import model_card, publish_findings, serve_command, served_as, speculative_tokens, verifier_of
 from ._manifest import _hash_file, build_manifest, manifest_json, verify_manifest
 from ._timeouts import hub_timeout, hub_timeouts
@@ -36,7 +37,8 @@ def push(path: str | Path | Mapping[str, Any], repo_id: str, *, config: Any = No
          engines: Any = ("vllm",), strict: bool = False, ignore: Iterable[str] = (), numeric: bool = True,
          dry_run: bool = False, stage_dir: str | Path | None = None, base_model: str | None = None,
          forward: bool = True, license: str = LICENSE, timeout: float | None = None,  # noqa: A002 - the card field
-         commit_message: str | None = None, progress: Step | Progress | None = None) -> PushReport:
+         commit_message: str | None = None, progress: Step | Progress | None = None,
+         acceptance: str | Path | None = None) -> PushReport:
     """Validate the drafter at ``path`` and publish it to ``repo_id`` in one commit: the pre-upload gate.
 
     Validation runs the static and numeric checks and, unless ``forward`` is
@@ -53,6 +55,10 @@ def push(path: str | Path | Mapping[str, Any], repo_id: str, *, config: Any = No
     never an exception and never retried.  Exceptions are for bad arguments
     and unreadable input (UsageError, UnsafeInputError...), raised before
     anything is sent.
+
+    The card carries the engine matrix (a verdict per engine profile and the finding codes behind it) and, with
+    ``acceptance`` (a ``simulate --json`` or ``measure --json`` report), the AL, per-position acceptance, K, engine
+    and version and the prompts' hash as model-index evaluation results (hub._evaluation).
 
     ``progress``: ``progress(what, done, total)`` for every step of STEPS["push"]
     (bytes; UPLOADING moves once, when the commit is answered), or the older
@@ -73,12 +79,13 @@ def push(path: str | Path | Mapping[str, Any], repo_id: str, *, config: Any = No
         raise UsageError(f"--base-model {base_model!r} is a local path, not a Hub id")
     revision = check_revision(revision or "main")
     hub_timeout(timeout)  # a bad --timeout / EAGLECONV_HUB_TIMEOUT is a usage error before the slow part
+    measured = read_acceptance(acceptance) if acceptance is not None else None  # a bad report: before the slow part
     if is_state_dict(path):
         return _push_state_dict(path, config, repo_id, revision=revision, create_pr=create_pr,  # type: ignore[arg-type]
                                 private=private, endpoint=endpoint, token=token, engines=engines, strict=strict,
                                 ignore=ignore, numeric=numeric, dry_run=dry_run, stage_dir=stage_dir,
                                 base_model=base_model, forward=forward, license=license, timeout=timeout,
-                                commit_message=commit_message, progress=progress)
+                                commit_message=commit_message, progress=progress, acceptance=acceptance)
     source = Path(path)  # type: ignore[arg-type]
     seen = _stat(source)  # what validation reads; the staged copy must be of the same bytes
     step = progress if callable(progress) else None
@@ -132,7 +139,8 @@ def push(path: str | Path | Mapping[str, Any], repo_id: str, *, config: Any = No
             if changed:
                 raise UsageError(f"{', '.join(changed)} changed while push validated and staged it; nothing was sent",
                                  source)
-            card = model_card(repo_id, inspected, report, result.base_model, result.serve_command, entries, license)
+            card = model_card(repo_id, inspected, report, result.base_model, result.serve_command, entries, license,
+                              measured)
             (partial / CARD).write_text(card, encoding="utf-8")
             card_entries, card_git = build_manifest(partial, [CARD])
             entries = sorted([*entries, *card_entries], key=lambda e: e.path)

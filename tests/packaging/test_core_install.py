@@ -229,3 +229,22 @@ def test_every_declared_requirement_has_the_floor_the_floors_job_installs():
             assert len([s for s in req.specifier if s.operator == ">="]) == 1, req
     floors = (REPO / ".ci" / "floors").read_text()
     assert "pyproject.toml" in floors and "tests/packaging/test_core_install.py" in floors
+
+
+def test_measure_runs_without_torch_and_transformers(tmp_path):
+    """measure (issue 25) is a core command: against a real HTTP server on 127.0.0.1, with torch and transformers
+    hidden, it measures and nothing tries to import them."""
+    from tests.support.fake_server import FakeServer
+
+    prompts = tmp_path / "prompts.json"
+    prompts.write_text(json.dumps([[1, 17, 42, 99], [1, 5, 5, 64, 128]]))
+    server = FakeServer().start()
+    try:
+        out = batch(BLOCKED, [["measure", server.url, "--prompts", str(prompts), "--max-tokens", "12", "--json"]],
+                    tmp_path)
+    finally:
+        server.stop()
+    assert out["imported"] == [], f"measure tried to import {out['imported']}"
+    (code, output), = out["results"]
+    assert code == 0, output
+    assert json.loads(output)["num_drafts"] > 0

@@ -1,0 +1,81 @@
+"""``eagleconv measure``: a thin click command over eagleconv.measure (no torch)."""
+
+from __future__ import annotations
+
+import click
+
+from .app import _console, _progress, cli, run_command
+
+
+def render_measure(report, console) -> None:
+    """The counters, one acceptance bar per draft position, then --against's verdict."""
+    from rich.markup import escape
+
+    from .render import table
+
+    drafts = report.num_drafts
+    al = f"{report.acceptance_length:.3f}" if report.acceptance_length is not None else "not reported"
+    console.print(f"[bold]{report.engine} {escape(report.engine_version or '')}[/bold] at {escape(report.url)}: "
+                  f"{len(report.tokens)} prompts, K={report.num_speculative_tokens}, max_tokens {report.max_tokens}: "
+                  f"{drafts if drafts is not None else '?'} drafts, {report.num_accepted_tokens}/"
+                  f"{report.num_draft_tokens} draft tokens accepted, acceptance length {al}")
+    console.print(f"[dim]{escape(report.acceptance_length_definition)}[/dim]")
+    if drafts and report.accepted_per_position:
+        positions = table("position", "accepted", "rate", "", right=("position", "accepted", "rate"), box=None,
+                          pad_edge=False)
+        for i, n in enumerate(report.accepted_per_position):
+            rate = n / drafts
+            positions.add_row(str(i), f"{n}/{drafts}", f"{rate:.1%}", "[green]" + "█" * round(rate * 30) + "[/green]"
+                              + "[dim]" + "·" * (30 - round(rate * 30)) + "[/dim]")
+        console.print(positions)
+    console.print(f"per-user throughput {report.per_user_tokens_per_second:.1f} tokens/s at concurrency "
+                  f"{report.concurrency} ({report.seconds:.1f} s)")
+    for note in report.notes:
+        console.print(f"[dim]note: {escape(note)}[/dim]")
+    if report.against is not None:
+        c = report.against
+        if c.same:
+            console.print(f"[bold green]same[/] as the {c.kind} report {escape(c.against)}: tokens and counters")
+        else:
+            console.print(f"[bold red]differs[/] from the {c.kind} report {escape(c.against)}: {escape(c.first or '')}")
+            for line in c.differences[1:]:
+                console.print(f"  {escape(line)}")
+
+
+@cli.command()
+@click.argument("url")
+@click.option("--prompts", required=True, metavar="FILE", help="JSON list of token-id lists (what simulate reads).")
+@click.option("--max-tokens", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Tokens to generate per prompt (greedy, ignore_eos).")
+@click.option("--engine", type=click.Choice(("vllm", "llama.cpp")), default="vllm", show_default=True,
+              help="The server: vLLM's OpenAI-compatible /v1/completions or llama-server's /completion.")
+@click.option("--concurrency", type=click.IntRange(min=1), default=1, show_default=True, metavar="C",
+              help="Requests in flight at once; above 1 the counters are totals, not per prompt.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
+              metavar="SECONDS", help="Give up on a request after SECONDS without an answer (connect: at most 10 s).")
+@click.option("--model", metavar="NAME", help="The model the prompts are tokenized for; refused if the server "
+              "serves another.")
+@click.option("--against", metavar="REPORT.json", type=click.Path(path_type=str),
+              help="A simulate or measure report: compare prompt by prompt, exit 1 where they differ.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+def measure(ctx: click.Context, url: str, prompts: str, max_tokens: int, engine: str, concurrency: int,
+            timeout: float, model: str | None, against: str | None, as_json: bool) -> None:
+    """Measure a served drafter's acceptance from the engine's own counters (a running vLLM or llama-server).
+
+    Exit codes: 0 measured (and, with --against, the same), 1 --against differs, 2 a bad server or input.
+    """
+
+    def body():
+        from ..measure import measure as run
+
+        with _progress() as bar:
+            report = run(url, prompts, max_tokens=max_tokens, engine=engine, concurrency=concurrency,
+                         timeout=timeout, model=model, against=against, progress=bar.step)
+        if as_json:
+            click.echo(report.model_dump_json(indent=2))
+        else:
+            render_measure(report, _console())
+        return report, 1 if report.against is not None and not report.against.same else 0
+
+    run_command(ctx, as_json, body)

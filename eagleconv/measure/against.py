@@ -1,0 +1,160 @@
+"""``--against``: a measure run compared with a simulate or measure report, prompt by prompt (tokens, then counters).
+
+A simulate report holds every proposal, so its rounds are rebuilt from its tokens and drafts: where each round
+starts and how many drafts it accepted.  A server's counters are per request, so the first differing token is
+placed in the reference's round; a token that differs is shown with the server's top-2 logprob margin there (a
+greedy near-tie is reported as a difference, never absorbed by a tolerance).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import FormatError
+from .report import Comparison, MeasureReport
+
+NEAR_TIE = 0.05  # nats: a top-2 margin under this is called a near-tie in the message (it still counts)
+
+
+@dataclass
+class Reference:
+    kind: str
+    tokens: list[list[int]]
+    num_drafts: int | None
+    num_draft_tokens: int | None
+    num_accepted_tokens: int | None
+    accepted_per_position: list[int] | None
+    max_tokens: int | None
+    k: int | None
+    prompts: list[dict[str, Any]]  # per prompt: num_drafts, accepted, exact, per_pos, rounds [(start, accepted)]
+
+
+def load_reference(path: str | Path, n_prompts: int) -> Reference:
+    """Read a simulate or measure report (a FormatError naming the file when it is neither, or has another number
+    of prompts than --prompts)."""
+    from ..jsonio import load_json
+
+    data = load_json(path)
+    if not isinstance(data, dict) or not isinstance(data.get("tokens"), list):
+        raise FormatError("not a simulate or measure report (no 'tokens')", path)
+    try:
+        tokens = [[int(t) for t in row] for row in data["tokens"]]
+        if "drafts" in data:
+            ref = _from_simulate(data, tokens)
+        elif isinstance(data.get("prompts"), list):
+            ref = _from_measure(data, tokens)
+        else:
+            raise FormatError("neither a simulate report (no 'drafts') nor a measure report (no 'prompts')", path)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise FormatError(f"malformed report: {type(exc).__name__}: {exc}", path) from None
+    if len(tokens) != n_prompts:
+        raise FormatError(f"the report has {len(tokens)} prompts, --prompts {n_prompts}: not the same prompts", path)
+    return ref
+
+
+def _from_simulate(data: dict[str, Any], tokens: list[list[int]]) -> Reference:
+    K = int(data["num_speculative_tokens"])
+    prompts = []
+    for out, drafts in zip(tokens, data["drafts"]):
+        cursor, rounds, per_pos, exact = 1, [], [0] * K, True
+        for proposal in drafts[:-1]:  # the last proposal is made after the last round, never verified
+            visible = out[cursor:cursor + K]
+            accepted = 0
+            while accepted < len(visible) and proposal[accepted] == visible[accepted]:
+                per_pos[accepted] += 1
+                accepted += 1
+            if accepted == len(visible) < K:  # cut at max_tokens: the engine may have accepted more
+                exact = False
+            rounds.append((cursor, accepted))
+            cursor += accepted + 1
+        prompts.append({"num_drafts": len(drafts) - 1, "accepted": sum(a for _, a in rounds), "exact": exact,
+                        "per_pos": per_pos, "rounds": rounds})
+    return Reference("simulate", tokens, int(data["num_drafts"]), int(data["num_draft_tokens"]),
+                     int(data["num_accepted_tokens"]), [int(x) for x in data["accepted_per_position"]],
+                     int(data["max_tokens"]), K, prompts)
+
+
+def _from_measure(data: dict[str, Any], tokens: list[list[int]]) -> Reference:
+    prompts = [{"num_drafts": p.get("num_drafts"), "accepted": p.get("num_accepted_tokens"), "exact": True,
+                "per_pos": p.get("accepted_per_position"), "rounds": None} for p in data["prompts"]]
+    return Reference("measure", tokens, data.get("num_drafts"), data.get("num_draft_tokens"),
+                     data.get("num_accepted_tokens"), data.get("accepted_per_position") or None,
+                     data.get("max_tokens"), data.get("num_speculative_tokens"), prompts)
+
+
+def compare(report: MeasureReport, ref: Reference, where: str) -> Comparison:
+    """Every prompt's tokens, then its counters, then the totals; ``first`` is the first difference found."""
+    out = Comparison(against=where, kind=ref.kind, same=True)
+    if ref.max_tokens is not None and ref.max_tokens != report.max_tokens:
+        _differ(out, f"max_tokens {report.max_tokens} here, {ref.max_tokens} in the {ref.kind} report")
+    if ref.k is not None and report.num_speculative_tokens is not None and ref.k != report.num_speculative_tokens:
+        _differ(out, f"K {report.num_speculative_tokens} on the server, {ref.k} in the {ref.kind} report")
+    for n, (got, want) in enumerate(zip(report.tokens, ref.tokens)):
+        i = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
+        if i is None and len(got) != len(want):
+            i = min(len(got), len(want))
+        if i is not None:
+            _token_differs(out, report, ref, n, i)
+            continue
+        _counters_differ(out, report, ref, n)
+    totals = [("num_drafts", report.num_drafts, ref.num_drafts),
+              ("num_draft_tokens", report.num_draft_tokens, ref.num_draft_tokens),
+              ("num_accepted_tokens", report.num_accepted_tokens, ref.num_accepted_tokens),
+              ("accepted_per_position", report.accepted_per_position or None, ref.accepted_per_position)]
+    for name, a, b in totals:
+        if a is not None and b is not None and a != b:
+            _differ(out, f"total {name}: {a} on the server, {b} in the {ref.kind} report")
+    return out
+
+
+def _differ(out: Comparison, line: str, **first: Any) -> None:
+    out.same = False
+    out.differences.append(line)
+    if out.first is None:
+        out.first = line
+        for key, value in first.items():
+            setattr(out, key, value)
+
+
+def _token_differs(out: Comparison, report: MeasureReport, ref: Reference, n: int, i: int) -> None:
+    got, want = report.tokens[n], ref.tokens[n]
+    rounds = ref.prompts[n]["rounds"]
+    where, rnd, pos = f"prompt {n}, token {i}", None, None
+    if rounds is not None:
+        if i == 0:
+            where = f"prompt {n}, the prefill's token (before round 0)"
+        else:
+            rnd = max(r for r, (start, _) in enumerate(rounds) if start <= i) if rounds and i >= rounds[0][0] else None
+            if rnd is not None:
+                pos = i - rounds[rnd][0]
+                where = f"prompt {n}, round {rnd}, position {pos}"
+    what = (f"{got[i] if i < len(got) else 'nothing'} on the server, {want[i] if i < len(want) else 'nothing'} in the "
+            f"{ref.kind} report")
+    margins = report.prompts[n].top2_margins
+    margin = margins[i] if margins is not None and i < len(margins) else None
+    if margin is not None:
+        what += (f"; the server's top-2 logprob margin there is {margin:.4g}" +
+                 (" (a greedy near-tie: a rounding difference flips it)" if margin < NEAR_TIE else ""))
+    _differ(out, f"{where}: token {what}", prompt=n, round=rnd, position=pos, margin=margin)
+
+
+def _counters_differ(out: Comparison, report: MeasureReport, ref: Reference, n: int) -> None:
+    mine, theirs = report.prompts[n], ref.prompts[n]
+    if mine.num_drafts is None and mine.num_accepted_tokens is None:
+        return  # not attributable (--concurrency): the totals are compared
+    if theirs["num_drafts"] is not None and mine.num_drafts is not None and mine.num_drafts != theirs["num_drafts"]:
+        _differ(out, f"prompt {n}: {mine.num_drafts} rounds on the server, {theirs['num_drafts']} in the {ref.kind} "
+                     "report", prompt=n)
+        return
+    a, b = mine.accepted_per_position, theirs["per_pos"]
+    if a is not None and b is not None:
+        j = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y and (theirs["exact"] or x < y)), None)
+        if j is not None:
+            _differ(out, f"prompt {n}, position {j}: {a[j]} drafts accepted on the server, {b[j]} in the {ref.kind} "
+                         "report (the server counts per request, not per round)", prompt=n, position=j)
+            return
+    acc, want = mine.num_accepted_tokens, theirs["accepted"]
+    if acc is not None and want is not None and (acc != want if theirs["exact"] else acc < want):
+        _differ(out, f"prompt {n}: {acc} drafts accepted on the server, {want} in the {ref.kind} report", prompt=n)

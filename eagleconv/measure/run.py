@@ -1,0 +1,246 @@
+"""``measure()``: send each prompt to a running server, greedy, and read the engine's own speculative counters
+around it.  One request at a time by default, so every prompt's counters are its own; ``concurrency`` > 1 sends
+that many at once and attributes only the totals."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from ..errors import FormatError, UsageError
+from .client import Client, Counters, MeasureError
+from .report import MeasureReport, PromptMeasure
+from .servers import PROFILES, ServerProfile, version_of
+
+Progress = Callable[[str, int, int], None]
+SETTLE_S = 5.0  # how long the counters may lag the reply (vLLM records its stats after answering)
+TRAFFIC = ("another client's traffic: measure needs a dedicated server (one that only this command talks to), or "
+           "--concurrency C to measure the totals under load")
+
+
+def read_prompts(path: str | Path) -> list[list[int]]:
+    """A JSON list of token-id lists (the file every --prompts reads), checked without importing torch."""
+    from ..jsonio import load_json
+
+    data = load_json(path)
+    if not isinstance(data, list) or not data:
+        raise FormatError("prompts must be a non-empty JSON list of token-id lists", path)
+    for n, prompt in enumerate(data):
+        if not isinstance(prompt, list) or not prompt:
+            raise FormatError(f"prompt {n} is not a non-empty list of token ids", path)
+        for t in prompt:
+            if not isinstance(t, int) or isinstance(t, bool) or t < 0:
+                raise FormatError(f"prompt {n}: {json.dumps(t)[:40]} is not a token id (a non-negative integer)", path)
+    return data
+
+
+def prompts_sha256(prompts: Sequence[Sequence[int]]) -> str:
+    return hashlib.sha256(json.dumps([list(p) for p in prompts], separators=(",", ":")).encode()).hexdigest()
+
+
+def measure(url: str, prompts: Sequence[Sequence[int]] | str | Path, *, max_tokens: int = 64, engine: str = "vllm",
+            concurrency: int = 1, timeout: float = 300.0, model: str | None = None, against: str | Path | None = None,
+            progress: Progress | None = None) -> MeasureReport:
+    """Measure the served drafter's acceptance on ``prompts`` (token ids, or a JSON file of them).
+
+    ``model``: the model the prompts were tokenized for, checked against what the server says it serves.
+    ``against``: a simulate or measure report; the result's ``against`` says where they first differ.
+    Every server problem is a MeasureError (exit 2), raised before a report is written.
+    """
+    from .against import compare, load_reference
+
+    profile = PROFILES.get(engine)
+    if profile is None:
+        raise UsageError(f"--engine {engine!r}: choose one of {', '.join(PROFILES)}")
+    if max_tokens < 1 or concurrency < 1 or not timeout > 0:
+        raise UsageError("--max-tokens and --concurrency must be at least 1, --timeout positive")
+    given = read_prompts(prompts) if isinstance(prompts, str | Path) else [list(p) for p in prompts]
+    reference = load_reference(against, len(given)) if against is not None else None
+    tick = progress or (lambda what, done, total: None)
+    client = Client(url, timeout)
+    served = _served(client, profile, model)
+    version = version_of(profile, client.request("GET", profile.version, missing_ok=True))
+    metrics = lambda: client.counters(profile.prefix, profile.generated, profile.running)  # noqa: E731
+    before = metrics()
+    notes: list[str] = []
+    if before is None and profile.name == "vllm":
+        raise MeasureError(f"{client.url}/metrics: not found; measure reads vLLM's speculative counters there")
+    if before is not None and before.num_drafts is None:
+        raise MeasureError(f"{client.url}/metrics has no {profile.prefix}_* counters: speculative decoding is off on "
+                           "this server (start it with a speculative config)")
+    if before is None:
+        notes.append("no /metrics (llama-server without --metrics): the counters are the replies' timings.draft_n "
+                     "and draft_n_accepted; rounds and per-position counts are not reported")
+    margins = reference is not None
+    total = len(given) * max_tokens
+    tick("generating tokens", 0, total)
+    start = time.perf_counter()
+    if concurrency == 1:
+        results = _one_at_a_time(client, profile, given, max_tokens, served, margins, before, metrics, tick, total)
+        after = None
+    else:
+        results = _concurrent(client, profile, given, max_tokens, served, margins, concurrency, tick, total)
+        after = metrics() if before is not None else None
+    seconds = time.perf_counter() - start
+    tick("generating tokens", total, total)
+    report = _report(client, profile, given, max_tokens, concurrency, results, before, after, seconds, version,
+                     served, notes)
+    if reference is not None:
+        report.against = compare(report, reference, str(against))
+    return report
+
+
+def _served(client: Client, profile: ServerProfile, model: str | None) -> str | None:
+    """The model id the server serves; a MeasureError when ``model`` is given and it serves another."""
+    data = client.request("GET", profile.models, missing_ok=True)
+    ids = [str(m.get("id")) for m in data.get("data", []) if isinstance(m, dict)] if isinstance(data, dict) else []
+    if model is not None and ids and not any(i == model or i.rstrip("/").endswith("/" + model.strip("/"))
+                                             for i in ids):
+        raise MeasureError(f"{client.url} serves {', '.join(ids)}, not {model} (the model the prompts are for)")
+    return ids[0] if ids else None
+
+
+def _send(client: Client, profile: ServerProfile, n: int, prompt: list[int], max_tokens: int, served: str | None,
+          margins: bool) -> PromptMeasure:
+    body = profile.body(prompt, max_tokens, served, margins)
+    start = time.perf_counter()
+    try:
+        data = client.request("POST", profile.completion, body)
+    except MeasureError as exc:
+        if " HTTP 4" in exc.message:  # a token id out of its vocabulary, a prompt past its context...
+            raise MeasureError(f"prompt {n} refused: {exc.message}: does the server serve the model these token ids "
+                               "are for?") from None
+        raise
+    seconds = time.perf_counter() - start
+    try:
+        tokens, margin, timings = profile.reply(data)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+        raise MeasureError(f"POST {client.url}{profile.completion}: the reply has no generated token ids "
+                           f"({json.dumps(data)[:80]}); is this a {profile.name} server?") from None
+    if len(tokens) > max_tokens:
+        raise MeasureError(f"prompt {n}: the server returned {len(tokens)} tokens for max_tokens {max_tokens}")
+    return PromptMeasure(tokens=tokens, seconds=seconds, tokens_per_second=len(tokens) / seconds if seconds else 0.0,
+                         top2_margins=margin, server_timings=timings)
+
+
+def _settled(metrics: Callable[[], Counters | None], before: Counters, generated: int, n: int, url: str) -> Counters:
+    """The counters once they include this request's ``generated`` tokens (vLLM records them just after replying)."""
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        now = metrics()
+        assert now is not None
+        _forward(before, now, url)
+        if now.generated is None or before.generated is None:
+            return now
+        moved = now.generated - before.generated
+        if moved > generated:
+            raise MeasureError(f"{url}/metrics: prompt {n} generated {generated} tokens but the server's counter "
+                               f"moved by {moved:g}: {TRAFFIC}")
+        if moved == generated:
+            return now
+        if time.monotonic() > deadline:
+            raise MeasureError(f"{url}/metrics: the generated-token counter moved by {moved:g} in {SETTLE_S:g} s after "
+                               f"prompt {n}'s {generated} tokens: the counters are not this server's, or lag")
+        time.sleep(0.005)
+
+
+def _forward(before: Counters, now: Counters, url: str) -> None:
+    pairs = [("num_drafts", before.num_drafts, now.num_drafts), ("num_draft_tokens", before.num_draft_tokens,
+             now.num_draft_tokens), ("num_accepted_tokens", before.num_accepted_tokens, now.num_accepted_tokens),
+             ("generated tokens", before.generated, now.generated)]
+    for name, a, b in pairs:
+        if a is not None and b is not None and b < a:
+            raise MeasureError(f"{url}/metrics: {name} went backwards ({a:g} -> {b:g}): the server restarted, or the "
+                               f"URL reaches several replicas; {TRAFFIC}")
+
+
+def _delta(before: Counters, after: Counters) -> tuple[int, int, int, list[int]]:
+    positions = sorted(after.per_position)
+    per_pos = [int(after.per_position[p] - before.per_position.get(p, 0.0)) for p in positions]
+    return (int((after.num_drafts or 0) - (before.num_drafts or 0)),
+            int((after.num_draft_tokens or 0) - (before.num_draft_tokens or 0)),
+            int((after.num_accepted_tokens or 0) - (before.num_accepted_tokens or 0)), per_pos)
+
+
+def _one_at_a_time(client: Client, profile: ServerProfile, prompts: list[list[int]], max_tokens: int,
+                   served: str | None, margins: bool, before: Counters | None,
+                   metrics: Callable[[], Counters | None], tick: Progress, total: int) -> list[PromptMeasure]:
+    results, done = [], 0
+    for n, prompt in enumerate(prompts):
+        if before is not None and before.running:
+            raise MeasureError(f"{client.url}/metrics: {before.running:g} request(s) already running before prompt "
+                               f"{n}: {TRAFFIC}")
+        result = _send(client, profile, n, prompt, max_tokens, served, margins)
+        if before is not None:
+            after = _settled(metrics, before, len(result.tokens), n, client.url)
+            drafts, drafted, accepted, per_pos = _delta(before, after)
+            result.num_drafts, result.num_draft_tokens, result.num_accepted_tokens = drafts, drafted, accepted
+            result.accepted_per_position = per_pos or None
+            before = after
+        elif result.server_timings is not None:
+            result.num_draft_tokens = int(result.server_timings.get("draft_n", 0))
+            result.num_accepted_tokens = int(result.server_timings.get("draft_n_accepted", 0))
+        if n == 0 and len(result.tokens) > 1 and not result.num_draft_tokens:
+            raise MeasureError(f"{client.url}: prompt 0 generated {len(result.tokens)} tokens and drafted none: "
+                               "speculative decoding is off on this server")
+        results.append(result)
+        done += max_tokens
+        tick("generating tokens", done, total)
+    return results
+
+
+def _concurrent(client: Client, profile: ServerProfile, prompts: list[list[int]], max_tokens: int, served: str | None,
+                margins: bool, concurrency: int, tick: Progress, total: int) -> list[PromptMeasure]:
+    done = [0]
+
+    def one(item: tuple[int, list[int]]) -> PromptMeasure:
+        result = _send(client, profile, item[0], item[1], max_tokens, served, margins)
+        done[0] += max_tokens
+        tick("generating tokens", done[0], total)
+        return result
+
+    with ThreadPoolExecutor(concurrency) as pool:
+        return list(pool.map(one, enumerate(prompts)))
+
+
+def _report(client: Client, profile: ServerProfile, prompts: list[list[int]], max_tokens: int, concurrency: int,
+            results: list[PromptMeasure], before: Counters | None, after: Counters | None, seconds: float,
+            version: str | None, served: str | None, notes: list[str]) -> MeasureReport:
+    per_pos: list[int] = []
+    if before is None:  # llama-server's timings: draft tokens and accepted only
+        drafts = None
+        drafted = sum(r.num_draft_tokens or 0 for r in results)
+        accepted = sum(r.num_accepted_tokens or 0 for r in results)
+    elif after is not None:  # concurrent: the totals only
+        if after.generated is not None and before.generated is not None:
+            ours = sum(len(r.tokens) for r in results)
+            if after.generated - before.generated > ours:
+                notes.append(f"the server generated {after.generated - before.generated:g} tokens, these requests "
+                             f"{ours}: the totals include another client's traffic")
+        _forward(before, after, client.url)
+        drafts, drafted, accepted, per_pos = _delta(before, after)
+        notes.append(f"--concurrency {concurrency}: counters are totals; per-prompt counters are not attributable")
+    else:
+        drafts = sum(r.num_drafts or 0 for r in results)
+        drafted = sum(r.num_draft_tokens or 0 for r in results)
+        accepted = sum(r.num_accepted_tokens or 0 for r in results)
+        width = max((len(r.accepted_per_position or []) for r in results), default=0)
+        per_pos = [sum((r.accepted_per_position or [])[i] if i < len(r.accepted_per_position or []) else 0
+                       for r in results) for i in range(width)]
+    if drafts is not None and drafted and drafts and drafted % drafts:
+        notes.append(f"{drafted} draft tokens in {drafts} rounds: K varies between rounds")
+    if drafts is not None and drafted == 0 and any(len(r.tokens) > 1 for r in results):
+        raise MeasureError(f"{client.url}: no tokens drafted: speculative decoding is off on this server")
+    return MeasureReport(
+        tokens=[r.tokens for r in results], num_drafts=drafts, num_draft_tokens=drafted, num_accepted_tokens=accepted,
+        accepted_per_position=per_pos, acceptance_length=1 + accepted / drafts if drafts else None,
+        conversion=profile.conversion, engine=profile.name, engine_version=version, url=client.url, model=served,
+        num_speculative_tokens=drafted // drafts if drafts and drafted % drafts == 0 else None, max_tokens=max_tokens,
+        prompts_sha256=prompts_sha256(prompts), concurrency=concurrency, seconds=seconds,
+        per_user_tokens_per_second=sum(r.tokens_per_second for r in results) / len(results), prompts=results,
+        notes=notes)
