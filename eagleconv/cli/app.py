@@ -166,7 +166,7 @@ class _progress:
     """
 
     def __init__(self, enabled: bool = True, label: str = "writing"):
-        self.enabled = enabled and sys.stderr.isatty()
+        self.enabled = enabled and _is_terminal(sys.stderr)
         self.label = label
         self.bar: Any = None  # rich.progress.Progress, imported only when shown
         self.task: Any = None
@@ -210,6 +210,14 @@ class _progress:
     def __exit__(self, *exc: object) -> None:
         if self.bar is not None:
             self.bar.stop()
+
+
+def _is_terminal(stream: Any) -> bool:
+    """Whether ``stream`` is a terminal; a stream Python left None (stderr closed at start-up) or closed is not."""
+    try:
+        return bool(stream is not None and stream.isatty())
+    except (OSError, ValueError):
+        return False
 
 
 def _amount_column() -> Any:

@@ -1,0 +1,47 @@
+"""The ``eagleconv`` executable's entry point: the process's edges first, then the click app.
+
+Closed standard streams get /dev/null and the signal handlers are installed before click, rich, pydantic or
+torch are imported, so a signal at any moment from start-up ends in one line and exit 128+N (130 SIGINT,
+143 SIGTERM, 129 SIGHUP), never a traceback, never click's "Aborted!" and exit 1 (which means findings).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from .._process import exit_on_termination, open_missing_std_streams, raise_on_termination
+from ..errors import Interrupted
+
+
+def main() -> None:
+    open_missing_std_streams()
+    raise_on_termination(sigint=True)
+    sys.exit(_run())
+
+
+def _run() -> int | str | None:
+    """The command's exit status; an Interrupted from anywhere (an import, click's parsing, a command) is one line."""
+    try:
+        try:
+            from .main import cli
+
+            cli.main(prog_name="eagleconv")  # standalone: always ends in SystemExit
+        except SystemExit as done:
+            exit_on_termination()  # from here a signal exits 128+N at once: nothing is left to clean up
+            return done.code
+        except Interrupted as exc:
+            exit_on_termination()
+            return _interrupted(exc)
+    except Interrupted as exc:  # a second signal, while the first was being handled
+        exit_on_termination()
+        return _interrupted(exc)
+    return 0
+
+
+def _interrupted(exc: Interrupted) -> int:
+    try:
+        sys.stderr.write(f"eagleconv: {exc}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass  # stderr gone too: the exit status still says it
+    return exc.exit_code
