@@ -162,3 +162,63 @@ def test_an_ignored_sighup_stays_ignored(drafter, tmp_path):
     out, err = child.communicate(timeout=60)
     assert child.returncode == 0, err
     assert sorted(outputs(dst)) == ["config.json", "model.safetensors"]
+
+
+# -- items 7 and 16: paths that are not UTF-8, hold a newline or begin with a dash --------------------------------
+
+def run_bytes(*args: bytes | str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    argv = [os.fsencode(sys.executable), b"-m", b"eagleconv", *(os.fsencode(a) for a in args)]
+    return subprocess.run(argv, env=ENV, capture_output=True, timeout=120, cwd=cwd, preexec_fn=_default_signals)
+
+
+def test_a_destination_that_is_not_utf8_is_reported_escaped_under_json(drafter, tmp_path):
+    src = drafter(producer="vllm")
+    dst = os.fsencode(tmp_path) + b"/out\xff"
+    result = run_bytes("convert", src, dst, "--to", "vllm", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["ok"] is True and report["destination"] == os.fsdecode(os.fsencode(tmp_path)) + "/out\\xff"
+    assert sorted(os.listdir(dst)) == [b"config.json", b"model.safetensors"]
+    human = run_bytes("inspect", dst)
+    assert human.returncode == 0 and b"out\\xff" in human.stdout, human.stderr
+
+
+def test_a_missing_path_that_is_not_utf8_is_one_json_object_and_one_line(tmp_path):
+    result = run_bytes("inspect", os.fsencode(tmp_path) + b"/missing\xff", "--json")
+    assert result.returncode == 2
+    error = json.loads(result.stdout)
+    assert error["ok"] is False and error["error"].endswith("/missing\\xff: no such file or directory")
+    assert result.stderr.decode().count("\n") == 1 and b"Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("name", ["miss\ning", "esc\x1b[31mape", "tab\there"])
+def test_an_error_naming_a_path_with_a_control_character_stays_one_line(tmp_path, name):
+    result = run_bytes("inspect", tmp_path / name)
+    assert result.returncode == 2
+    line = result.stderr.decode()
+    assert line.count("\n") == 1 and "\x1b" not in line and "\t" not in line, line
+    assert repr(name)[1:-1] in line
+
+
+def test_a_refusal_naming_a_destination_with_a_newline_is_one_line(drafter, tmp_path):
+    src = drafter(producer="vllm")
+    dst = tmp_path / "o\nut"
+    dst.mkdir()
+    (dst / "keep.txt").write_text("mine")
+    result = run_bytes("convert", src, dst, "--to", "vllm", "--overwrite")
+    assert result.returncode == 2
+    assert result.stderr.decode().count("\n") == 1 and "o\\nut" in result.stderr.decode(), result.stderr
+    assert sorted(p.name for p in dst.iterdir()) == ["keep.txt"]
+    done = run_bytes("convert", src, tmp_path / "fresh\nname", "--to", "vllm")
+    assert done.returncode == 0 and done.stdout.decode().splitlines()[0].count("fresh\\nname") == 1, done.stdout
+
+
+def test_dash_leading_paths_after_a_double_dash(drafter, tmp_path):
+    src = drafter(producer="vllm")
+    os.rename(src, tmp_path / "-src")
+    result = run_bytes("convert", "--to", "vllm", "--json", "--", "-src", "-out", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["destination"] == "-out"
+    assert sorted(p.name for p in (tmp_path / "-out").iterdir()) == ["config.json", "model.safetensors"]
+    refused = run_bytes("inspect", "-src", cwd=tmp_path)  # without "--" it is an option: a usage error, exit 2
+    assert refused.returncode == 2 and b"Traceback" not in refused.stderr

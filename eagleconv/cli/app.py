@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from .. import __version__
+from .._text import printable
 from ..errors import EagleconvError, Interrupted
 
 
@@ -92,7 +93,7 @@ def _internal_error(ctx: click.Context, exc: Exception, as_json: bool, debug: bo
     if debug:
         traceback.print_exc()
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    line = f"internal error: {type(exc).__name__}: {first} (re-run with --debug for the traceback)"
+    line = printable(f"internal error: {type(exc).__name__}: {first} (re-run with --debug for the traceback)")
     if as_json:
         _json_error(line, None, 2)
     click.echo(f"eagleconv: {line}", err=True)

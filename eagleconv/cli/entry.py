@@ -16,6 +16,11 @@ from ..errors import Interrupted
 def main() -> None:
     open_missing_std_streams()
     raise_on_termination(sigint=True)
+    for stream in (sys.stdout, sys.stderr):  # a path that is not UTF-8 prints escaped, never fails the output
+        try:
+            stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
+        except (AttributeError, ValueError):
+            pass  # not a text stream (a test's replacement): it keeps its own policy
     sys.exit(_run())
 
 
