@@ -222,3 +222,37 @@ def test_dash_leading_paths_after_a_double_dash(drafter, tmp_path):
     assert sorted(p.name for p in (tmp_path / "-out").iterdir()) == ["config.json", "model.safetensors"]
     refused = run_bytes("inspect", "-src", cwd=tmp_path)  # without "--" it is an option: a usage error, exit 2
     assert refused.returncode == 2 and b"Traceback" not in refused.stderr
+
+
+# -- item 12: stdout on a full device -----------------------------------------------------------------------------
+
+needs_dev_full = pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+
+
+@needs_dev_full
+@pytest.mark.parametrize("as_json", [True, False])
+def test_a_full_stdout_is_one_line_exit_2_and_the_destination_stays_whole(drafter, tmp_path, as_json):
+    src, dst, clean = drafter(producer="vllm"), tmp_path / "out", tmp_path / "clean"
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([sys.executable, "-m", "eagleconv", "convert", str(src), str(dst), "--to", "vllm",
+                                 *(["--json"] if as_json else [])], stdout=full, stderr=subprocess.PIPE, text=True,
+                                env=ENV, timeout=120, preexec_fn=_default_signals)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith("eagleconv: error: stdout: ") and "No space left" in result.stderr
+    again = subprocess.run([sys.executable, "-m", "eagleconv", "convert", str(src), str(clean), "--to", "vllm"],
+                           capture_output=True, env=ENV, timeout=120)
+    assert again.returncode == 0
+    assert outputs(dst) == outputs(clean)
+
+
+@needs_dev_full
+def test_an_error_under_json_with_a_full_stdout_or_stderr(tmp_path):
+    missing = tmp_path / "missing"
+    with open("/dev/full", "w") as full:
+        no_stdout = subprocess.run([sys.executable, "-m", "eagleconv", "inspect", str(missing), "--json"],
+                                   stdout=full, stderr=subprocess.PIPE, text=True, env=ENV, timeout=120)
+        no_stderr = subprocess.run([sys.executable, "-m", "eagleconv", "inspect", str(missing), "--json"],
+                                   stdout=subprocess.PIPE, stderr=full, text=True, env=ENV, timeout=120)
+    assert no_stdout.returncode == 2 and no_stdout.stderr == f"eagleconv: error: {missing}: no such file or directory\n"
+    assert no_stderr.returncode == 2 and json.loads(no_stderr.stdout)["exit_code"] == 2
