@@ -28,7 +28,7 @@ class _Report(BaseModel):
     # Built on first use: keeps `eagleconv --help` and `inspect` start-up fast.
     model_config = ConfigDict(defer_build=True)
 
-    def model_dump_json(self, **kwargs: Any) -> str:  # type: ignore[override]
+    def model_dump_json(self, **kwargs: Any) -> str:
         """JSON as pydantic writes it; a path that is not UTF-8 (a lone surrogate, which UTF-8 cannot encode)
         is written backslash-escaped (``out\\xff``) instead of failing the whole report."""
         try:
