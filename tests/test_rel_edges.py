@@ -247,6 +247,16 @@ def test_a_full_stdout_is_one_line_exit_2_and_the_destination_stays_whole(drafte
 
 
 @needs_dev_full
+@pytest.mark.parametrize("args", [["formats", "--json"], ["--help"], ["findings"]])
+def test_commands_outside_the_error_policy_with_a_full_stdout(args):
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([sys.executable, "-m", "eagleconv", *args], stdout=full, stderr=subprocess.PIPE,
+                                text=True, env=ENV, timeout=120)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("eagleconv: error: stdout: cannot be written (No space left on device)")
+
+
+@needs_dev_full
 def test_an_error_under_json_with_a_full_stdout_or_stderr(tmp_path):
     missing = tmp_path / "missing"
     with open("/dev/full", "w") as full:

@@ -161,8 +161,8 @@ def _stdout_lost(exc: OSError) -> None:
     """stdout failed (``> /dev/full``): one line on stderr, exit 2; what the command wrote elsewhere is complete."""
     _discard_stdout()
     reason = exc.strerror or str(exc)
-    _say(f"eagleconv: error: stdout: the report could not be written ({reason}); the command itself finished, "
-         "and anything it wrote (a destination) is complete")
+    _say(f"eagleconv: error: stdout: cannot be written ({reason}); the command itself finished, and anything it "
+         "wrote elsewhere (a destination) is complete")
 
 
 def _say(line: str) -> None:

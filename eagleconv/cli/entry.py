@@ -37,10 +37,23 @@ def _run() -> int | str | None:
         except Interrupted as exc:
             exit_on_termination()
             return _interrupted(exc)
+        except OSError as exc:  # outside run_command (--help, formats, findings): click re-raises all but EPIPE
+            return _os_error(exc)
     except Interrupted as exc:  # a second signal, while the first was being handled
         exit_on_termination()
         return _interrupted(exc)
     return 0
+
+
+def _os_error(exc: OSError) -> int:
+    """A full stdout (``--help > /dev/full``) is app's one line and exit 2; anything else an internal error line."""
+    from .app import _say, _stdout_lost, _stdout_unwritable
+
+    if _stdout_unwritable(exc):
+        _stdout_lost(exc)
+    else:
+        _say(f"eagleconv: internal error: {type(exc).__name__}: {exc}")
+    return 2
 
 
 def _interrupted(exc: Interrupted) -> int:
