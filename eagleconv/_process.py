@@ -14,8 +14,14 @@ if TYPE_CHECKING:
     import threading
 
 
-def raise_on_termination() -> None:
-    """Make SIGTERM and SIGHUP raise Interrupted in the main thread (so clean-up runs), as SIGINT raises KeyboardInterrupt."""
+def raise_on_termination(sigint: bool = False) -> None:
+    """Make SIGTERM and SIGHUP raise Interrupted in the main thread (so clean-up runs), as SIGINT raises KeyboardInterrupt.
+
+    ``sigint``: SIGINT raises Interrupted too (the CLI's choice): click turns a KeyboardInterrupt that reaches
+    it into "Aborted!" and exit 1, and the CLI's entry point reports every Interrupted as one line, exit 128+N.
+    A signal the process was started ignoring stays ignored (``nohup`` ignores SIGHUP, a shell's background job
+    SIGINT), as Python itself leaves an ignored SIGINT alone.
+    """
     import signal
     import threading
 
@@ -25,9 +31,45 @@ def raise_on_termination() -> None:
     def handler(signum: int, frame: object) -> None:
         raise Interrupted(signum)
 
-    for name in ("SIGTERM", "SIGHUP"):
-        if hasattr(signal, name):
+    for name in ("SIGINT", "SIGTERM", "SIGHUP") if sigint else ("SIGTERM", "SIGHUP"):
+        if hasattr(signal, name) and signal.getsignal(getattr(signal, name)) != signal.SIG_IGN:
             signal.signal(getattr(signal, name), handler)
+
+
+def exit_on_termination() -> None:
+    """From now on SIGINT/SIGTERM/SIGHUP end the process at once with 128+N: for the CLI's last steps (its error
+    line printed, the interpreter shutting down), where an exception would only become a traceback."""
+    import os
+    import signal
+
+    def handler(signum: int, frame: object) -> None:
+        os._exit(128 + signum)
+
+    for name in TERMINATION_SIGNALS:
+        if hasattr(signal, name) and signal.getsignal(getattr(signal, name)) != signal.SIG_IGN:
+            signal.signal(getattr(signal, name), handler)
+
+
+def open_missing_std_streams() -> None:
+    """Give a closed stdin, stdout or stderr (``<&-``, ``>&-``, ``2>&-``) /dev/null, before anything opens a file.
+
+    Otherwise the first file the process opens takes descriptor 0, 1 or 2, and a message meant for stderr is
+    written into it (an output shard), or Python left ``sys.stderr`` None and the first message raises.
+    """
+    import os
+    import sys
+
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        try:
+            os.fstat(fd)
+        except OSError:
+            opened = os.open(os.devnull, os.O_RDONLY if fd == 0 else os.O_WRONLY)
+            if opened != fd:
+                os.dup2(opened, fd)
+                os.close(opened)
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(fd, "r" if fd == 0 else "w", closefd=False,  # noqa: SIM115 - the process's own
+                                    errors="backslashreplace" if fd == 2 else "strict"))
 
 
 TERMINATION_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ._text import printable
+
 # Input problems the findings reference treats as findings, not as unreadable input: exit 1 from every command.
 FINDING_CODES = frozenset({"EC001", "EC002"})
 
@@ -26,9 +28,10 @@ class EagleconvError(Exception):
         super().__init__(self.one_line())
 
     def one_line(self) -> str:
+        """The message on one printable line: a path's newline, control character or non-UTF-8 byte is escaped."""
         where = f"{self.path}: " if self.path else ""
         code = f"[{self.code}] " if self.code and f"[{self.code}]" not in self.message else ""
-        return f"{where}{code}{self.message}"
+        return printable(f"{where}{code}{self.message}")
 
 
 class UnsafeInputError(EagleconvError):

@@ -31,6 +31,9 @@ from .errors import ArgumentTypeError, FormatError, UnsafeInputError
 
 MAX_JSON_BYTES = 16 * 1024 * 1024
 MAX_DEPTH = 64  # a drafter config nests 3 deep; serde_json's limit is 128
+# Values in a config built in memory (a drafter config holds ~50): a dict can reference one sub-dict many times,
+# which no file can, so 64 levels of two references each would be 2**64 values for a writer to expand.
+MAX_CONFIG_VALUES = 1 << 18
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
 _FLOAT_TAGS = frozenset({"NaN", "Infinity", "-Infinity"})  # transformers' PretrainedConfig._decode_special_floats
@@ -219,7 +222,7 @@ def config_dict(config: Any, *, argument: str = "config", duplicates: list[str] 
     has it).  Another type is an ArgumentTypeError naming ``argument``; a file that is not a JSON object is a
     FormatError naming the file.  ``duplicates``: see :func:`loads_strict` (files only)."""
     if isinstance(config, Mapping):
-        return dict(config)
+        return _checked_like_a_file(config, argument)
     if isinstance(config, str | os.PathLike):
         path = Path(config)
         if path.is_dir():
@@ -232,11 +235,57 @@ def config_dict(config: Any, *, argument: str = "config", duplicates: list[str] 
     if callable(to_dict):
         value = to_dict()
         if isinstance(value, Mapping):
-            return dict(value)
+            return _checked_like_a_file(value, argument)
         raise ArgumentTypeError(f"{argument}: {type(config).__name__}.to_dict() returned {type(value).__name__}, "
                                 "not a dict")
     raise ArgumentTypeError(f"{argument} must be a dict, a config.json path or a config object with to_dict() (a "
                             f"transformers PretrainedConfig), not {type(config).__name__}")
+
+
+_JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+def _checked_like_a_file(config: Mapping[str, Any], argument: str) -> dict[str, Any]:
+    """A config the caller built in memory, held to what its config.json would be, and read as that file:
+    only JSON values (a torch.dtype, a set or bytes is an ArgumentTypeError naming the field), no cycle and at
+    most MAX_DEPTH levels and MAX_CONFIG_VALUES values (a shared sub-dict counts each time it is referenced), at
+    most MAX_JSON_BYTES once written, then :func:`loads_strict`'s checks (no lone surrogate, no inf or NaN), each
+    refusal one line naming the argument and the field."""
+    budget = MAX_CONFIG_VALUES
+    stack: list[tuple[tuple[str | int, ...], Any]] = [((), config)]
+    while stack:
+        path, item = stack.pop()
+        budget -= 1
+        if budget < 0:
+            raise UnsafeInputError(f"holds more than {MAX_CONFIG_VALUES} values", argument)
+        if isinstance(item, Mapping | list | tuple):
+            if len(path) >= MAX_DEPTH:  # a cyclic dict ends here too, instead of in a RecursionError
+                raise UnsafeInputError(f"nested deeper than {MAX_DEPTH} levels (or cyclic) at "
+                                       f"{json_path(path, limit=4)}", argument)
+            bad = next((k for k in item if not isinstance(k, _JSON_SCALARS)), None) if isinstance(item, Mapping) else None
+            if bad is not None:  # an int key is written as a string, as transformers' id2label is
+                raise ArgumentTypeError(f"{argument}: {json_path(path)} has the key {bad!r:.40} of type "
+                                        f"{type(bad).__name__}; JSON keys are strings")
+            children = ((str(k), v) for k, v in item.items()) if isinstance(item, Mapping) else enumerate(item)
+            stack.extend(((*path, key), child) for key, child in children)
+        elif not isinstance(item, _JSON_SCALARS):
+            hint = f' (config.json says "{str(item).rpartition(".")[2]}")' if type(item).__module__ == "torch" else ""
+            raise ArgumentTypeError(f"{argument}: {json_path(path)} is a {type(item).__name__} ({item!r:.40}), "
+                                    f"which a config.json cannot hold{hint}")
+    text = json.dumps(_plain(config))
+    if len(text) > MAX_JSON_BYTES:
+        raise UnsafeInputError(f"larger than a config.json of {MAX_JSON_BYTES} bytes", argument)
+    value: dict[str, Any] = loads_strict(text, argument)
+    return value
+
+
+def _plain(item: Any) -> Any:
+    """Dicts and lists for any Mapping and sequence (depth already bounded by the caller)."""
+    if isinstance(item, Mapping):
+        return {key: _plain(child) for key, child in item.items()}
+    if isinstance(item, list | tuple):
+        return [_plain(child) for child in item]
+    return item
 
 
 def dump_json(obj: Any) -> str:

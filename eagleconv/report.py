@@ -7,9 +7,10 @@ JSON a pipeline reads is exactly what ``eagleconv.inspect()`` / ``convert()`` /
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic_core import PydanticSerializationError
 
 from .drafter import DrafterSpec
 
@@ -26,6 +27,21 @@ Runner = Literal["V1", "V2"]  # vLLM's two model runners, where only one of them
 class _Report(BaseModel):
     # Built on first use: keeps `eagleconv --help` and `inspect` start-up fast.
     model_config = ConfigDict(defer_build=True)
+
+    def model_dump_json(self, **kwargs: Any) -> str:
+        """JSON as pydantic writes it; a path that is not UTF-8 (a lone surrogate, which UTF-8 cannot encode)
+        is written backslash-escaped (``out\\xff``) instead of failing the whole report."""
+        try:
+            return super().model_dump_json(**kwargs)
+        except PydanticSerializationError:
+            import json
+
+            from ._text import without_surrogates
+
+            indent = kwargs.pop("indent", None)
+            kwargs.pop("ensure_ascii", None)
+            data = without_surrogates(self.model_dump(mode="json", **kwargs))
+            return json.dumps(data, indent=indent, ensure_ascii=False)
 
 
 class Finding(_Report):

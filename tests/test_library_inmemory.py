@@ -184,7 +184,7 @@ def test_push_of_a_state_dict_runs_the_same_gate(hub):  # noqa: F811
 
 def test_push_refuses_a_config_json_cannot_hold_before_writing(hub):  # noqa: F811
     state, config = held(CLEAN)
-    for bad, message in [({**config, "dtype": torch.bfloat16}, r"^config: Object of type dtype is not JSON"),
+    for bad, message in [({**config, "dtype": torch.bfloat16}, r"^config: dtype is a dtype \(torch.bfloat16\), which a config.json cannot hold"),
                          ({**config, "rope_scale": float("nan")}, r"^config: invalid JSON: non-standard JSON "
                                                                   r"constant NaN")]:
         with pytest.raises(eagleconv.EagleconvError, match=message) as caught:

@@ -7,6 +7,7 @@ Nothing here imports torch.
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import traceback
@@ -16,6 +17,7 @@ from typing import Any
 import click
 
 from .. import __version__
+from .._text import printable
 from ..errors import EagleconvError, Interrupted
 
 
@@ -67,13 +69,13 @@ def run_command(ctx: click.Context, as_json: bool, body: Callable[[], tuple[Any,
             traceback.print_exc()
         if as_json:
             _json_error(exc.one_line(), exc.code, exc.exit_code)
-        click.echo(f"eagleconv: error: {exc.one_line()}", err=True)
+        _say(f"eagleconv: error: {exc.one_line()}")
         ctx.exit(exc.exit_code)
     except KeyboardInterrupt:
-        click.echo("eagleconv: interrupted by SIGINT", err=True)
+        _say("eagleconv: interrupted by SIGINT")
         ctx.exit(130)
     except Interrupted as exc:
-        click.echo(f"eagleconv: {exc}", err=True)
+        _say(f"eagleconv: {exc}")
         ctx.exit(exc.exit_code)
     except (click.exceptions.Exit, click.ClickException):
         raise
@@ -81,6 +83,11 @@ def run_command(ctx: click.Context, as_json: bool, body: Callable[[], tuple[Any,
         if _stdout_closed():
             raise  # click's main ends quietly (exit 1), as Python's "Note on SIGPIPE" does
         _internal_error(ctx, exc, as_json, debug)
+    except OSError as exc:
+        if not _stdout_unwritable(exc):
+            _internal_error(ctx, exc, as_json, debug)
+        _stdout_lost(exc)
+        ctx.exit(2)
     except Exception as exc:  # noqa: BLE001 - the policy: one line, no traceback unless --debug
         _internal_error(ctx, exc, as_json, debug)
     else:
@@ -92,10 +99,10 @@ def _internal_error(ctx: click.Context, exc: Exception, as_json: bool, debug: bo
     if debug:
         traceback.print_exc()
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    line = f"internal error: {type(exc).__name__}: {first} (re-run with --debug for the traceback)"
+    line = printable(f"internal error: {type(exc).__name__}: {first} (re-run with --debug for the traceback)")
     if as_json:
         _json_error(line, None, 2)
-    click.echo(f"eagleconv: {line}", err=True)
+    _say(f"eagleconv: {line}")
     ctx.exit(2)
 
 
@@ -129,7 +136,49 @@ def _json_error(message: str, code: str | None, exit_code: int) -> None:
             raise
         # Nobody reads stdout: the error still goes to stderr with its own exit code.  What stays
         # buffered goes to /dev/null at exit (Python's "Note on SIGPIPE"), not into an 'Exception ignored'.
+        _discard_stdout()
+    except OSError:
+        _discard_stdout()  # stdout is full or failing: the error line on stderr is all that can be said
+
+
+# A write that found no room. eagleconv's own writes report these as DestinationError (naming the destination),
+# so one that ends a command unhandled was a write to stdout: a report piped into a full disk, or ``> /dev/full``.
+_NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def _stdout_unwritable(exc: OSError) -> bool:
+    """Whether the OSError that ended a command was stdout's: no room for it, or stdout cannot even be flushed."""
+    if exc.errno in _NO_ROOM:
+        return True
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        return True
+    return False
+
+
+def _stdout_lost(exc: OSError) -> None:
+    """stdout failed (``> /dev/full``): one line on stderr, exit 2; what the command wrote elsewhere is complete."""
+    _discard_stdout()
+    reason = exc.strerror or str(exc)
+    _say(f"eagleconv: error: stdout: cannot be written ({reason}); the command itself finished, and anything it "
+         "wrote elsewhere (a destination) is complete")
+
+
+def _say(line: str) -> None:
+    """One line on stderr; a stderr that cannot take it (``2> /dev/full``) leaves the exit status to say it."""
+    try:
+        click.echo(line, err=True)
+    except OSError:
+        pass
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, so what it still buffers is not retried at exit into an 'Exception ignored'."""
+    try:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (AttributeError, OSError, ValueError):
+        pass
 
 
 class _Command(click.Command):
@@ -166,7 +215,7 @@ class _progress:
     """
 
     def __init__(self, enabled: bool = True, label: str = "writing"):
-        self.enabled = enabled and sys.stderr.isatty()
+        self.enabled = enabled and _is_terminal(sys.stderr)
         self.label = label
         self.bar: Any = None  # rich.progress.Progress, imported only when shown
         self.task: Any = None
@@ -210,6 +259,14 @@ class _progress:
     def __exit__(self, *exc: object) -> None:
         if self.bar is not None:
             self.bar.stop()
+
+
+def _is_terminal(stream: Any) -> bool:
+    """Whether ``stream`` is a terminal; a stream Python left None (stderr closed at start-up) or closed is not."""
+    try:
+        return bool(stream is not None and stream.isatty())
+    except (OSError, ValueError):
+        return False
 
 
 def _amount_column() -> Any:

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .._process import raise_on_termination
 from .app import FORMATS, _console, _progress, cli, run_command
 from .options import allow_no_verifier_option, parse_size, verifier_option
 
@@ -144,8 +143,11 @@ from . import simulate_cmd  # noqa: E402,F401
 from . import measure_cmd  # noqa: E402,F401
 
 def main() -> None:
-    raise_on_termination()  # SIGTERM/SIGHUP unwind like SIGINT, so a staging directory is removed
-    cli(prog_name="eagleconv")
+    """The executable (kept here for ``eagleconv.cli.main:main``): see ``entry.main``, which sets up the process
+    before this module's imports when it is the entry point itself."""
+    from .entry import main as run
+
+    run()
 
 
 if __name__ == "__main__":

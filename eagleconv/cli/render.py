@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from .._text import printable
 from ..report import ConvertReport, InspectReport
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ def human_bytes(n: int) -> str:
 def render_inspect(report: InspectReport, console: Console) -> None:
     spec = report.spec
     summary = grid("bold", "")
-    summary.add_row("path", report.path)
+    summary.add_row("path", printable(report.path))
     summary.add_row("format", f"{report.format}  ({'; '.join(report.detected_by)})")
     version = report.eagle_version + (f"  ({', '.join(report.eagle31_flags)})" if report.eagle31_flags else "")
     summary.add_row("EAGLE version", version)
@@ -99,8 +100,8 @@ def render_convert(report: ConvertReport) -> None:
         _console().print(plan)
     else:
         copied = sum(1 for r in report.plan if r.action == "copy")
-        click.echo(f"{click.style('converted', fg='green')} {report.source} ({report.source_format}) -> "
-                   f"{report.destination} ({report.destination_format}): {copied} tensors copied, "
+        click.echo(f"{click.style('converted', fg='green')} {printable(report.source)} ({report.source_format}) -> "
+                   f"{printable(report.destination)} ({report.destination_format}): {copied} tensors copied, "
                    f"{human_bytes(report.bytes_written)}")
     for row in report.plan:
         if row.action == "drop":

@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from .._text import printable
 from ..report import ValidationReport
 
 STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
@@ -17,7 +18,7 @@ def render_validation(report: ValidationReport, console: Console, hide_info: boo
     summary.add_column(style="bold", overflow="fold")
     summary.add_column(overflow="fold")
     if report.path:
-        summary.add_row("path", escape(report.path))
+        summary.add_row("path", escape(printable(report.path)))
     if report.format:
         summary.add_row("format", f"{report.format}  ({escape('; '.join(report.detected_by))})")
         summary.add_row("EAGLE", f"{report.eagle_version}, {report.architecture}")

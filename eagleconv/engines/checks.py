@@ -412,7 +412,12 @@ def check_sharing(subject: Subject, view: EngineView) -> list[Finding]:
 def check_tensor_parallel(subject: Subject, view: EngineView) -> list[Finding]:
     """Divisibility the engine needs to shard heads, KV heads and the MLP across --tp ranks."""
     spec, tp = subject.spec, subject.tp
-    if spec is None or not tp or tp == 1 or not view.profile.tensor_parallel:
+    if spec is None or tp is None or tp == 1:
+        return []
+    if tp < 1:  # the CLI's --tp refuses it; a library caller's value is judged like any other
+        return [finding(view, "EC051", "error", f"--tp {tp}: tensor parallelism needs at least 1 rank",
+                        effect="load_fails")]
+    if not view.profile.tensor_parallel:
         return []
     out = []
 

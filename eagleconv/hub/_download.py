@@ -9,7 +9,7 @@ from ..errors import UsageError
 from ..io.hub_paths import HubRef, check_repo_id, check_revision, parse_hf_url
 from ._base import DOWNLOADING, HubError, Step, _cache_dir, _endpoint, _hub_error, offline
 from ._manifest import verify_manifest
-from ._timeouts import hub_timeouts
+from ._timeouts import hub_timeouts, server_failure
 from ._transfer import _quiet_tqdm
 
 
@@ -38,6 +38,9 @@ def download(ref: HubRef, *, endpoint: str | None = None, token: str | bool | No
         if local_only:
             raise HubError("HF_HUB_OFFLINE is set and this repository (revision) is not in the Hugging Face cache",
                            where) from exc
+        failure = server_failure()
+        if failure is not None and not isinstance(exc, HubError):  # not huggingface_hub's "check your connection"
+            raise HubError(f"download failed: the Hub answered {failure}", where) from exc
         raise _hub_error(exc, "download failed", where) from exc
     if progress is not None:  # complete: also where nothing was fetched (cached) or the hub names no bytes bar
         size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())

@@ -1,19 +1,28 @@
-"""Every Hub request gets a connect and read limit (huggingface_hub sends many without one)."""
+"""Every Hub request gets a connect and read limit (huggingface_hub sends many without one), and a Hub that keeps
+answering 5xx is retried only within that limit, without huggingface_hub's retry warnings."""
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from ..errors import UsageError
-from ._base import CONNECT_TIMEOUT, DEFAULT_TIMEOUT, HubTimeoutError, TIMEOUT_ENV
+from ._base import CONNECT_TIMEOUT, DEFAULT_TIMEOUT, HubError, HubTimeoutError, TIMEOUT_ENV
 
 
 _limit: float | None = None
+
+# Statuses huggingface_hub's http_backoff retries (5 times, 1+2+4+8+8 s apart, two log lines each try).
+_RETRIED = frozenset({429, 500, 502, 503, 504})
+_failing_since: float | None = None  # when, inside the current hub_timeouts, the Hub first answered one of them
+_last_failure: str | None = None  # "500 Internal Server Error (HEAD url)": for the error line
+_RETRY_LOGGER = "huggingface_hub.utils._http"  # its "HTTP Error 500 thrown..." / "Retrying in 8s" warnings
 
 
 _client_installed = False
@@ -43,6 +52,26 @@ def _limited(existing: Any, limit: float) -> float:
 def _timed_out(method: str, url: Any, limit: float) -> HubTimeoutError:
     return HubTimeoutError(f"no answer within {limit:g} s ({method} {url}); --timeout SECONDS or "
                            f"{TIMEOUT_ENV} sets the limit")
+
+
+def _bound_retries(status: int, reason: str, method: str, url: Any, limit: float) -> None:
+    """Let huggingface_hub retry a 5xx/429 only until ``limit`` seconds after the first one: then HubError, which
+    it does not retry (it retries network errors and statuses only)."""
+    global _failing_since, _last_failure
+    if status not in _RETRIED:
+        return
+    now = time.monotonic()
+    _last_failure = f"{status} {reason} ({method} {url})".replace("  ", " ")
+    if _failing_since is None:
+        _failing_since = now
+    elif now - _failing_since >= limit:
+        raise HubError(f"the Hub answered {_last_failure} for {now - _failing_since:.0f} s, retried until the "
+                       f"{limit:g} s limit; --timeout SECONDS or {TIMEOUT_ENV} sets it")
+
+
+def server_failure() -> str | None:
+    """The last retried status the Hub answered in the latest hub_timeouts (for an error line), or None."""
+    return _last_failure
 
 
 def _httpx_client_factory(template: Any) -> Callable[[], Any]:
@@ -80,6 +109,7 @@ def _httpx_client_factory(template: Any) -> Callable[[], Any]:
                 response = super().send(request, **kwargs)
             except http.TimeoutException:
                 raise _timed_out(request.method, url, limit) from None
+            _bound_retries(response.status_code, response.reason_phrase, request.method, url, limit)
             if isinstance(response.stream, http.SyncByteStream):
                 response.stream = Stream(response.stream, request.method, url, limit)
             return response
@@ -99,18 +129,22 @@ def _requests_session_factory() -> Callable[[], Any]:
             old = kwargs.get("timeout")
             connect, read = old if isinstance(old, tuple) else (old, old)
             kwargs["timeout"] = (_limited(connect, min(CONNECT_TIMEOUT, limit)), _limited(read, limit))
+            method, url = request.method or "", (request.url or "").split("?")[0]
             try:
-                return super().send(request, **kwargs)
+                response = super().send(request, **kwargs)
             except requests.Timeout:
-                raise _timed_out(request.method or "", (request.url or "").split("?")[0], limit) from None
+                raise _timed_out(method, url, limit) from None
+            _bound_retries(response.status_code, response.reason or "", method, url, limit)
+            return response
 
     return Session
 
 
 @contextmanager
 def hub_timeouts(seconds: float | None = None) -> Iterator[float]:
-    """Every huggingface_hub request made inside gives up after ``hub_timeout(seconds)`` without an answer."""
-    global _limit, _client_installed
+    """Every huggingface_hub request made inside gives up after ``hub_timeout(seconds)`` without an answer, and
+    its retries of a Hub answering 5xx stop that long after the first one, without their warnings."""
+    global _limit, _client_installed, _failing_since, _last_failure
     import huggingface_hub
 
     limit = hub_timeout(seconds)
@@ -121,7 +155,12 @@ def hub_timeouts(seconds: float | None = None) -> Iterator[float]:
             huggingface_hub.configure_http_backend(backend_factory=_requests_session_factory())
         _client_installed = True
     previous, _limit = _limit, limit
+    _failing_since, _last_failure = None, None
+    retry_log = logging.getLogger(_RETRY_LOGGER)
+    level = retry_log.level
+    retry_log.setLevel(logging.ERROR)  # eagleconv's one error line says what failed
     try:
         yield limit
     finally:
         _limit = previous
+        retry_log.setLevel(level)

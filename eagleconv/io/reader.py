@@ -100,6 +100,19 @@ class _Location:
     path: Path
     start: int
     end: int
+    identity: tuple[int, ...] | None = None  # _identity() of the file whose header gave start/end
+
+
+def _identity(file: Path | int, shown: Path) -> tuple[int, ...]:
+    """Which file (a path or an open fd), and which version: one renamed, replaced or rewritten since differs."""
+    try:
+        st = os.stat(file)
+    except OSError:  # resolve_inside (or the open) found it a moment ago
+        raise UnsafeInputError(_SWAPPED, shown) from None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+_SWAPPED = "changed while being read: renamed, replaced or rewritten since its header was read"
 
 
 class Checkpoint(TensorStore):
@@ -125,12 +138,19 @@ class Checkpoint(TensorStore):
         self._fd_path: Path | None = None
 
     # -- raw access ---------------------------------------------------------
-    def _fd_for(self, path: Path) -> int:
-        if self._fd_path != path:
+    def _fd_for(self, loc: _Location) -> int:
+        """The open shard ``loc`` is in: the very file its header came from, or UnsafeInputError naming it."""
+        if self._fd_path != loc.path:
             self.close()
-            self._fd = os.open(path, os.O_RDONLY)
-            self._fd_path = path
-            advise_sequential(self._fd)
+            try:
+                fd = os.open(loc.path, os.O_RDONLY)
+            except (FileNotFoundError, NotADirectoryError):
+                raise UnsafeInputError(_SWAPPED, loc.path) from None
+            if loc.identity is not None and _identity(fd, loc.path) != loc.identity:
+                os.close(fd)
+                raise UnsafeInputError(_SWAPPED, loc.path)
+            self._fd, self._fd_path = fd, loc.path
+            advise_sequential(fd)
         assert self._fd is not None
         return self._fd
 
@@ -149,7 +169,7 @@ class Checkpoint(TensorStore):
         if self._memory is not None:
             return self._memory.read_bytes(name)
         loc = self._locations[name]
-        return self._pread_exact(self._fd_for(loc.path), loc.end - loc.start, loc.start, loc.path)
+        return self._pread_exact(self._fd_for(loc), loc.end - loc.start, loc.start, loc.path)
 
     def iter_raw_chunks(self, name: str, chunk_bytes: int = CHUNK_BYTES) -> Iterator[np.ndarray]:
         if self._memory is not None:
@@ -161,7 +181,7 @@ class Checkpoint(TensorStore):
         itemsize = DTYPE_SIZES[info.dtype]
         step = max(itemsize, chunk_bytes - chunk_bytes % itemsize)
         buffer = bytearray(min(step, loc.end - loc.start))
-        fd = self._fd_for(loc.path)
+        fd = self._fd_for(loc)
         offset = loc.start
         while offset < loc.end:
             size = min(step, loc.end - offset)
@@ -177,7 +197,7 @@ class Checkpoint(TensorStore):
             self._memory.copy_into(name, out_fd)
             return
         loc = self._locations[name]
-        copy_range(self._fd_for(loc.path), loc.start, loc.end - loc.start, out_fd, loc.path)
+        copy_range(self._fd_for(loc), loc.start, loc.end - loc.start, out_fd, loc.path)
 
 
 def advise_sequential(fd: int) -> None:
@@ -363,7 +383,11 @@ def _open_safetensors(directory: Path, names: list[str]) -> tuple[dict, dict, di
     metadata: dict[str, str] = {}
     for file_name in names:
         path = resolve_inside(directory, file_name)
+        before = _identity(path, directory / file_name)
         header = read_header(path)
+        identity = _identity(path, directory / file_name)
+        if identity != before:
+            raise UnsafeInputError(_SWAPPED, directory / file_name)
         for key, value in header.metadata.items():
             metadata.setdefault(key, value)
         for entry in header.entries.values():
@@ -373,7 +397,7 @@ def _open_safetensors(directory: Path, names: list[str]) -> tuple[dict, dict, di
                     directory / file_name,
                 )
             tensors[entry.name] = TensorInfo(entry.name, entry.dtype, entry.shape, file_name)
-            locations[entry.name] = _Location(path, entry.start, entry.end)
+            locations[entry.name] = _Location(path, entry.start, entry.end, identity)
     return tensors, locations, metadata
 
 

@@ -107,6 +107,7 @@ def check(config: dict[str, Any], store: TensorStore | None, *, path: str | None
 
     ``prior``: findings made while reading the input (EC001), reported with the rest.
     """
+    require_arguments(target, tp)
     profiles = resolve_engines(engines)
     target_info = load_target(target) if target is not None else None
     common = {"path": path, "engines": [p.label for p in profiles], "numeric_scan": False,
@@ -208,6 +209,15 @@ def ignore_codes(ignore: str | Iterable[str] | None) -> list[str]:
     raise ArgumentTypeError(f"ignore must be a finding code or an iterable of codes, not {type(ignore).__name__}")
 
 
+def require_arguments(target: object, tp: object) -> None:
+    """``target`` a path and ``tp`` an int, or ArgumentTypeError naming them (a value out of range is EC051)."""
+    if target is not None:
+        ArgumentTypeError.require_path(target, "target")
+    if tp is not None and (isinstance(tp, bool) or not isinstance(tp, int)):
+        raise ArgumentTypeError(f"tp must be an int (tensor-parallel ranks) or None, not {type(tp).__name__} "
+                                f"({tp!r:.40})")
+
+
 def validate(source: str | Path | Mapping[str, Any], config: Any = None, *,
              engines: Any = ("vllm",), target: str | Path | None = None, numeric: bool = True, tp: int | None = None,
              from_format: str | None = None, allow_pickle: bool = False,
@@ -228,6 +238,7 @@ def validate(source: str | Path | Mapping[str, Any], config: Any = None, *,
     its layout was read.
     """
     require_source(source, config)
+    require_arguments(target, tp)
     if forward and isinstance(source, Mapping):
         raise UsageError("forward=True needs a checkpoint directory: the forward pass reads weights from files")
     report = _validate(source, config, engines=engines, target=target, numeric=numeric, tp=tp,
@@ -319,6 +330,7 @@ def lint(config: Any, *, engines: Any = ("vllm",), target: str | Path | None = N
     ``config``: a dict, a config.json path, a directory (its config.json is read) or a transformers
     ``PretrainedConfig`` (anything with ``to_dict()``).
     """
+    require_arguments(target, tp)
     return apply_ignore(_lint(config, engines=engines, target=target, from_format=from_format, tp=tp), ignore)
 
 

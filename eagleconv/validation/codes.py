@@ -111,7 +111,8 @@ CODES: dict[str, Code] = {c.code: c for c in sorted([
          severity='error'),
     Code("EC051", "tensor parallelism cannot shard this drafter",
          "With --tp N, a dimension the engine splits across ranks (attention heads, KV heads, MLP width) is not "
-         "divisible as the engine requires. The vocabulary is padded, not split exactly, and is reported as info.",
+         "divisible as the engine requires, or (a library caller's tp=) N is below 1. The vocabulary is padded, not "
+         "split exactly, and is reported as info.",
          severity="error; info for vocabulary padding"),
     Code("EC052", "drafter contradicts the target model",
          "The drafter's target hidden size or vocabulary differs from the target model's config.json (--target), "

@@ -10,7 +10,9 @@ so a test can assert that a refused push sent none.
 Failure switches (``hub.fail``): ``"commit-500"`` answers the commit with a
 500 after reading it and stores nothing; ``"commit-lost"`` stores the commit
 then drops the connection without an answer; ``"commit-race"`` lets another
-writer commit first, so the client's ``parentCommit`` is stale (412).
+writer commit first, so the client's ``parentCommit`` is stale (412); ``"all-500"`` answers every request with
+a 500 (a Hub that is down); ``"resolve-500"`` answers the file downloads (``/resolve/``) with a 500, which
+huggingface_hub retries five times.
 
 Other switches: ``hub.hold`` names routes ("create", "info", "tree", "commit",
 "resolve") whose answer waits until ``hub.release`` is set (at most
@@ -132,6 +134,8 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             url = urlsplit(self.path)
             with hub.lock:
                 hub.requests.append((self.command, url.path))
+            if hub.fail == "all-500":
+                return self._error(500, "Internal Error")
             parts = url.path.strip("/").split("/")
             query = parse_qs(url.query)
             if self.command == "POST" and url.path == "/api/repos/create":
@@ -157,6 +161,8 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                     return self._branch(repo_id, unquote(rest[0]))
             if self.command in ("GET", "HEAD") and len(parts) >= 5 and parts[2] == "resolve":
                 self._held("resolve")
+                if hub.fail == "resolve-500":
+                    return self._error(500, "Internal Error")
                 return self._download(f"{parts[0]}/{parts[1]}", unquote(parts[3]), unquote("/".join(parts[4:])))
             self._error(404, f"no route for {self.command} {url.path}")
 

@@ -1,0 +1,65 @@
+"""The ``eagleconv`` executable's entry point: the process's edges first, then the click app.
+
+Closed standard streams get /dev/null and the signal handlers are installed before click, rich, pydantic or
+torch are imported, so a signal at any moment from start-up ends in one line and exit 128+N (130 SIGINT,
+143 SIGTERM, 129 SIGHUP), never a traceback, never click's "Aborted!" and exit 1 (which means findings).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from .._process import exit_on_termination, open_missing_std_streams, raise_on_termination
+from ..errors import Interrupted
+
+
+def main() -> None:
+    open_missing_std_streams()
+    raise_on_termination(sigint=True)
+    for stream in (sys.stdout, sys.stderr):  # a path that is not UTF-8 prints escaped, never fails the output
+        try:
+            stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
+        except (AttributeError, ValueError):
+            pass  # not a text stream (a test's replacement): it keeps its own policy
+    sys.exit(_run())
+
+
+def _run() -> int | str | None:
+    """The command's exit status; an Interrupted from anywhere (an import, click's parsing, a command) is one line."""
+    try:
+        try:
+            from .main import cli
+
+            cli.main(prog_name="eagleconv")  # standalone: always ends in SystemExit
+        except SystemExit as done:
+            exit_on_termination()  # from here a signal exits 128+N at once: nothing is left to clean up
+            return done.code
+        except Interrupted as exc:
+            exit_on_termination()
+            return _interrupted(exc)
+        except OSError as exc:  # outside run_command (--help, formats, findings): click re-raises all but EPIPE
+            return _os_error(exc)
+    except Interrupted as exc:  # a second signal, while the first was being handled
+        exit_on_termination()
+        return _interrupted(exc)
+    return 0
+
+
+def _os_error(exc: OSError) -> int:
+    """A full stdout (``--help > /dev/full``) is app's one line and exit 2; anything else an internal error line."""
+    from .app import _say, _stdout_lost, _stdout_unwritable
+
+    if _stdout_unwritable(exc):
+        _stdout_lost(exc)
+    else:
+        _say(f"eagleconv: internal error: {type(exc).__name__}: {exc}")
+    return 2
+
+
+def _interrupted(exc: Interrupted) -> int:
+    try:
+        sys.stderr.write(f"eagleconv: {exc}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass  # stderr gone too: the exit status still says it
+    return exc.exit_code
