@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from fake_hub import TOKEN
-from test_hub import hub  # noqa: F401 - the loopback Hub fixture
+from tests.support.fake_hub import TOKEN
+from tests.support.hub import hub  # noqa: F401 - the loopback Hub fixture
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def child_env(tmp_path: Path, url: str) -> dict[str, str]:
@@ -28,7 +28,7 @@ def child_env(tmp_path: Path, url: str) -> dict[str, str]:
 
 def published(hub, drafter, tmp_path, name: str) -> int:  # noqa: F811
     """Push a clean drafter as ``name``; the number of files a pull downloads."""
-    from test_hub import good
+    from tests.support.hub import good
 
     src = good(drafter)
     result = subprocess.run([sys.executable, "-m", "eagleconv", "push", str(src), name, "--no-forward"],
