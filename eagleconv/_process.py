@@ -1,4 +1,5 @@
-"""Signals and helper threads: SIGTERM/SIGHUP unwind like SIGINT, and threads eagleconv starts never take them.
+"""Signals and helper threads: SIGTERM/SIGHUP unwind like SIGINT, and threads eagleconv starts never take them;
+and how many compute threads a CPU forward should start on a machine others may be using.
 
 Kept apart from ``errors`` (which holds only exceptions): these change process state.
 """
@@ -128,3 +129,79 @@ def start_worker_pools() -> None:
         n = torch.get_num_threads()
         if n > 1:  # a reduction above the intra-op grain (32768) on every thread starts the full OpenMP team
             torch.ones(n * 65536).sum()
+
+
+# --- how many compute threads: the cores this process may use that other processes leave idle -------------------
+#
+# OpenMP's team needs every thread at each of a decode step's thousands of ~0.1 ms products: one thread whose
+# core another process holds stalls all of them, and the others spin waiting.  On a 2-core machine with two
+# CPU-bound processes beside it, simulate with 2 threads ran 10x slower than with 1 (issue 27); on an idle one,
+# 1 thread is ~1.2x slower than 2.  So a core counts only when others leave most of it idle (FREE_CORE_MARGIN).
+
+FREE_CORE_MARGIN = 0.3  # a core is ours when others use less than 30% of it: floor(idle cores + this)
+MIN_SAMPLE_SECONDS = 0.2  # the shortest window others' CPU use is measured over (USER_HZ ticks are 10 ms)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity (containers, ``taskset``), else every CPU."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def choose_threads(cores: int, others_busy: float | None) -> int:
+    """Threads for ``cores`` usable cores when other processes keep ``others_busy`` cores' worth busy (None: unknown).
+
+    floor(idle cores + FREE_CORE_MARGIN), at least 1: a thread on a core that is mostly someone else's costs
+    far more (every product waits for it) than leaving a core's spare 30% unused.
+    """
+    if others_busy is None:
+        return max(1, cores)
+    free = cores - max(0.0, others_busy)
+    return max(1, min(cores, int(free + FREE_CORE_MARGIN)))
+
+
+def cpu_sample() -> tuple[float, float, float] | None:
+    """(monotonic time, busy CPU seconds of every process on this process's cores, this process's CPU seconds).
+
+    None where /proc/stat cannot be read (not Linux): the thread choice then uses every core.
+    """
+    import os
+    import time
+
+    try:
+        cores = {f"cpu{i}" for i in os.sched_getaffinity(0)}
+        with open("/proc/stat") as f:
+            lines = [line.split() for line in f if line.startswith("cpu") and not line.startswith("cpu ")]
+        hz = os.sysconf("SC_CLK_TCK")
+    except (AttributeError, OSError, ValueError):
+        return None
+    # user nice system idle iowait irq softirq steal ...: busy is all but idle and iowait (steal: the host's)
+    busy = sum(sum(int(v) for i, v in enumerate(f[1:9]) if i not in (3, 4)) for f in lines if f[0] in cores)
+    own = os.times()
+    return time.monotonic(), busy / hz, own.user + own.system
+
+
+def others_busy(start: tuple[float, float, float] | None, end: tuple[float, float, float] | None) -> float | None:
+    """Cores' worth of CPU that processes other than this one used between two samples (None: unknown)."""
+    if start is None or end is None or end[0] - start[0] <= 0:
+        return None
+    return max(0.0, (end[1] - start[1]) - (end[2] - start[2])) / (end[0] - start[0])
+
+
+def default_threads(since: tuple[float, float, float] | None = None) -> tuple[int, float | None]:
+    """The compute threads to start now (:func:`choose_threads`), and the cores' worth others used since ``since``.
+
+    ``since``: a :func:`cpu_sample` taken earlier (simulate takes one before torch loads, so the import is the
+    window); without one, or one too recent, it waits until MIN_SAMPLE_SECONDS have passed.
+    """
+    import time
+
+    start = since or cpu_sample()
+    if start is not None:
+        time.sleep(max(0.0, MIN_SAMPLE_SECONDS - (time.monotonic() - start[0])))
+    others = others_busy(start, cpu_sample())
+    return choose_threads(usable_cores(), others), others

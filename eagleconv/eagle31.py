@@ -31,6 +31,11 @@ if TYPE_CHECKING:
     from .loading import LoadedDrafter
 
 MEASURE_STEPS = 4
+# Fewer calibration tokens than this and upgrade warns: on the SmolLM2 pair (benchmarks/upgrade_calibration.py,
+# benchmarks/RESULTS.md) the default upgrade kept 82-90% of eagle3's AL - 1 from 1-4 prompts (49-215 tokens),
+# 95% from 8 (424-451 tokens), 94-97% from 16 and 97% from 64.
+MIN_CALIBRATION_TOKENS = 400
+MIN_CALIBRATION_PROMPTS = 8
 MEASURE_TOKENS = 1024  # calibration rows the divergence is measured on (whole sequences first): bounds its cost
 
 
@@ -259,6 +264,15 @@ def _run(source: str | Path | Mapping[str, Any], destination: str | Path, *, ope
     )
 
 
+def few_calibration_tokens(states: Calibration) -> str:
+    """The warning for a calibration too small to fit the new weights well (MIN_CALIBRATION_TOKENS)."""
+    rows, sequences = states.states.shape[0], len(states.lengths)
+    return (f"warning: only {rows} calibration tokens ({sequences} prompt{'s' if sequences != 1 else ''}): upgrade "
+            f"wants at least {MIN_CALIBRATION_TOKENS} (about {MIN_CALIBRATION_PROMPTS} prompts of ~50 tokens). On the "
+            "SmolLM2 pair it kept 82-90% of the drafter's AL - 1 from 1-4 prompts, 95% from "
+            f"{MIN_CALIBRATION_PROMPTS} (benchmarks/RESULTS.md). Capture more with --target DIR --prompts FILE")
+
+
 def upgrade(source: str | Path | Mapping[str, Any], destination: str | Path, *, config: Any = None,
             style: str = "fc_norm", fc_norm: bool = True,
             norm_output: bool = True, calibration: str | Path | None = None, target: str | Path | None = None,
@@ -302,6 +316,8 @@ def upgrade(source: str | Path | Mapping[str, Any], destination: str | Path, *, 
                             refit=refit, feedback=feedback)
         if why_not is not None:
             plan.transform.notes.append(why_not)
+        if states is not None and states.states.shape[0] < MIN_CALIBRATION_TOKENS:
+            plan.transform.notes.append(few_calibration_tokens(states))
         return plan, states, label
 
     report = _run(source, destination, operation="upgrade", to=to, build=build, target=one_target, prompts=prompts,

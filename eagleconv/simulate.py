@@ -172,13 +172,10 @@ def _target(target: str | Path, runtime: str) -> Any:
 
 
 def available_threads() -> int:
-    """The cores this process may run on (its CPU affinity, as a container or ``taskset`` limits it)."""
-    import os
+    """The cores this process may run on (its CPU affinity, as a container or ``taskset`` limits it): --threads' cap."""
+    from ._process import usable_cores
 
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+    return usable_cores()
 
 
 def simulate(drafter: str | Path, target: str | Path, prompts: Sequence[Sequence[int]] | str | Path | None = None,
@@ -193,14 +190,20 @@ def simulate(drafter: str | Path, target: str | Path, prompts: Sequence[Sequence
     forward when it understands every config field and tensor (no transformers import: most of simulate's time
     otherwise), else transformers; ``transformers`` or ``eagleconv`` force one (forward.inputs.open_target).
     ``progress(what, done, total)``: told of the loading, then of the tokens generated of all prompts' max_tokens.
-    ``threads``: torch's intra-op threads (default: every core this process may use).  ``device``: where the
+    ``threads``: torch's intra-op threads, 1 to the cores this process may use (default: those cores that other
+    processes leave idle, measured while torch loads: _process.default_threads).  ``device``: where the
     target and drafter run (``cuda`` needs eagleconv's runtime and a CUDA device).  ``kv_cache`` (eagleconv's
     runtime only): keys and values kept across rounds and all prompts verified in one pass per step
     (forward.kv_cache); False re-runs everything each round, prompt by prompt (the reference the tests compare
     it with; the transformers runtime always runs that way).
     """
+    from . import _process
     from ._extras import need
 
+    if threads is not None and not 1 <= threads <= available_threads():
+        raise SimulateError(f"--threads {threads}: give 1 to {available_threads()} (the CPUs this process may use; "
+                            "more threads than CPUs only wait for each other)", code=None)
+    before_import = _process.cpu_sample()  # the window for others' CPU use: torch's import, reading the prompts
     need("torch", "simulate")
     import torch
 
@@ -208,8 +211,6 @@ def simulate(drafter: str | Path, target: str | Path, prompts: Sequence[Sequence
 
     if num_speculative_tokens < 1 or max_tokens < 1:
         raise SimulateError("--num-speculative-tokens and --max-tokens must be at least 1", code=None)
-    if threads is not None and threads < 1:
-        raise SimulateError("--threads must be at least 1", code=None)
     if device != "cpu":
         if not device.startswith("cuda"):
             raise SimulateError(f"--device {device}: simulate runs on cpu or cuda", code=None)
@@ -221,14 +222,22 @@ def simulate(drafter: str | Path, target: str | Path, prompts: Sequence[Sequence
     source = Path(prompts) if isinstance(prompts, str | Path) else None
     given = read_prompts(source) if source is not None else check_prompts(
         prompts if prompts is not None else DEFAULT_PROMPTS)  # before the target loads: a bad file fails at once
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads or available_threads())
+    before, note = torch.get_num_threads(), None
+    if threads is None:
+        threads, others = _process.default_threads(before_import)
+        if threads < available_threads() and others is not None:
+            note = (f"{threads} of {available_threads()} CPU threads: other processes kept {others:.1f} cores busy "
+                    "while torch loaded (--threads N to choose)")
+    torch.set_num_threads(threads)
     try:
-        return _simulate(drafter, target, given, source, num_speculative_tokens, max_tokens, engine,
-                         "eagleconv" if device != "cpu" else target_runtime,
-                         progress or (lambda what, done, total: None), device, kv_cache)
+        report = _simulate(drafter, target, given, source, num_speculative_tokens, max_tokens, engine,
+                           "eagleconv" if device != "cpu" else target_runtime,
+                           progress or (lambda what, done, total: None), device, kv_cache)
     finally:
         torch.set_num_threads(before)
+    if note is not None:
+        report.notes.append(note)
+    return report
 
 
 @dataclass

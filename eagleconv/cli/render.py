@@ -114,5 +114,6 @@ def render_convert(report: ConvertReport) -> None:
         click.echo(f"{click.style('config', fg='yellow')} {change}")
     for finding in report.findings:
         click.echo(f"{click.style(finding.severity, fg='yellow')} [{finding.code}] {finding.message}")
-    for note in report.notes:
-        click.echo(f"{click.style('note:', dim=True)} {note}")
+    for note in report.notes:  # a note that is a warning says so itself ("warning: ..."), in yellow
+        click.echo(f"{click.style('warning:', fg='yellow')} {note[9:]}" if note.startswith("warning: ")
+                   else f"{click.style('note:', dim=True)} {note}")

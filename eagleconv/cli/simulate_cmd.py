@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from .._process import usable_cores
 from .app import _console, _progress, cli, run_command
 
 
@@ -41,7 +42,10 @@ def render_simulate(report, console) -> None:
               show_default=True, help="What computes the target: eagleconv's own Llama/Qwen3 forward (no transformers "
               "import), transformers, or auto (eagleconv where it understands the whole config, else transformers).")
 @click.option("--threads", type=click.IntRange(min=1), default=None, metavar="N",
-              help="CPU threads for the forward passes (default: every core this process may use).")
+              help="CPU threads (torch's intra-op threads) for the forward passes: 1 to the CPUs this process may "
+              f"use ({usable_cores()} here).  Default: the cores other processes leave idle, measured while torch "
+              "loads (every core on an idle machine, 1 on a busy one): a step's thousands of small products wait "
+              "for their slowest thread, so threads on busy cores make simulate several times slower.")
 @click.option("--device", default="cpu", show_default=True, metavar="DEVICE",
               help="cpu, or cuda (eagleconv's target runtime on a CUDA GPU; refused where there is none).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
@@ -53,7 +57,8 @@ def simulate(ctx: click.Context, drafter: str, target: str, prompts: str | None,
     def body():
         # OpenMP's own wait policy (spin briefly, then sleep), not validate's PASSIVE: a decode step is thousands
         # of ~0.1 ms products, and waking sleeping threads for each made the SmolLM2 pair 1.3-1.7x slower on an
-        # idle machine (benchmarks/RESULTS.md).  On a machine already busy, OMP_WAIT_POLICY=PASSIVE is the choice.
+        # idle machine (benchmarks/RESULTS.md).  On a busy machine the default threads are fewer instead (one on
+        # a loaded 2-core machine: no team, so nothing spins), chosen in eagleconv.simulate from others' CPU use.
         from ..simulate import simulate as run
 
         with _progress() as bar:

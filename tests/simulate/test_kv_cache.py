@@ -169,12 +169,29 @@ def test_slot_cache_overwrites_rejected_slots_and_keeps_earlier_ones_when_it_gro
     assert not (keys[:, 41:44] == 99.0).any()  # the rejected drafts' slots hold the new rows
 
 
-def test_threads_default_to_every_available_core_and_are_restored():
+def test_threads_default_to_the_idle_cores_chosen_and_are_restored(monkeypatch):
+    import eagleconv._process as process
+
+    chosen: list[tuple[int, float | None]] = []
+    real = process.default_threads
+    monkeypatch.setattr(process, "default_threads", lambda since=None: chosen.append(real(since)) or chosen[-1])
     seen: list[int] = []
     before = torch.get_num_threads()
-    simulate(PAIR / "eagle3", PAIR / "target", PROMPTS[:1], max_tokens=2,
-             progress=lambda what, done, total: seen.append(torch.get_num_threads()))
-    assert set(seen) == {available_threads()} and torch.get_num_threads() == before
+    report = simulate(PAIR / "eagle3", PAIR / "target", PROMPTS[:1], max_tokens=2,
+                      progress=lambda what, done, total: seen.append(torch.get_num_threads()))
+    assert len(chosen) == 1 and set(seen) == {chosen[0][0]} and torch.get_num_threads() == before
+    assert 1 <= chosen[0][0] <= available_threads()
+    # fewer threads than cores is said in the report, with the load that chose it
+    monkeypatch.setattr(process, "default_threads", lambda since=None: (1, 1.7))
+    seen.clear()
+    report = simulate(PAIR / "eagle3", PAIR / "target", PROMPTS[:1], max_tokens=2,
+                      progress=lambda what, done, total: seen.append(torch.get_num_threads()))
+    assert set(seen) == {1} and torch.get_num_threads() == before
+    if available_threads() > 1:
+        assert any("1 of" in n and "1.7 cores busy" in n and "--threads" in n for n in report.notes), report.notes
+    monkeypatch.setattr(process, "default_threads", lambda since=None: (available_threads(), 0.0))
+    report = simulate(PAIR / "eagle3", PAIR / "target", PROMPTS[:1], max_tokens=2)
+    assert not any("CPU threads" in n for n in report.notes), report.notes
     seen.clear()
     simulate(PAIR / "eagle3", PAIR / "target", PROMPTS[:1], max_tokens=2, threads=1,
              progress=lambda what, done, total: seen.append(torch.get_num_threads()))
@@ -204,7 +221,7 @@ def test_device_cuda_without_a_gpu_is_one_clear_line():
     assert "\n" not in line and "Traceback" not in line and "no CUDA device" in line, result.output
 
 
-@pytest.mark.parametrize("kw,message", [({"device": "tpu"}, "cpu or cuda"), ({"threads": 0}, "at least 1")])
+@pytest.mark.parametrize("kw,message", [({"device": "tpu"}, "cpu or cuda"), ({"threads": 0}, "give 1 to")])
 def test_bad_device_or_threads_are_refused(kw, message):
     with pytest.raises(SimulateError, match=message):
         simulate(PAIR / "eagle3", PAIR / "target", PROMPTS, **kw)
