@@ -199,6 +199,8 @@ class Layout:
     requires: ClassVar[tuple[str, ...]] = ()
     meta_keys: ClassVar[frozenset[str]] = frozenset({"architectures", "transformers_version", "eagleconv"})
     carries_verifier: ClassVar[bool] = False  # whether the config can name the target model
+    # What to do instead, for a drafter this layout refuses: by flag name, "aux_count" or "architecture"
+    way_out: ClassVar[dict[str, str]] = {}
 
     # hooks ------------------------------------------------------------------
     @classmethod

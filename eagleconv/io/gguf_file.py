@@ -1,0 +1,342 @@
+"""GGUF files (llama.cpp's format) read as a checkpoint, and written staged, atomically and streamed.
+
+Reading: :func:`open_gguf` parses the header with PyPI's ``gguf`` (llama.cpp's own reader library,
+memory-mapped; nothing but the header is read) and returns a :class:`GgufCheckpoint`: the tensors under
+their GGUF names with row-major shapes (GGUF lists dimensions innermost first), their byte ranges in the
+file, and the key/value metadata.  What llama.cpp's converter does to the bytes is undone on the way out,
+so a reader sees what every other layout stores: ``d2t`` as offsets (GGUF holds absolute target ids,
+``d2t + arange``) and the llama Q/K rows in Hugging Face's order (its converter applies
+``LlamaModel.permute``, the rotary row order ggml's RoPE expects).
+
+Writing: :func:`write_gguf` lets ``gguf.GGUFWriter`` write the header, the metadata and the tensor
+table (its public API), then appends each tensor's bytes itself (a kernel copy where the dtype is kept)
+at the offsets the table states, in a staging file published by one rename (:class:`StagedFile`).
+The gguf writer would otherwise hold every tensor in memory until the end.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import FormatError, UnsafeInputError, UsageError
+from .reader import Checkpoint, TensorInfo, _Location, copy_range
+from .staging import StagedDirectory, fsync_file, write_all
+
+if TYPE_CHECKING:
+    import numpy as np
+
+GGUF_MAGIC = b"GGUF"
+# GGML type name <-> safetensors dtype name, for the types eagleconv copies (quantised blocks are not tensors it reads)
+GGML_TO_DTYPE: dict[str, str] = {"F32": "F32", "F16": "F16", "BF16": "BF16", "F64": "F64", "I8": "I8", "I16": "I16",
+                                 "I32": "I32", "I64": "I64"}
+DTYPE_TO_GGML = {v: k for k, v in GGML_TO_DTYPE.items()}
+# Tensor names whose rows llama.cpp's converter reorders for ggml's RoPE, and the metadata key of their head count.
+ROPE_ROWS = {"blk.{n}.attn_q.weight": "{arch}.attention.head_count", "blk.{n}.attn_k.weight": "{arch}.attention.head_count_kv"}
+ABSOLUTE_IDS = "d2t"  # stored as absolute target ids: d2t[i] + i
+# Token arrays of the target's tokenizer: kept out of the config view, counted in ``metadata`` instead.
+BULKY_KEYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type", "tokenizer.ggml.merges")
+
+
+def is_gguf(path: str | Path) -> bool:
+    """A regular file that starts with GGUF's magic."""
+    try:
+        with open(path, "rb") as f:
+            return os.path.isfile(path) and f.read(4) == GGUF_MAGIC
+    except OSError:
+        return False
+
+
+# -- the two row orders and the id storage -----------------------------------------------------------------
+
+def rope_rows(block: np.ndarray, heads: int, *, to_gguf: bool) -> np.ndarray:
+    """``block``'s rows (a [rows, row_bytes] uint8 view of whole heads) in ggml's rotary order or back.
+
+    llama.cpp's ``LlamaModel.permute``: per head, rows ``(2, hd/2)`` become ``(hd/2, 2)`` (interleaved pairs).
+    """
+    rows = block.shape[0]
+    half = rows // heads // 2
+    if rows % (2 * heads):
+        raise FormatError(f"{rows} rows do not split into {heads} heads of an even size")
+    shape = (heads, 2, half, block.shape[1]) if to_gguf else (heads, half, 2, block.shape[1])
+    return block.reshape(shape).swapaxes(1, 2).reshape(block.shape)
+
+
+def copy_rope_rows(read: Callable[[int, int], bytes], shape: tuple[int, ...], itemsize: int, heads: int,
+                   out_fd: int, *, to_gguf: bool, convert: Callable[[bytes], bytes] | None = None) -> None:
+    """Append a [rows, cols] tensor to ``out_fd`` with its rows reordered, one head at a time (bounded memory).
+
+    ``read(offset, size)``: the source tensor's bytes at ``offset``; ``convert``: applied to each reordered head.
+    """
+    import numpy as np
+
+    rows, row_bytes = shape[0], (shape[1] if len(shape) > 1 else 1) * itemsize
+    per_head = rows // heads
+    for h in range(heads):
+        start = h * per_head * row_bytes
+        block = np.frombuffer(read(start, per_head * row_bytes), dtype=np.uint8).reshape(per_head, row_bytes)
+        ordered = np.ascontiguousarray(rope_rows(block, 1, to_gguf=to_gguf))
+        write_all(out_fd, convert(ordered.tobytes()) if convert is not None else ordered.data)
+
+
+def absolute_ids(offsets: np.ndarray) -> np.ndarray:
+    """d2t offsets -> the absolute target ids llama.cpp stores (I64)."""
+    import numpy as np
+
+    return offsets.astype(np.int64).reshape(-1) + np.arange(offsets.size, dtype=np.int64)
+
+
+# -- reading ------------------------------------------------------------------------------------------------
+
+class GgufCheckpoint(Checkpoint):
+    """A GGUF drafter: a Checkpoint whose ``d2t`` and Q/K bytes are served as the other layouts store them."""
+
+    def __init__(self, *args: Any, rope_heads: dict[str, int], kv: dict[str, Any], **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.rope_heads = rope_heads
+        self.kv = kv
+
+    def _raw(self, name: str, offset: int, size: int) -> bytes:
+        loc = self._locations[name]
+        return self._pread_exact(self._fd_for(loc.path), size, loc.start + offset, loc.path)
+
+    def read_bytes(self, name: str) -> bytes:
+        import numpy as np
+
+        info = self.tensors[name]
+        data = self._raw(name, 0, info.nbytes)
+        if name == ABSOLUTE_IDS:
+            ids = np.frombuffer(data, dtype="<i8")
+            return (ids - np.arange(ids.size, dtype=np.int64)).astype("<i8").tobytes()
+        if name in self.rope_heads:
+            row = info.nbytes // info.shape[0]
+            block = np.frombuffer(data, dtype=np.uint8).reshape(info.shape[0], row)
+            return np.ascontiguousarray(rope_rows(block, self.rope_heads[name], to_gguf=False)).tobytes()
+        return data
+
+    def read_range(self, name: str, offset: int, size: int) -> bytes:
+        if name == ABSOLUTE_IDS or name in self.rope_heads:
+            return self.read_bytes(name)[offset:offset + size]
+        return super().read_range(name, offset, size)
+
+    def iter_raw_chunks(self, name: str, chunk_bytes: int = 1 << 20):
+        if name == ABSOLUTE_IDS or name in self.rope_heads:
+            yield self.read_raw(name).reshape(-1)
+            return
+        yield from super().iter_raw_chunks(name, chunk_bytes)
+
+    def copy_into(self, name: str, out_fd: int) -> None:
+        info = self.tensors[name]
+        if name in self.rope_heads:
+            copy_rope_rows(lambda off, n: self._raw(name, off, n), info.shape, info.nbytes // max(info.numel, 1),
+                           self.rope_heads[name], out_fd, to_gguf=False)
+        elif name == ABSOLUTE_IDS:
+            write_all(out_fd, self.read_bytes(name))
+        else:
+            super().copy_into(name, out_fd)
+
+
+def _value(field: Any) -> Any:
+    """A metadata field's value; FLOAT32 scalars as the shortest decimal that reads back the same float32."""
+    import gguf
+    import numpy as np
+
+    value = field.contents()
+    if field.types and field.types[0] == gguf.GGUFValueType.FLOAT32:
+        return float(str(np.float32(value)))
+    return value
+
+
+def _template_match(name: str, template: str) -> bool:
+    head, _, tail = template.partition("{n}")
+    middle = name[len(head): len(name) - len(tail)] if name.startswith(head) and name.endswith(tail) else ""
+    return middle.isdigit()
+
+
+def open_gguf(path: str | Path, *, config_from_kv: Callable[[Mapping[str, Any], Mapping[str, TensorInfo]], dict]
+              | None = None) -> GgufCheckpoint:
+    """Open a GGUF drafter: its header parsed, no tensor data read.  A malformed file is one FormatError.
+
+    ``config_from_kv``: the GGUF layout's translation of the metadata into an HF-style config.json
+    (handed down by the caller, since io sits below the layouts).
+    """
+    import gguf
+
+    path = Path(path)
+    try:
+        reader = gguf.GGUFReader(path, "r")
+        kv = {key: _value(field) for key, field in reader.fields.items()
+              if not key.startswith("GGUF.") and key not in BULKY_KEYS}
+        counts = {key: str(len(reader.fields[key].data)) for key in BULKY_KEYS if key in reader.fields}
+        raw_tensors = [(t.name, t.tensor_type.name, tuple(int(d) for d in reversed(t.shape)), int(t.data_offset),
+                        int(t.n_bytes)) for t in reader.tensors]
+        size = os.path.getsize(path)
+    except (ValueError, KeyError, IndexError, TypeError, OverflowError, UnicodeDecodeError, AssertionError) as exc:
+        raise FormatError(f"not a readable GGUF file: {exc}", path) from None
+    except OSError as exc:
+        raise UnsafeInputError(f"cannot read: {exc.strerror or exc}", path) from None
+    arch = kv.get("general.architecture")
+    tensors: dict[str, TensorInfo] = {}
+    locations: dict[str, _Location] = {}
+    rope_heads: dict[str, int] = {}
+    for name, ggml_type, shape, start, nbytes in raw_tensors:
+        dtype = GGML_TO_DTYPE.get(ggml_type)
+        if dtype is None:
+            raise FormatError(f"tensor {name!r} is {ggml_type}: eagleconv reads GGUF drafters stored as "
+                              f"{', '.join(GGML_TO_DTYPE)} (a quantised drafter cannot be converted back exactly)", path)
+        info = TensorInfo(name, dtype, shape, path.name)
+        if info.nbytes != nbytes or start + nbytes > size:
+            raise FormatError(f"tensor {name!r} ({ggml_type}, shape {list(shape)}) does not fit the file", path)
+        if name == ABSOLUTE_IDS and dtype != "I64":
+            raise FormatError(f"d2t is {dtype}; llama.cpp stores it as I64 absolute target ids", path)
+        for template, key in ROPE_ROWS.items():
+            if _template_match(name, template):
+                heads = kv.get(key.format(arch=arch))
+                if not isinstance(heads, int) or heads <= 0 or len(shape) != 2 or shape[0] % (2 * heads):
+                    raise FormatError(f"{name}: shape {list(shape)} does not split into {key.format(arch=arch)} = "
+                                      f"{heads!r} heads of an even size", path)
+                rope_heads[name] = heads
+        tensors[name] = info
+        locations[name] = _Location(path, start, start + nbytes)
+    config = config_from_kv(kv, tensors) if config_from_kv is not None else None
+    metadata = {f"gguf:{k}": v for k, v in counts.items()}
+    notes = ["d2t read from llama.cpp's absolute target ids (d2t + arange) as offsets"] if ABSOLUTE_IDS in tensors else []
+    if rope_heads:
+        notes.append("attn_q/attn_k rows read back from llama.cpp's rotary order into Hugging Face's")
+    return GgufCheckpoint(path, config, "gguf", [path.name], tensors, locations, metadata, notes,
+                          rope_heads=rope_heads, kv=kv)
+
+
+# -- writing ------------------------------------------------------------------------------------------------
+
+class StagedFile(StagedDirectory):
+    """:class:`StagedDirectory`'s staging, publishing and clean-up for one file (a ``.gguf``).
+
+    --overwrite replaces only a file that is a GGUF by its magic; an existing directory is refused.
+    """
+
+    def _check_replaceable(self) -> None:
+        if not is_gguf(self.destination):
+            raise UsageError("destination exists and is not a GGUF file; --overwrite replaces only a GGUF file",
+                             self.shown)
+
+    def __enter__(self) -> Path:
+        try:
+            from .staging import make_parents, staging_name
+
+            self._created = make_parents(self.destination.parent)
+            path = self.destination.parent / staging_name(self.destination, "partial")
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            self.path = path
+        except BaseException as exc:
+            self._fail(exc)
+        return path
+
+    def _publish(self) -> None:
+        assert self.path is not None
+        if self.durable:
+            fsync_file(self.path)
+        durable, self.durable = self.durable, False  # StagedDirectory would fsync the staging path as a directory
+        try:
+            super()._publish()
+        finally:
+            self.durable = durable
+        if durable:
+            from .staging import fsync_dir
+
+            fsync_dir(self.destination.parent)
+
+
+@dataclass(frozen=True)
+class GgufTensor:
+    """One tensor to write: GGUF name, dtype (safetensors name), row-major shape, size, and its byte writer."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    nbytes: int
+    write: Callable[[int], None]  # appends exactly ``nbytes`` bytes to the fd
+
+
+@dataclass(frozen=True)
+class KeyValue:
+    key: str
+    value: Any
+    type: Any  # gguf.GGUFValueType
+    sub_type: Any = None
+
+
+def header_writer(arch: str, kv: Sequence[KeyValue], tensors: Sequence[GgufTensor]) -> Any:
+    """A ``gguf.GGUFWriter`` holding the metadata and the tensor table (no data), in this order."""
+    import gguf
+    import numpy as np
+
+    writer = gguf.GGUFWriter(None, arch)
+    for item in kv:
+        if item.key != gguf.Keys.General.ARCHITECTURE:
+            writer.add_key_value(item.key, item.value, item.type, item.sub_type)
+    for t in tensors:
+        writer.add_tensor_info(t.name, t.shape, np.dtype(np.float32), t.nbytes,
+                               raw_dtype=gguf.GGMLQuantizationType[DTYPE_TO_GGML[t.dtype]])
+    return writer
+
+
+def write_gguf(staged_file: StagedFile, writer: Any, tensors: Sequence[GgufTensor], *,
+               on_bytes: Callable[[int], None] | None = None,
+               verify: Callable[[Path], None] | None = None,
+               check_values: Callable[[Any, Any], None] | None = None) -> int:
+    """Write the GGUF file at ``staged_file``'s destination (published by one rename); returns its size.
+
+    ``writer``: from :func:`header_writer`.  ``check_values(tensor, scan)``: each float tensor's NaN/Inf scan,
+    read back from the staged file on a helper thread while the next is copied (as the safetensors writer
+    does); ``verify(staged)`` runs before publishing.  Raising in either publishes nothing.
+    """
+    from .finite import SCANNED_DTYPES
+    from .writer import _Scanner
+
+    with staged_file as staged:
+        writer.write_header_to_file(path=staged)
+        writer.write_kv_data_to_file()
+        writer.write_ti_data_to_file()
+        writer.close()
+        alignment = writer.data_alignment
+        fd = os.open(staged, os.O_RDWR)  # not O_APPEND: copy_file_range refuses such an fd
+        scanner = _Scanner(fd, check_values) if check_values is not None else None
+        try:
+            position = os.lseek(fd, 0, os.SEEK_END)
+            for tensor in tensors:
+                pad = -position % alignment
+                if pad:
+                    write_all(fd, b"\0" * pad)
+                    position += pad
+                tensor.write(fd)
+                if scanner is not None and tensor.dtype in SCANNED_DTYPES and tensor.nbytes:
+                    scanner.submit(tensor, position)  # type: ignore[arg-type]
+                    scanner.report(wait=False)
+                position += tensor.nbytes
+                if on_bytes:
+                    on_bytes(tensor.nbytes)
+            if scanner is not None:
+                scanner.report(wait=True)
+            actual = os.fstat(fd).st_size
+            if actual != position:
+                raise RuntimeError(f"internal error: wrote {actual} bytes to {staged.name}, expected {position}")
+        finally:
+            if scanner is not None:
+                scanner.close()  # no scan may outlive the fd
+            os.close(fd)
+        if verify is not None:
+            verify(staged)
+    return position
+
+
+def copy_writer(store: Checkpoint, name: str) -> Callable[[int], None]:
+    """Append the tensor's stored bytes (a kernel copy for a file-backed checkpoint)."""
+    return lambda fd: store.copy_into(name, fd)
+
+
+__all__ = ["GgufCheckpoint", "GgufTensor", "KeyValue", "StagedFile", "absolute_ids", "copy_range", "copy_rope_rows",
+           "header_writer", "is_gguf", "open_gguf", "rope_rows", "write_gguf"]
