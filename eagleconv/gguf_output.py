@@ -264,7 +264,9 @@ def _file_type(tensors: Sequence[GgufTensor]) -> int:
 
 def require_target(target: object, outtype: str | None, to: str) -> None:
     """--to gguf needs --target (as llama.cpp's converter needs --target-model-dir); --outtype is GGUF's only."""
-    if to == "gguf" and target is None:
+    from .formats import get_layout
+
+    if get_layout(to).needs_target and target is None:
         raise UsageError("--to gguf needs --target TARGET (the target's .gguf or its HF directory): llama.cpp's draft "
                          "GGUF carries the target's tokenizer and layer count; nothing was written")
     if outtype is not None and to != "gguf":

@@ -89,6 +89,7 @@ class GgufLayout(Layout):
         Capability(r"layers\.\d+\.(?:self_attn|mlp)\..*\.bias", "never", "llama.cpp's eagle3 layer has no biases"),
     )
     requires = ()
+    needs_target = True
     meta_keys = Layout.meta_keys | {"gguf_architecture"}
     # Way out for what _compat_problems finds, by flag or limit
     way_out = {
