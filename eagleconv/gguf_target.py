@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import FormatError, MissingExtraError, UsageError
-from .io.gguf_file import KeyValue, is_gguf
+from .io.gguf_file import KeyValue, is_gguf, read_header
 
 
 @dataclass
@@ -52,25 +52,20 @@ def read_target(path: str | Path) -> TargetMeta:
 def _from_gguf(path: Path) -> TargetMeta:
     import gguf
 
-    try:
-        reader = gguf.GGUFReader(path, "r")
-        fields = reader.fields
-        arch = fields["general.architecture"].contents()
-        layers = fields[f"{arch}.block_count"].contents()
-        hidden = fields[f"{arch}.embedding_length"].contents()
-        tokens = fields.get("tokenizer.ggml.tokens")
-        vocab = len(tokens.data) if tokens is not None else fields[f"{arch}.vocab_size"].contents()
-        keys = []
-        for key, f in fields.items():
-            if key.startswith("tokenizer."):
-                vtype = f.types[0]
-                sub = f.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-                keys.append(KeyValue(key, f.contents(), vtype, sub))
-    except KeyError as exc:
-        raise FormatError(f"--target GGUF lacks {exc.args[0]}", path) from None
-    except (ValueError, IndexError, TypeError) as exc:
-        raise FormatError(f"--target is not a readable GGUF file: {exc}", path) from None
-    if not any(k.key == "tokenizer.ggml.model" for k in keys):
+    header = read_header(path)
+    kv = header.kv
+
+    def get(key: str) -> Any:
+        if key not in kv:
+            raise FormatError(f"--target GGUF lacks {key}", path)
+        return kv[key][2]
+    arch = get("general.architecture")
+    layers, hidden = get(f"{arch}.block_count"), get(f"{arch}.embedding_length")
+    tokens = kv.get("tokenizer.ggml.tokens")
+    vocab = len(tokens[2]) if tokens is not None else get(f"{arch}.vocab_size")
+    keys = [KeyValue(key, value, gguf.GGUFValueType(vtype), gguf.GGUFValueType(sub) if sub is not None else None)
+            for key, (vtype, sub, value) in kv.items() if key.startswith("tokenizer.")]
+    if "tokenizer.ggml.model" not in kv:
         raise FormatError("--target GGUF has no tokenizer (tokenizer.ggml.model)", path)
     return TargetMeta(str(path), int(layers), int(vocab), int(hidden), keys,
                       [f"target metadata from {path.name}: {arch}, {layers} layers, vocab {vocab}; "

@@ -169,3 +169,36 @@ def test_overwrite_replaces_only_a_gguf_and_never_a_half_file(tmp_path: Path) ->
     convert(src, tmp_path / "d.gguf", "gguf", target=target, overwrite=True, outtype="f32")
     assert (tmp_path / "d.gguf").read_bytes() != first
     assert not [p for p in tmp_path.iterdir() if ".partial" in p.name]
+
+
+def test_header_reader_agrees_with_gguf_reader(tmp_path: Path) -> None:
+    """eagleconv's fast header walk reads what llama.cpp's own GGUFReader reads, key for key, tensor for tensor."""
+    from eagleconv.io.gguf_file import read_header
+
+    src = FIXTURES / "tiny-pair/eagle3"
+    target = target_for(src, tmp_path)
+    convert(src, tmp_path / "d.gguf", "gguf", target=target)
+    for path in (tmp_path / "d.gguf", target):
+        ours, theirs = read_header(path), gguf.GGUFReader(path)
+        fields = {k: f for k, f in theirs.fields.items() if not k.startswith("GGUF.")}
+        assert list(ours.kv) == list(fields)
+        for key, (vtype, sub, value) in ours.kv.items():
+            assert vtype == fields[key].types[0]
+            expected = fields[key].contents()
+            assert value == expected or np.allclose(value, expected), key
+        assert [(n, t, ne, off) for n, t, ne, off in ours.tensors] == [
+            (t.name, int(t.tensor_type), tuple(int(d) for d in t.shape), int(t.data_offset) - theirs.data_offset)
+            for t in theirs.tensors]
+        assert ours.data_start == theirs.data_offset
+
+
+@pytest.mark.parametrize("cut", [3, 10, 30, 100, 400])
+def test_truncated_headers_are_format_errors(cut: int, tmp_path: Path) -> None:
+    from eagleconv.errors import FormatError
+    from eagleconv.io.gguf_file import read_header
+
+    src = FIXTURES / "tiny-pair/eagle3"
+    convert(src, tmp_path / "d.gguf", "gguf", target=target_for(src, tmp_path))
+    (tmp_path / "cut.gguf").write_bytes((tmp_path / "d.gguf").read_bytes()[:cut])
+    with pytest.raises(FormatError):
+        read_header(tmp_path / "cut.gguf")
