@@ -202,3 +202,25 @@ def test_truncated_headers_are_format_errors(cut: int, tmp_path: Path) -> None:
     (tmp_path / "cut.gguf").write_bytes((tmp_path / "d.gguf").read_bytes()[:cut])
     with pytest.raises(FormatError):
         read_header(tmp_path / "cut.gguf")
+
+
+def test_upgrade_norm_before_fc_writes_llamacpps_one_norm_style(tmp_path: Path) -> None:
+    """upgrade --style norm_before_fc --to gguf: enc.output_norm.weight and eagle3.norm_before_fc = true."""
+    pytest.importorskip("torch")
+    from eagleconv.eagle31 import upgrade
+
+    src = FIXTURES / "tiny-pair/eagle3"
+    target = target_for(src, tmp_path)
+    report = upgrade(src, tmp_path / "up.gguf", style="norm_before_fc", norm_output=False, to="gguf",
+                     gguf_target=target)
+    assert report.ok
+    r = gguf.GGUFReader(tmp_path / "up.gguf")
+    assert r.fields["eagle3.norm_before_fc"].contents() is True
+    spec = load_drafter(src).spec
+    assert spec is not None
+    norm = {t.name: t for t in r.tensors}["enc.output_norm.weight"]
+    assert tuple(int(d) for d in norm.shape) == (3 * spec.target_hidden_size,)
+    # the default upgrade (fc_norm + norm_output) is refused for gguf, naming the way out
+    result = CliRunner().invoke(cli, ["upgrade", str(src), str(tmp_path / "x.gguf"), "--to", "gguf",
+                                      "--gguf-target", str(target)])
+    assert result.exit_code == 1 and not (tmp_path / "x.gguf").exists()

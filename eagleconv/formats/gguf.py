@@ -63,8 +63,9 @@ KEYS: dict[str, str] = {
 RESTATED: dict[str, str] = {"{arch}.attention.value_length": "head_dim", "{arch}.rope.dimension_count": "head_dim"}
 
 WAY_OUT_31 = ("llama.cpp has no per-layer fc_norm or norm_output (EAGLE-3.1): `eagleconv downgrade SRC DST --to gguf "
-              "--allow-lossy` removes them (it measures what that costs), or `eagleconv upgrade EAGLE3_SRC DST --style "
-              "norm_before_fc --to gguf` writes llama.cpp's one-norm 3.1 style")
+              "--gguf-target TARGET --allow-lossy` removes them (it measures what that costs), or `eagleconv upgrade "
+              "EAGLE3_SRC DST --style norm_before_fc --no-norm-output --to gguf --gguf-target TARGET` writes "
+              "llama.cpp's one-norm 3.1 style")
 
 
 @register

@@ -420,7 +420,7 @@ def write_gguf(staged_file: StagedFile, writer: Any, tensors: Sequence[GgufTenso
     does); ``verify(staged)`` runs before publishing.  Raising in either publishes nothing.
     """
     from .finite import SCANNED_DTYPES
-    from .writer import _Scanner
+    from .writer import WRITEBACK, WRITEBACK_MIN_BYTES, _prefetch_numpy, _Scanner, _Writeback
 
     with staged_file as staged:
         writer.write_header_to_file(path=staged)
@@ -430,6 +430,11 @@ def write_gguf(staged_file: StagedFile, writer: Any, tensors: Sequence[GgufTenso
         alignment = writer.data_alignment
         fd = os.open(staged, os.O_RDWR)  # not O_APPEND: copy_file_range refuses such an fd
         scanner = _Scanner(fd, check_values) if check_values is not None else None
+        # As the safetensors writer: start writeback of each large tensor as soon as it is written, on a helper
+        # thread, so the closing fsync waits only for the tail.
+        writeback = _Writeback(WRITEBACK if staged_file.durable else "off")
+        if check_values is not None:
+            _prefetch_numpy()
         try:
             position = os.lseek(fd, 0, os.SEEK_END)
             for tensor in tensors:
@@ -441,6 +446,8 @@ def write_gguf(staged_file: StagedFile, writer: Any, tensors: Sequence[GgufTenso
                 if scanner is not None and tensor.dtype in SCANNED_DTYPES and tensor.nbytes:
                     scanner.submit(tensor, position)  # type: ignore[arg-type]
                     scanner.report(wait=False)
+                if tensor.nbytes >= WRITEBACK_MIN_BYTES:
+                    writeback.start(fd, position, tensor.nbytes)
                 position += tensor.nbytes
                 if on_bytes:
                     on_bytes(tensor.nbytes)
@@ -452,6 +459,8 @@ def write_gguf(staged_file: StagedFile, writer: Any, tensors: Sequence[GgufTenso
         finally:
             if scanner is not None:
                 scanner.close()  # no scan may outlive the fd
+            writeback.drain()
+            writeback.close()
             os.close(fd)
         if verify is not None:
             verify(staged)
