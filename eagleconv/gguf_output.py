@@ -25,7 +25,7 @@ from .errors import ConversionError, UsageError
 from .formats.gguf import ARCH, KEYS, gguf_key
 from .gguf_target import TargetMeta
 from .io.dtypes import DTYPE_SIZES
-from .io.gguf_file import ROPE_ROWS, GgufTensor, KeyValue, absolute_ids, copy_rope_rows, header_writer
+from .io.gguf_file import GgufTensor, KeyValue, absolute_ids, copy_rope_rows, copy_rope_rows_kernel, header_writer
 from .io.writer import OutputTensor
 from .report import ConvertReport
 
@@ -123,7 +123,8 @@ def gguf_tensors(loaded: LoadedDrafter, report: ConvertReport, tensors: Sequence
         heads = _rope_heads(t.name, spec)
         if heads is not None:
             itemsize = DTYPE_SIZES[t.dtype]
-            permuted = _rope_writer(read, t.shape, itemsize, heads, t.dtype, dtype)
+            permuted = _rope_writer(read, t.shape, itemsize, heads, t.dtype, dtype,
+                                    _kernel_copier(loaded, sources.get(t.name)))
             out.append(GgufTensor(t.name, dtype, t.shape, nbytes, permuted))
             _note(rows, t.name, "rows in ggml's rotary order (llama.cpp's LlamaModel.permute)")
         elif dtype != t.dtype:
@@ -136,9 +137,21 @@ def gguf_tensors(loaded: LoadedDrafter, report: ConvertReport, tensors: Sequence
     return out
 
 
+def _kernel_copier(loaded: LoadedDrafter, source: str | None) -> Callable[[int, int, int], None] | None:
+    """copy(offset, size, fd) of a copied tensor's stored bytes, where the source is a file (else None)."""
+    store = loaded.store
+    if source is None or source not in store.tensors or getattr(store, "_memory", None) is not None \
+            or type(store).__name__ == "GgufCheckpoint" or not hasattr(store, "copy_range_into"):
+        return None
+    return lambda offset, size, fd: store.copy_range_into(source, offset, size, fd)
+
+
 def _rope_writer(read: Callable[[int, int], bytes], shape: tuple[int, ...], itemsize: int, heads: int,
-                 src: str, dst: str) -> Callable[[int], None]:
+                 src: str, dst: str, kernel: Callable[[int, int, int], None] | None) -> Callable[[int], None]:
     def write(fd: int) -> None:
+        if src == dst and kernel is not None:
+            copy_rope_rows_kernel(kernel, shape, itemsize, heads, fd)
+            return
         convert = None if src == dst else (lambda raw: _convert(raw, src, dst))
         copy_rope_rows(read, shape, itemsize, heads, fd, to_gguf=True, convert=convert)
     return write

@@ -83,6 +83,20 @@ def copy_rope_rows(read: Callable[[int, int], bytes], shape: tuple[int, ...], it
         write_all(out_fd, convert(ordered.tobytes()) if convert is not None else ordered.data)
 
 
+def copy_rope_rows_kernel(copy: Callable[[int, int, int], None], shape: tuple[int, ...], itemsize: int, heads: int,
+                          out_fd: int) -> None:
+    """:func:`copy_rope_rows` into ggml's order by kernel copies of single rows (``copy(offset, size, fd)``): no
+    byte passes through Python (benchmarks/RESULTS.md, "convert --to gguf")."""
+    rows, row_bytes = shape[0], (shape[1] if len(shape) > 1 else 1) * itemsize
+    per_head = rows // heads
+    half = per_head // 2
+    for h in range(heads):
+        base = h * per_head
+        for i in range(half):
+            copy((base + i) * row_bytes, row_bytes, out_fd)
+            copy((base + half + i) * row_bytes, row_bytes, out_fd)
+
+
 def absolute_ids(offsets: np.ndarray) -> np.ndarray:
     """d2t offsets -> the absolute target ids llama.cpp stores (I64)."""
     import numpy as np
@@ -135,6 +149,31 @@ class _Cursor:
         except UnicodeDecodeError:
             return bytes(raw)
 
+    def strings(self, count: int, decode: bool) -> Any:
+        """``count`` strings (bytes where not UTF-8) in one tight loop: a vocabulary has 10^5 of them."""
+        import struct
+
+        unpack, data, pos, end = struct.Struct("<Q").unpack_from, self.data, self.pos, len(self.data)
+        out: list[Any] = []
+        for _ in range(count):
+            if pos + 8 > end:
+                break
+            (n,) = unpack(data, pos)
+            pos += 8 + n
+            if pos > end:
+                break
+            if decode:
+                out.append(bytes(data[pos - n:pos]))
+        else:
+            self.pos = pos
+            if not decode:
+                return count
+            try:
+                return [b.decode("utf-8") for b in out]
+            except UnicodeDecodeError:
+                return out
+        raise FormatError(f"not a readable GGUF file: an array of {count} strings runs past the end", self.path)
+
     def value(self, vtype: int, decode: bool) -> tuple[int | None, Any]:
         import struct
 
@@ -158,8 +197,7 @@ class _Cursor:
         if sub == _STRING:
             if count > len(self.data) // 8:
                 raise FormatError(f"not a readable GGUF file: an array of {count} strings cannot fit", self.path)
-            strings = [self.string(decode) for _ in range(count)]
-            return sub, strings if decode else count
+            return sub, self.strings(count, decode)
         raise FormatError(f"not a readable GGUF file: arrays of type {sub} are not read", self.path)
 
 
@@ -394,12 +432,38 @@ class KeyValue:
     sub_type: Any = None
 
 
+def _writer_class() -> Any:
+    """gguf.GGUFWriter, packing typed arrays in one pass (its own loop packs 10^5 tokens one call at a time: 1.7 s)."""
+    import struct
+
+    import gguf
+    import numpy as np
+
+    V = gguf.GGUFValueType
+    numeric = {V.UINT8: "<u1", V.INT8: "<i1", V.UINT16: "<u2", V.INT16: "<i2", V.UINT32: "<u4", V.INT32: "<i4",
+               V.FLOAT32: "<f4", V.UINT64: "<u8", V.INT64: "<i8", V.FLOAT64: "<f8", V.BOOL: "|b1"}
+
+    class Writer(gguf.GGUFWriter):
+        def _pack_val(self, val: Any, vtype: Any, add_vtype: bool, sub_type: Any = None) -> bytes:
+            if vtype != V.ARRAY or sub_type is None or not len(val) or self.endianess != gguf.GGUFEndian.LITTLE:
+                return bytes(super()._pack_val(val, vtype, add_vtype, sub_type))
+            head = (struct.pack("<I", vtype) if add_vtype else b"") + struct.pack("<IQ", sub_type, len(val))
+            if sub_type in numeric:
+                return head + np.asarray(val, dtype=numeric[sub_type]).tobytes()
+            if sub_type == V.STRING:
+                encoded = [v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in val]
+                pack = struct.Struct("<Q").pack
+                return head + b"".join(pack(len(e)) + e for e in encoded)
+            return bytes(super()._pack_val(val, vtype, add_vtype, sub_type))
+    return Writer
+
+
 def header_writer(arch: str, kv: Sequence[KeyValue], tensors: Sequence[GgufTensor]) -> Any:
     """A ``gguf.GGUFWriter`` holding the metadata and the tensor table (no data), in this order."""
     import gguf
     import numpy as np
 
-    writer = gguf.GGUFWriter(None, arch)
+    writer = _writer_class()(None, arch)
     for item in kv:
         if item.key != gguf.Keys.General.ARCHITECTURE:
             writer.add_key_value(item.key, item.value, item.type, item.sub_type)

@@ -160,6 +160,18 @@ class Checkpoint(TensorStore):
             raise ValueError(f"range {offset}+{size} outside tensor {name!r}")
         return self._pread_exact(self._fd_for(loc.path), size, loc.start + offset, loc.path)
 
+    def copy_range_into(self, name: str, offset: int, size: int, out_fd: int) -> None:
+        """Append ``size`` of the tensor's stored bytes from ``offset`` to ``out_fd`` (a kernel copy from a file)."""
+        if self._memory is not None:
+            from .staging import write_all
+
+            write_all(out_fd, self.read_range(name, offset, size))
+            return
+        loc = self._locations[name]
+        if offset < 0 or offset + size > loc.end - loc.start:
+            raise ValueError(f"range {offset}+{size} outside tensor {name!r}")
+        copy_range(self._fd_for(loc.path), loc.start + offset, size, out_fd, loc.path)
+
     def iter_raw_chunks(self, name: str, chunk_bytes: int = CHUNK_BYTES) -> Iterator[np.ndarray]:
         if self._memory is not None:
             yield from self._memory.iter_raw_chunks(name, chunk_bytes)
