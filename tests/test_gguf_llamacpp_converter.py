@@ -119,3 +119,28 @@ def test_same_tensors_and_metadata_as_llamacpp_converter(name: str, tmp_path: Pa
     assert my_kv[layers][1] == (list(recorded) if recorded is not None else default)
     top_level = json.loads((src / "config.json").read_text()).get("eagle_aux_hidden_state_layer_ids")
     assert their_kv[layers][1] == (top_level or default)
+
+
+def _smollm2_pair() -> Path | None:
+    env = os.environ.get("EAGLECONV_SMOLLM2_PAIR")
+    candidates = [Path(env)] if env else sorted((Path.home() / ".cache/eagleconv-ci/eagleconv").glob("smollm2-*"))
+    return next((p for p in candidates if (p / "READY").exists()), None)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_smollm2_pair() is None, reason="no built SmolLM2 pair (fixtures/smollm2/build.py)")
+def test_smollm2_eagle3_with_the_target_gguf_equals_theirs_with_the_hf_target(tmp_path: Path) -> None:
+    """The user's path: `--target target.gguf` (the GGUF llama.cpp serves) gives the file llama.cpp's converter
+    writes from the target's HF directory (a BPE tokenizer.json: GPT-2 vocab, merges, the smollm pre-tokenizer)."""
+    pair = _smollm2_pair()
+    assert pair is not None
+    root = _llamacpp_src()
+    assert root is not None
+    env = {**os.environ, "PYTHONPATH": str(root / "gguf-py")}
+    subprocess.run([sys.executable, str(root / "convert_hf_to_gguf.py"), str(pair / "target"), "--outfile",
+                    str(tmp_path / "target.gguf"), "--outtype", "f32"], cwd=root, env=env, check=True,
+                   capture_output=True, timeout=600)
+    done = theirs(pair / "eagle3", pair / "target", tmp_path / "theirs.gguf")
+    assert done.returncode == 0, done.stderr[-2000:]
+    convert(pair / "eagle3", tmp_path / "mine.gguf", "gguf", target=tmp_path / "target.gguf", outtype="f32")
+    assert contents(tmp_path / "mine.gguf") == contents(tmp_path / "theirs.gguf")
