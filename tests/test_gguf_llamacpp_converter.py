@@ -80,12 +80,12 @@ def hf_target(directory: Path, *, hidden: int, vocab: int, layers: int = LAYERS)
     return directory
 
 
-def theirs(src: Path, target: Path, out: Path) -> subprocess.CompletedProcess:
+def theirs(src: Path, target: Path, out: Path, outtype: str = "f32") -> subprocess.CompletedProcess:
     root = _llamacpp_src()
     assert root is not None
     env = {**os.environ, "PYTHONPATH": str(root / "gguf-py"), "NO_LOCAL_GGUF": ""}
     return subprocess.run([sys.executable, str(root / "convert_hf_to_gguf.py"), str(src), "--target-model-dir",
-                           str(target), "--outfile", str(out), "--outtype", "f32"],
+                           str(target), "--outfile", str(out), "--outtype", outtype],
                           cwd=root, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -119,6 +119,19 @@ def test_same_tensors_and_metadata_as_llamacpp_converter(name: str, tmp_path: Pa
     assert my_kv[layers][1] == (list(recorded) if recorded is not None else default)
     top_level = json.loads((src / "config.json").read_text()).get("eagle_aux_hidden_state_layer_ids")
     assert their_kv[layers][1] == (top_level or default)
+
+
+@pytest.mark.parametrize("outtype", ["bf16", "f16"])
+def test_outtype_rounds_as_llamacpp_converter_does(outtype: str, tmp_path: Path) -> None:
+    """--outtype bf16/f16 from an F32 drafter: the same bytes as their converter's (gguf.quants rounding; norms F32)."""
+    src = FIXTURES / "tiny-pair/eagle3"
+    spec = load_drafter(src).spec
+    assert spec is not None
+    target = hf_target(tmp_path / "target", hidden=spec.target_hidden_size, vocab=spec.vocab_size)
+    done = theirs(src, target, tmp_path / "theirs.gguf", outtype)
+    assert done.returncode == 0, done.stderr[-2000:]
+    convert(src, tmp_path / "mine.gguf", "gguf", target=target, outtype=outtype)
+    assert contents(tmp_path / "mine.gguf") == contents(tmp_path / "theirs.gguf")
 
 
 def _smollm2_pair() -> Path | None:
