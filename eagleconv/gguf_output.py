@@ -25,7 +25,8 @@ from .errors import ConversionError, UsageError
 from .formats.gguf import ARCH, KEYS, gguf_key
 from .gguf_target import TargetMeta
 from .io.dtypes import DTYPE_SIZES
-from .io.gguf_file import GgufTensor, KeyValue, absolute_ids, copy_rope_rows, copy_rope_rows_kernel, header_writer
+from .io.gguf_file import absolute_ids, copy_rope_rows, copy_rope_rows_kernel
+from .io.gguf_writer import GgufTensor, KeyValue, header_writer
 from .io.writer import OutputTensor
 from .report import ConvertReport
 

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import FormatError, MissingExtraError, UsageError
-from .io.gguf_file import KeyValue, is_gguf, read_header
+from .io.gguf_file import is_gguf, read_header
+from .io.gguf_writer import KeyValue
 
 
 @dataclass
