@@ -176,6 +176,10 @@ def load_calibration(path: str | Path, spec: DrafterSpec) -> Calibration:
         raise FormatError(f"{CALIBRATION_KEY} holds no tokens", path)
     if not bool(states.isfinite().all()):
         raise FormatError(f"{CALIBRATION_KEY} has NaN or Inf values", path)
+    zero = [i for i in range(K) if not bool(states[:, i * Ht:(i + 1) * Ht].any())]
+    if zero:  # no scale to preserve and nothing to fit fc to (the normal equations are singular): refused
+        raise FormatError(f"{CALIBRATION_KEY}: aux state{'s' if len(zero) > 1 else ''} {zero} are all zero in every "
+                          "token; calibration needs the target's captured states (capture_aux_states)", path)
     if LENGTHS_KEY in header.entries:
         lengths = _integers(path, header, LENGTHS_KEY).tolist()
         if not lengths or min(lengths) < 1 or sum(lengths) != N:

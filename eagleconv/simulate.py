@@ -24,7 +24,6 @@ drafted tokens depend on it.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +50,9 @@ class SimulateReport(BaseModel):
     num_draft_tokens: int
     num_accepted_tokens: int
     accepted_per_position: list[int]
-    acceptance_length: float = Field(description="1 + accepted / drafts, as vLLM's acceptance tests compute it")
+    acceptance_length: float | None = Field(description="1 + accepted / drafts, as vLLM's acceptance tests compute "
+                                            "it; null when no round carried drafts (max_tokens 1: the prefill "
+                                            "alone produced the output)")
     drafts: list[list[list[int]]] = Field(description="every proposal per prompt, K tokens each, including the "
                                                       "one made after the last round (vLLM drafts it too)")
     engine: str
@@ -99,6 +100,10 @@ def engine_drafter(drafter: str | Path, engine: str, target: Any, device: str = 
         raise SimulateError(f"{path}: no *.safetensors file (simulate reads safetensors only)", code=None)
     loaded = load_drafter(path)
     loaded.store.close()  # the source maps the files itself
+    from .bounds import check_memory
+
+    check_memory(sum(i.numel for i in loaded.store.tensors.values()) * 4, "the drafter's weights in float32 (read "
+                 "into memory for every round)", path, "its safetensors")
     intended = loaded.require_spec()
     L = target.num_layers
     view, spec, ids = engine_forward_view(profile, loaded, intended, default_aux_ids(intended, L), L)
@@ -399,7 +404,7 @@ def _simulate(drafter: str | Path, target: str | Path, prompts: list[list[int]],
     return SimulateReport(
         tokens=all_tokens, num_drafts=num_drafts, num_draft_tokens=num_drafts * K,
         num_accepted_tokens=accepted_total, accepted_per_position=per_pos,
-        acceptance_length=1 + accepted_total / num_drafts if num_drafts else math.nan,
+        acceptance_length=1 + accepted_total / num_drafts if num_drafts else None,
         drafts=all_drafts, engine=engine, num_speculative_tokens=K, max_tokens=max_tokens,
         target_runtime=tgt.runtime,
         notes=[*d.notes, *capped, "aux layers captured as vLLM's V1 runner does: " + str(list(d.capture)),

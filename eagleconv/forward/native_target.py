@@ -85,6 +85,10 @@ def _read_weights(directory: Path) -> tuple[dict[str, torch.Tensor], dict[str, C
         raise NativeUnsupported("no model.safetensors (or index) in the target directory")
     store = open_checkpoint(directory)  # the index's paths inside the directory, each header pre-parsed: no fallback
     try:
+        from ..bounds import check_memory
+
+        check_memory(sum(i.numel for i in store.tensors.values()) * 4, "the target's weights in float32", directory,
+                     "its safetensors")
         if not store.weights_kind.startswith("safetensors"):
             raise NativeUnsupported(f"weights stored as {store.weights_kind}, not safetensors")
         tensors = TorchTensors(store, {name: name for name in store.tensors})
