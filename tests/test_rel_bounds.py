@@ -23,9 +23,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def cli(*args: str, stdin: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python -m eagleconv ARGS`` under a 6 GiB address-space limit: a regression cannot take the machine."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, "-m", "eagleconv", *args], capture_output=True, text=True, env=env,
-                          timeout=timeout, input=stdin)
+                          timeout=timeout, input=stdin, preexec_fn=limited(6))
 
 
 def limited(gib: float):
@@ -107,7 +108,7 @@ def test_a_state_dict_config_is_bounded_in_the_library():
 ])
 def test_target_config_fields_are_one_line(field, value, needle, tmp_path):
     target = copy_with(TARGET, tmp_path / "target", **{field: value})
-    one_line(cli("simulate", str(EAGLE3), "--target", str(target), "--max-tokens", "2"), "config.json", needle)
+    one_line(cli_limited(3, "simulate", str(EAGLE3), "--target", str(target), "--max-tokens", "2"), "config.json", needle)
 
 
 @pytest.mark.parametrize("text,needle,code", [
