@@ -249,6 +249,8 @@ def check_decode(target: ModelDims, drafter: ModelDims | None, prompts: Sequence
         kv = 2 * layers * dims.kv_heads * dims.head_dim * rows * len(prompts) * 4
         check_memory(kv, f"the KV cache of {dims.source} ({len(prompts)} prompts x {rows} positions)", dims.source,
                      "--max-tokens / --num-speculative-tokens / the prompts")
-    logits = target.vocab * max(sum(len(p) for p in prompts), len(prompts) * (k + 1)) * 4
-    check_memory(logits, f"the target's logits ({target.vocab} x prompt rows)", prompts_source or target.source,
-                 "the prompts")
+    # logits: one prompt's whole sequence at once (the transformers runtime re-runs it each round), or every
+    # prompt's K+1 verified rows in one batched step (eagleconv's cached runtime)
+    logit_rows = max(rows, len(prompts) * (k + 1))
+    check_memory(target.vocab * logit_rows * 4, f"the target's logits ({target.vocab} x {logit_rows} rows)",
+                 prompts_source or target.source, "the prompts")
