@@ -41,6 +41,7 @@ COMMANDS = {
     "convert": ("convert", "{d}", "{out}", "--to", "vllm"),
     "push": ("push", "{d}", "org/name", "--dry-run", "--no-forward"),
     "simulate": ("simulate", "{d}", "--target", "{t}", "--max-tokens", "2"),
+    "validate-forward-target": ("validate", str(PAIR / "eagle3"), "--forward", "--target", "{t_bad}"),
     "simulate-target": ("simulate", str(PAIR / "eagle3"), "--target", "{t_bad}", "--max-tokens", "2"),
     "upgrade": ("upgrade", str(PAIR / "eagle3"), "{out}", "--target", "{t_bad}", "--prompts",
                 str(PAIR / "prompts.json")),
