@@ -6,6 +6,8 @@ Runs inside the vLLM virtualenv (.ci/vllm-env), not eagleconv's environment:
 
 REQUEST: {"target": DIR, "prompts": [[ids]...], "num_speculative_tokens": K, "max_tokens": N,
           "cases": [{"name": str, "drafter": DIR}, ...]}
+          A case may override "target" and "prompts", and set "max_model_len": null to let vLLM derive it from the
+          target's max_position_embeddings (default 512, the tiny pair's).
 RESULT:  {"vllm": version, "cases": {name: {"status": "ok" | "error", "error": str, "seconds": float,
           "tokens": [[ids] per prompt], "drafts": [[[K ids] per round] per prompt],
           "num_drafts", "num_draft_tokens", "num_accepted_tokens", "accepted_per_position": [K]}}}
@@ -60,15 +62,17 @@ def _metric(metrics, name: str):
     return None
 
 
-def run_case(request: dict, drafter: str) -> dict:
+def run_case(request: dict, drafter: str, case: dict | None = None) -> dict:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
     captured = _install_draft_capture()
     captured.clear()
     K = int(request["num_speculative_tokens"])
+    case = case or {}
+    request = {**request, **{k: case[k] for k in ("target", "prompts") if k in case}}
     llm = LLM(model=request["target"], skip_tokenizer_init=True, dtype="float32", enforce_eager=True,
-              max_model_len=512, disable_log_stats=False, seed=0,
+              max_model_len=case.get("max_model_len", 512), disable_log_stats=False, seed=0,
               speculative_config={"model": drafter, "method": "eagle3", "num_speculative_tokens": K})
     try:
         prompts = [TokensPrompt(prompt_token_ids=p) for p in request["prompts"]]
@@ -115,7 +119,7 @@ def main(request_path: str, result_path: str) -> int:
         _write(result_path, results)
         start = time.perf_counter()
         try:
-            result = run_case(request, case["drafter"])
+            result = run_case(request, case["drafter"], case)
         except BaseException as exc:  # noqa: BLE001 - vLLM raises anything from ValueError to AssertionError
             result = {"status": "error", "error": f"{type(exc).__name__}: {exc}".strip(),
                       "traceback": traceback.format_exc()[-4000:]}

@@ -6,6 +6,8 @@ A data file, below both the forward (which captures) and the transforms (which r
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,6 +149,9 @@ def load_calibration(path: str | Path, spec: DrafterSpec) -> Calibration:
     path = Path(path)
     if not path.is_file():
         raise FormatError("no such calibration file", path)
+    from .bounds import MAX_CALIBRATION_BYTES, check_file_size, check_memory
+
+    check_file_size(path, "the calibration file", MAX_CALIBRATION_BYTES)
     header = read_header(path)  # the strict parser every checkpoint goes through
     entry = header.entries.get(CALIBRATION_KEY)
     if entry is None:
@@ -162,12 +167,19 @@ def load_calibration(path: str | Path, spec: DrafterSpec) -> Calibration:
     else:
         raise FormatError(f"{CALIBRATION_KEY} has shape {list(shape)}; this drafter needs [..., {K * Ht}] or "
                           f"[..., {K}, {Ht}] (K = {K} aux states of width {Ht})", path)
+    elements = math.prod(shape)
+    # read as stored, then float64 for the fits (and a copy while they run): refused before a byte is read
+    check_memory(entry.end - entry.start + elements * 16, f"{CALIBRATION_KEY} {list(shape)}", path, CALIBRATION_KEY)
     states = _read_tensor(path, header, CALIBRATION_KEY).reshape(-1, K * Ht)
     N = states.shape[0]
     if N == 0:
         raise FormatError(f"{CALIBRATION_KEY} holds no tokens", path)
     if not bool(states.isfinite().all()):
         raise FormatError(f"{CALIBRATION_KEY} has NaN or Inf values", path)
+    zero = [i for i in range(K) if not bool(states[:, i * Ht:(i + 1) * Ht].any())]
+    if zero:  # no scale to preserve and nothing to fit fc to (the normal equations are singular): refused
+        raise FormatError(f"{CALIBRATION_KEY}: aux state{'s' if len(zero) > 1 else ''} {zero} are all zero in every "
+                          "token; calibration needs the target's captured states (capture_aux_states)", path)
     if LENGTHS_KEY in header.entries:
         lengths = _integers(path, header, LENGTHS_KEY).tolist()
         if not lengths or min(lengths) < 1 or sum(lengths) != N:

@@ -221,8 +221,12 @@ def config_dict(config: Any, *, argument: str = "config", duplicates: list[str] 
     directory), or a config object with ``to_dict()`` (a transformers ``PretrainedConfig``, as training code
     has it).  Another type is an ArgumentTypeError naming ``argument``; a file that is not a JSON object is a
     FormatError naming the file.  ``duplicates``: see :func:`loads_strict` (files only)."""
+    from .bounds import check_config  # sizes bounded before anything is built from them
+
     if isinstance(config, Mapping):
-        return _checked_like_a_file(config, argument)
+        checked = _checked_like_a_file(config, argument)
+        check_config(checked, argument)
+        return checked
     if isinstance(config, str | os.PathLike):
         path = Path(config)
         if path.is_dir():
@@ -230,12 +234,15 @@ def config_dict(config: Any, *, argument: str = "config", duplicates: list[str] 
         value = load_json(path, duplicates=duplicates)
         if not isinstance(value, dict):
             raise FormatError("config is not a JSON object", path)
+        check_config(value, path)
         return value
     to_dict = getattr(config, "to_dict", None)
     if callable(to_dict):
         value = to_dict()
         if isinstance(value, Mapping):
-            return _checked_like_a_file(value, argument)
+            checked = _checked_like_a_file(value, argument)
+            check_config(checked, argument)
+            return checked
         raise ArgumentTypeError(f"{argument}: {type(config).__name__}.to_dict() returned {type(value).__name__}, "
                                 "not a dict")
     raise ArgumentTypeError(f"{argument} must be a dict, a config.json path or a config object with to_dict() (a "

@@ -17,6 +17,7 @@ from .formats import detect_layout, get_layout, read_drafter
 from .formats.base import Layout, ReadResult, read_fields
 from .io.reader import SAFETENSORS_INDEX, Checkpoint, open_checkpoint, open_source
 from .io.staging import not_a_checkpoint
+from .bounds import check_config
 from .jsonio import load_json
 
 if TYPE_CHECKING:
@@ -116,6 +117,8 @@ def recognise_checkpoint(directory: Path, names: list[str], shown: str | Path) -
             kind = "safetensors"
         elif torch_files:
             config, kind = load_json(directory / "config.json"), "pickle"
+            if isinstance(config, dict):
+                check_config(config, directory / "config.json")
         else:
             raise not_a_checkpoint("no weights", shown)
         if not isinstance(config, dict):

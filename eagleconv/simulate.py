@@ -24,7 +24,6 @@ drafted tokens depend on it.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +50,9 @@ class SimulateReport(BaseModel):
     num_draft_tokens: int
     num_accepted_tokens: int
     accepted_per_position: list[int]
-    acceptance_length: float = Field(description="1 + accepted / drafts, as vLLM's acceptance tests compute it")
+    acceptance_length: float | None = Field(description="1 + accepted / drafts, as vLLM's acceptance tests compute "
+                                            "it; null when no round carried drafts (max_tokens 1: the prefill "
+                                            "alone produced the output)")
     drafts: list[list[list[int]]] = Field(description="every proposal per prompt, K tokens each, including the "
                                                       "one made after the last round (vLLM drafts it too)")
     engine: str
@@ -99,6 +100,10 @@ def engine_drafter(drafter: str | Path, engine: str, target: Any, device: str = 
         raise SimulateError(f"{path}: no *.safetensors file (simulate reads safetensors only)", code=None)
     loaded = load_drafter(path)
     loaded.store.close()  # the source maps the files itself
+    from .bounds import check_memory
+
+    check_memory(sum(i.numel for i in loaded.store.tensors.values()) * 4, "the drafter's weights in float32 (read "
+                 "into memory for every round)", path, "its safetensors")
     intended = loaded.require_spec()
     L = target.num_layers
     view, spec, ids = engine_forward_view(profile, loaded, intended, default_aux_ids(intended, L), L)
@@ -211,6 +216,9 @@ def simulate(drafter: str | Path, target: str | Path, prompts: Sequence[Sequence
 
     if num_speculative_tokens < 1 or max_tokens < 1:
         raise SimulateError("--num-speculative-tokens and --max-tokens must be at least 1", code=None)
+    from .bounds import check_decode_arguments
+
+    check_decode_arguments(max_tokens, num_speculative_tokens)
     if device != "cpu":
         if not device.startswith("cuda"):
             raise SimulateError(f"--device {device}: simulate runs on cpu or cuda", code=None)
@@ -249,6 +257,7 @@ class _Request:
     cache: Any  # forward.kv_cache.SlotCache (the target's)
     drafter: Any  # forward.kv_cache.DraftState
     drafts: list[list[int]]
+    limit: int  # max_tokens, lowered so prompt + output stay within max_model_len (vLLM's FINISHED_LENGTH_CAPPED)
     out_len: int = 1
 
 
@@ -262,7 +271,7 @@ def _accept(drafts: list[int], verified: list[int], per_pos: list[int]) -> int:
     return accepted
 
 
-def _decode_cached(tgt: Any, d: EngineDrafter, prompts: list[list[int]], K: int, max_tokens: int,
+def _decode_cached(tgt: Any, d: EngineDrafter, prompts: list[list[int]], K: int, limits: list[int],
                    tick: Any) -> tuple[list[list[int]], list[list[list[int]]], int, list[int]]:
     """All prompts in lockstep, as vLLM's scheduler runs them: one target pass per step over every unfinished
     prompt's rows (the prefill: every prompt row; then each prompt's [last token, d_1..d_K]), KV cached."""
@@ -274,8 +283,8 @@ def _decode_cached(tgt: Any, d: EngineDrafter, prompts: list[list[int]], K: int,
             r.drafts.append(proposed)
 
     # a round writes K+1 rows from the last verified position, which is before len(prompt) + max_tokens
-    caches = SlotCache.batch(tgt.num_layers, max(len(p) for p in prompts) + max_tokens + K, len(prompts))
-    reqs = [_Request(list(p), list(p), c, DraftState(), []) for p, c in zip(prompts, caches)]
+    caches = SlotCache.batch(tgt.num_layers, max(len(p) + n for p, n in zip(prompts, limits)) + K, len(prompts))
+    reqs = [_Request(list(p), list(p), c, DraftState(), [], n) for p, c, n in zip(prompts, caches, limits)]
     outs = target_step(tgt, [Segment(r.cache, r.prompt, 0, slice(-1, None)) for r in reqs], d.capture)
     for r, (greedy, _) in zip(reqs, outs):
         r.seq.append(int(greedy[-1]))
@@ -283,7 +292,7 @@ def _decode_cached(tgt: Any, d: EngineDrafter, prompts: list[list[int]], K: int,
     draft(reqs, [aux for _, aux in outs])
     per_pos, accepted_total = [0] * K, 0
     while True:
-        active = [r for r in reqs if r.out_len < max_tokens]
+        active = [r for r in reqs if r.out_len < r.limit]
         if not active:
             break
         outs = target_step(tgt, [Segment(r.cache, [r.seq[-1], *r.drafts[-1]], len(r.seq) - 1) for r in active],
@@ -294,18 +303,18 @@ def _decode_cached(tgt: Any, d: EngineDrafter, prompts: list[list[int]], K: int,
             accepted = _accept(drafts, [int(g) for g in greedy[:K]], per_pos)
             accepted_total += accepted
             r.seq += [*drafts[:accepted], int(greedy[accepted])]
-            tick(min(accepted + 1, max_tokens - r.out_len))
+            tick(min(accepted + 1, r.limit - r.out_len))
             r.out_len += accepted + 1
             # the target's rows of the accepted tokens are the drafter's new first-pass rows; the rejected
             # drafts' slots (target and drafter) are written again next round
             new_aux.append(aux[:accepted + 1])
         draft(active, new_aux)
     num_drafts = sum(len(r.drafts) - 1 for r in reqs)
-    return ([r.seq[len(r.prompt):][:max_tokens] for r in reqs], [r.drafts for r in reqs], num_drafts,
+    return ([r.seq[len(r.prompt):][:r.limit] for r in reqs], [r.drafts for r in reqs], num_drafts,
             [accepted_total, *per_pos])
 
 
-def _decode_uncached(tgt: Any, d: EngineDrafter, prompts: list[list[int]], K: int, max_tokens: int,
+def _decode_uncached(tgt: Any, d: EngineDrafter, prompts: list[list[int]], K: int, limits: list[int],
                      tick: Any) -> tuple[list[list[int]], list[list[list[int]]], int, list[int]]:
     """Prompt by prompt, the target over the whole sequence and the drafter's first pass over every verified row
     each round: the plain definition, for the transformers runtime and as the cached path's reference."""
@@ -313,7 +322,7 @@ def _decode_uncached(tgt: Any, d: EngineDrafter, prompts: list[list[int]], K: in
 
     per_pos, num_drafts, accepted_total = [0] * K, 0, 0
     all_tokens, all_drafts = [], []
-    for prompt in prompts:
+    for prompt, max_tokens in zip(prompts, limits):
         seq = list(prompt)
 
         def target_pass(s: list[int]) -> tuple[Any, Any]:
@@ -344,6 +353,21 @@ def _decode_uncached(tgt: Any, d: EngineDrafter, prompts: list[list[int]], K: in
     return all_tokens, all_drafts, num_drafts, [accepted_total, *per_pos]
 
 
+def _limits(prompts: list[list[int]], max_tokens: int, dims: Any) -> tuple[list[int], list[str]]:
+    """Each prompt's output length: max_tokens, or fewer where prompt + output would pass the target's
+    max_position_embeddings (vLLM's max_model_len: its scheduler stops the request there, FINISHED_LENGTH_CAPPED;
+    check_decode has refused a prompt that leaves no room)."""
+    room = dims.max_positions if dims is not None and dims.max_positions else None
+    limits = [max_tokens if room is None else min(max_tokens, room - len(p)) for p in prompts]
+    capped = [f"prompt {i}: stopped after {n} tokens at max_model_len {room} (the target's max_position_embeddings), "
+              "as vLLM stops it" for i, n in enumerate(limits) if n < max_tokens]
+    if capped:
+        capped.append("the counters of rounds near max_model_len are not vLLM's: it truncates drafts that would pass "
+                      "max_model_len and skips drafting for the whole batch once a sequence + K passes it (the "
+                      "tokens are: the vLLM parity tier's max_model_len case)")
+    return limits, capped
+
+
 def _simulate(drafter: str | Path, target: str | Path, prompts: list[list[int]], source: Path | None,
               num_speculative_tokens: int, max_tokens: int, engine: str, target_runtime: str,
               progress: StepProgress, device: str = "cpu", kv_cache: bool = True) -> SimulateReport:
@@ -352,7 +376,13 @@ def _simulate(drafter: str | Path, target: str | Path, prompts: list[list[int]],
     from .forward.inputs import check_prompts
     from .forward.weights import PACK_MIN_BYTES
 
+    from .bounds import ModelDims, check_decode
+    from .target import target_dims
+
     progress("loading the target and the drafter", 0, 2)
+    dims = target_dims(target) if (Path(target) / "config.json").is_file() else None
+    if dims is not None:  # everything a config and the arguments make simulate allocate, before it does
+        check_decode(dims, None, prompts, max_tokens, num_speculative_tokens, source)
     tgt = _target(target, target_runtime)
     if device != "cpu":
         tgt.to(device)
@@ -361,8 +391,14 @@ def _simulate(drafter: str | Path, target: str | Path, prompts: list[list[int]],
     prompts = check_prompts(prompts, source, tgt.vocab_size)
     progress("loading the target and the drafter", 1, 2)
     d = engine_drafter(drafter, engine, tgt, device)
+    spec = d.model.spec
+    if dims is not None and spec.head_dim is not None:  # the drafter's own KV cache (MLA's is smaller than this)
+        check_decode(dims, ModelDims(str(drafter), spec.num_hidden_layers, spec.num_key_value_heads or
+                                     spec.num_attention_heads, spec.head_dim, spec.draft_vocab_size, spec.hidden_size,
+                                     spec.max_position_embeddings), prompts, max_tokens, num_speculative_tokens, source)
     progress("loading the target and the drafter", 2, 2)
-    generating, planned = "generating tokens", len(prompts) * max_tokens
+    limits, capped = _limits(prompts, max_tokens, dims)
+    generating, planned = "generating tokens", sum(limits)
     done = [0]
 
     def tick(n: int) -> None:
@@ -373,8 +409,7 @@ def _simulate(drafter: str | Path, target: str | Path, prompts: list[list[int]],
     K = num_speculative_tokens
     decode = _decode_cached if kv_cache and tgt.runtime == "eagleconv" else _decode_uncached
     with torch.no_grad():
-        all_tokens, all_drafts, num_drafts, (accepted_total, *per_pos) = decode(tgt, d, prompts, K, max_tokens,
-                                                                                tick)
+        all_tokens, all_drafts, num_drafts, (accepted_total, *per_pos) = decode(tgt, d, prompts, K, limits, tick)
     progress(generating, planned, planned)
     n_target, n_drafter = tgt.w.packed_weights if tgt.runtime == "eagleconv" else 0, d.model.w.packed_weights
     packed = (f"linears of {n_target} target and {n_drafter} drafter weights (those of {PACK_MIN_BYTES >> 20} MiB or "
@@ -382,10 +417,10 @@ def _simulate(drafter: str | Path, target: str | Path, prompts: list[list[int]],
     return SimulateReport(
         tokens=all_tokens, num_drafts=num_drafts, num_draft_tokens=num_drafts * K,
         num_accepted_tokens=accepted_total, accepted_per_position=per_pos,
-        acceptance_length=1 + accepted_total / num_drafts if num_drafts else math.nan,
+        acceptance_length=1 + accepted_total / num_drafts if num_drafts else None,
         drafts=all_drafts, engine=engine, num_speculative_tokens=K, max_tokens=max_tokens,
         target_runtime=tgt.runtime,
-        notes=[*d.notes, "aux layers captured as vLLM's V1 runner does: " + str(list(d.capture)),
+        notes=[*d.notes, *capped, "aux layers captured as vLLM's V1 runner does: " + str(list(d.capture)),
                *([packed] if n_target + n_drafter else []),
                *([f"target run by transformers: {tgt.fallback}"] if getattr(tgt, "fallback", None) else [])],
     )

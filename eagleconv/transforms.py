@@ -118,7 +118,11 @@ def _ridge_solve(gram: torch.Tensor, rhs: torch.Tensor, prior: torch.Tensor, str
 
     lam = strength * float(gram.diagonal().mean())
     a = gram + lam * torch.eye(gram.shape[0], dtype=gram.dtype)
-    return torch.cholesky_solve(rhs + lam * prior.T, torch.linalg.cholesky(a)).T.contiguous()
+    factor, info = torch.linalg.cholesky_ex(a)
+    if int(info) != 0:  # states with no energy (all zero after the norms): one line, not torch's _LinAlgError
+        raise UsageError("the calibration states are degenerate (no energy after the new norms): fc cannot be "
+                         "refitted to them; capture the target's states again, or pass --no-refit")
+    return torch.cholesky_solve(rhs + lam * prior.T, factor).T.contiguous()
 
 
 def least_squares_refit(x: torch.Tensor, y: torch.Tensor, prior: torch.Tensor, strength: float = REFIT_PRIOR,

@@ -23,7 +23,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "eagleconv"
 
 # Bottom to top.  A layer's groups may import each other (the cycle check still applies) and anything below.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "_extras", "_process", "_text", "jsonio", "registry", "kernels"),  # exceptions, process state, printable text, strict JSON
+    ("errors", "_extras", "_process", "_text", "jsonio", "bounds", "registry", "kernels"),  # exceptions, process state, printable text, strict JSON, size bounds
     ("io",),  # safetensors headers, reader, writer, staging, hf:// parsing
     ("rope", "nn", "config_fields", "target"),  # leaves: RoPE, shared tensor math, config field models; the target's config.json
     ("architectures",),  # one module per decoder family (drafter only for type checking)

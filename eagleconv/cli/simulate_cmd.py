@@ -16,7 +16,7 @@ def render_simulate(report, console) -> None:
     console.print(f"[bold]{report.engine}[/bold]: {len(report.tokens)} prompts, K={report.num_speculative_tokens}, "
                   f"max_tokens {report.max_tokens}: {drafts} drafts, {report.num_accepted_tokens}/"
                   f"{report.num_draft_tokens} draft tokens accepted, acceptance length "
-                  f"{report.acceptance_length:.3f}")
+                  f"{'n/a (no drafts verified)' if report.acceptance_length is None else f'{report.acceptance_length:.3f}'}")
     positions = table("position", "accepted", "rate", "", right=("position", "accepted", "rate"), box=None,
                       pad_edge=False)
     for i, n in enumerate(report.accepted_per_position):

@@ -33,6 +33,11 @@ def load(path: str | Path, *, dtype: str = "float32", recipe: str = "native", ba
     embed = tgt.embed if tgt is not None and not loaded.read.tensors.get("embed_tokens.weight") else None
     lm_head = tgt.lm_head if tgt is not None and "lm_head.weight" not in loaded.read.tensors else None
     size = sum(info.nbytes for info in loaded.read.tensors.values())
+    from ..bounds import check_memory
+
+    # a forward touches every weight (embed_tokens aside): mapped, then read, so they must fit (a sparse file too)
+    check_memory(sum(i.nbytes for n, i in loaded.read.tensors.items() if n != "embed_tokens.weight"),
+                 "the drafter's weights (read by every forward pass)", path, "its safetensors")
     source = CheckpointSource(loaded)
     source.prefetch(skip={"embed_tokens.weight"})  # only the rows of the tokens used are read
     return Drafter(spec or own, source, dtype=dtype, recipe=recipe, backend=backend, seed=seed,

@@ -46,14 +46,18 @@ def synthetic_inputs(vocab_size: int, target_hidden: int, aux_ids: Sequence[int]
 def read_prompts(path: str | Path, vocab_size: int | None = None) -> list[list[int]]:
     """The one prompts-file reader (validate/diff --prompts, upgrade/downgrade calibration, simulate): a JSON list
     of token-id lists, under :func:`check_prompts`' rules.  Anything else is a FormatError naming the file (exit 2)."""
+    from ..bounds import check_prompts_size, read_capped
+
     p = Path(path)
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
+        data = json.loads(read_capped(p, "the prompts file").decode("utf-8"))  # /dev/zero, a sparse 3 GB file: refused
     except OSError as exc:
         raise FormatError(f"cannot read the prompts: {exc.strerror or exc}", p) from None
     except ValueError as exc:  # also undecodable bytes
         raise FormatError(f"the prompts are not JSON: {exc}", p) from None
-    return check_prompts(data, p, vocab_size)
+    prompts = check_prompts(data, p, vocab_size)
+    check_prompts_size(prompts, p)
+    return prompts
 
 
 def check_prompts(data: Any, path: str | Path | None = None, vocab_size: int | None = None) -> list[list[int]]:
@@ -94,9 +98,12 @@ class Target:
     fallback: str | None = None  # why open_target(runtime="auto") did not run it natively
 
     def __init__(self, directory: str | Path):
+        from ..target import check_target_weights, read_target_config
+
         self.path = Path(directory)
         if not (self.path / "config.json").is_file():
             raise FormatError("no config.json in the target directory", self.path)
+        check_target_weights(self.path, read_target_config(self.path)[1])  # one line, before transformers reads it
         need("transformers", "a target run by transformers (--target-runtime transformers, capture_aux_states)")
         from transformers import AutoModelForCausalLM
         from transformers.utils import logging as hf_logging

@@ -14,7 +14,6 @@ test suite and the vLLM parity tier check this runtime against transformers and 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -23,7 +22,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..errors import EagleconvError, FormatError
 
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3"}
 REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
@@ -85,11 +83,12 @@ def _read_weights(directory: Path) -> tuple[dict[str, torch.Tensor], dict[str, C
 
     if not ((directory / "model.safetensors.index.json").is_file() or (directory / "model.safetensors").is_file()):
         raise NativeUnsupported("no model.safetensors (or index) in the target directory")
+    store = open_checkpoint(directory)  # the index's paths inside the directory, each header pre-parsed: no fallback
     try:
-        store = open_checkpoint(directory)
-    except EagleconvError:  # e.g. weights symlinked outside the directory: read (and copy) them as before
-        return _copy_weights(directory), {}
-    try:
+        from ..bounds import check_memory
+
+        check_memory(sum(i.numel for i in store.tensors.values()) * 4, "the target's weights in float32", directory,
+                     "its safetensors")
         if not store.weights_kind.startswith("safetensors"):
             raise NativeUnsupported(f"weights stored as {store.weights_kind}, not safetensors")
         tensors = TorchTensors(store, {name: name for name in store.tensors})
@@ -100,21 +99,6 @@ def _read_weights(directory: Path) -> tuple[dict[str, torch.Tensor], dict[str, C
     finally:
         store.close()
     return out, droppers
-
-
-def _copy_weights(directory: Path) -> dict[str, torch.Tensor]:
-    """Every tensor copied into memory by safetensors (the files as their links lead, float32)."""
-    from safetensors import safe_open
-
-    index = directory / "model.safetensors.index.json"
-    files = (sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file()
-             else ["model.safetensors"])
-    out: dict[str, torch.Tensor] = {}
-    for name in files:
-        with safe_open(str(directory / name), framework="pt") as f:
-            for key in f.keys():  # noqa: SIM118 - safe_open is not a mapping
-                out[key.removeprefix("model.")] = f.get_tensor(key).float()
-    return out
 
 
 class NativeTarget:
@@ -129,13 +113,11 @@ class NativeTarget:
         from ..rope.rotary import resolve_rope
         from .weights import DictSource, Weights
 
+        from ..target import check_target_weights, read_target_config
+
         self.path = Path(directory)
-        try:
-            cfg = json.loads((self.path / "config.json").read_text())
-        except (OSError, ValueError) as exc:
-            raise FormatError(f"cannot read the target's config.json: {exc}", self.path) from None
-        if not isinstance(cfg, dict):
-            raise FormatError("config.json is not a JSON object", self.path)
+        _, cfg = read_target_config(self.path)  # strict, bounded and typed: one line naming the field
+        check_target_weights(self.path, cfg)
         arch = _check_config(cfg)
         try:
             typed_rope = Rope.from_config(cfg)

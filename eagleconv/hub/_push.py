@@ -233,7 +233,11 @@ def _stat(directory: Path) -> dict[str, tuple[int, int]]:
 
 
 def _config_of(source: Path) -> dict[str, Any]:
+    from ..bounds import check_config
+
     config = load_json(source / "config.json")
+    if isinstance(config, dict):
+        check_config(config, source / "config.json")
     return config if isinstance(config, dict) else {}
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ArgumentTypeError, FormatError, UnsafeInputError
+from ..bounds import check_config
 from ..jsonio import config_dict, load_json
 from .dtypes import DTYPE_SIZES, TORCH_TO_SAFETENSORS, raw_numpy_dtype
 from .hub_paths import is_hf_url, local_path
@@ -395,6 +396,7 @@ def _load_config(directory: Path, duplicates: Duplicates | None = None) -> dict[
     config = _load_json_noting(resolve_inside(directory, "config.json"), duplicates)
     if not isinstance(config, dict):
         raise FormatError("config.json is not a JSON object", path)
+    check_config(config, path)  # sizes bounded before anything is built from them (eagleconv.bounds)
     return config
 
 

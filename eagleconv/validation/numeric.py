@@ -97,6 +97,6 @@ def numeric_findings(read: ReadResult, store: TensorStore, chunk_bytes: int = CH
             values = to_float32(store.read_raw(stored), info.dtype)
             ones = " (all exactly 1.0: never trained, or folded into fc)" if bool((values == 1.0).all()) else ""
             out.append(Finding(code="EC062", severity="info", tensor=stored,
-                               message=f"{stored}: mean {values.mean():.4g}, min {values.min():.4g}, "
+                               message=f"{stored}: mean {values.mean(dtype='float64'):.4g}, min {values.min():.4g}, "
                                        f"max {values.max():.4g}{ones}"))
     return out

@@ -9,6 +9,7 @@ prompt), and the counters must stay those real vLLM 0.32 recorded (fixtures/tiny
 from __future__ import annotations
 
 import json
+import shutil
 import os
 import subprocess
 import sys
@@ -239,9 +240,9 @@ PUBLISHED = {"is_llama_config": True, "rope_interleaved": False, "pretraining_tp
 def edited_target(tmp_path: Path, **fields) -> Path:
     out = tmp_path / "target"
     out.mkdir()
-    for f in (PAIR / "target").iterdir():
-        (out / f.name).symlink_to(f)
-    (out / "config.json").unlink()
+    for f in (PAIR / "target").iterdir():  # copied: a target's files resolve inside its directory (issue 28)
+        if f.name != "config.json":
+            shutil.copyfile(f, out / f.name)
     (out / "config.json").write_text(json.dumps({**json.loads((PAIR / "target" / "config.json").read_text()),
                                                  **fields}))
     return out
