@@ -230,6 +230,8 @@ def plan_conversion(loaded: LoadedDrafter, to: str, *, drop: Iterable[str] = (),
     provenance = {"layout": dst.name, "version": __version__, "converted_from": loaded.layout.name,
                   "aux_layer_convention": dst.aux_convention_for(spec.architecture) if spec.aux.ids else None}
     config = write_config(dst, spec, provenance)
+    if dst.name == loaded.layout.name:
+        _keep_unread_top_level(loaded, config)
     report = ConvertReport(ok=True, source=str(loaded.store.path), destination="", source_format=loaded.layout.name,
                            destination_format=dst.name, dry_run=True, plan=plan,
                            config_changes=_config_changes(loaded, dst, spec, config), notes=notes,
@@ -325,6 +327,18 @@ def _config_changes(loaded: LoadedDrafter, dst: type[Layout], spec: DrafterSpec,
     if spec.aux.ids is None:
         changes.append("no aux layer ids to write: engines will guess the target layers (pass --aux-layer-ids)")
     return changes
+
+
+def _keep_unread_top_level(loaded: LoadedDrafter, config: dict) -> None:
+    """Into its own layout, the source's top-level keys that no field reads (speculators' ``embed_requires_grad``,
+    outside its ``transformer_layer_config``) keep their place: the destination has the same place for them.
+    (Unread keys at the decoder level are carried for every layout, as ``DrafterSpec.extra``.)"""
+    source = loaded.store.config or {}
+    root = loaded.layout.decoder_prefix()[:-1]
+    read = {path.partition(".")[0] for path in loaded.read.consumed}
+    for key, value in source.items():
+        if key not in config and key != root and key not in read and key not in loaded.layout.meta_keys:
+            config[key] = value
 
 
 def _verify_output(staged: Path, tensors: Sequence[OutputTensor], dst_layout: str, clean: bool) -> None:
