@@ -54,6 +54,10 @@ def simulate(ctx: click.Context, drafter: str, target: str, prompts: str | None,
         # OpenMP's own wait policy (spin briefly, then sleep), not validate's PASSIVE: a decode step is thousands
         # of ~0.1 ms products, and waking sleeping threads for each made the SmolLM2 pair 1.3-1.7x slower on an
         # idle machine (benchmarks/RESULTS.md).  On a machine already busy, OMP_WAIT_POLICY=PASSIVE is the choice.
+        from ..io.reader import require_exists
+
+        for path in (drafter, target):  # refused before torch is imported or anything runs
+            require_exists(path)
         from ..simulate import simulate as run
 
         with _progress() as bar:

@@ -389,6 +389,18 @@ def _read_index(directory: Path, index_name: str, extension: str,
     return weight_map
 
 
+def require_exists(path: str | Path) -> Path:
+    """``path`` as a Path, or UnsafeInputError (exit 2) saying it is missing: cheap, so commands check it first."""
+    directory = Path(path)
+    if not directory.exists():
+        if os.path.lexists(directory):
+            raise UnsafeInputError("cannot read: a symlink that loops or leads nowhere", directory)
+        hint = (f" (a Hub repository is written hf://{path})"
+                if isinstance(path, str) and path.count("/") == 1 and not path.startswith((".", "/", "~")) else "")
+        raise UnsafeInputError(f"no such file or directory{hint}", directory)
+    return directory
+
+
 def open_checkpoint(path: str | Path, *, allow_pickle: bool = False, duplicates: Duplicates | None = None) -> Checkpoint:
     """Open a checkpoint directory and validate its structure without reading tensor data (no layout: that is
     ``loading.load_drafter``, and a runnable drafter ``forward.load``).
@@ -400,13 +412,7 @@ def open_checkpoint(path: str | Path, *, allow_pickle: bool = False, duplicates:
     """
     if is_hf_url(path):
         path = local_path(path)
-    directory = Path(path)
-    if not directory.exists():
-        if os.path.lexists(directory):
-            raise UnsafeInputError("cannot read: a symlink that loops or leads nowhere", directory)
-        hint = (f" (a Hub repository is written hf://{path})"
-                if isinstance(path, str) and path.count("/") == 1 and not path.startswith((".", "/", "~")) else "")
-        raise UnsafeInputError(f"no such file or directory{hint}", directory)
+    directory = require_exists(path)
     if not directory.is_dir():
         raise FormatError("expected a checkpoint directory (config.json + weights)", directory)
     config = _load_config(directory, duplicates)
