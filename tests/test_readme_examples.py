@@ -48,3 +48,22 @@ def test_diff_example_runs_as_written_and_prints_the_shape_shown(tmp_path):
     assert printed[:len(shown[:9])] == shown[:9]
     for key in ("a", "b"):
         assert f'  "{key}": ' in result.stdout and any(line.startswith(f'  "{key}": ') for line in shown)
+
+
+def test_training_loop_example_runs_and_prints_what_it_says(tmp_path):
+    """The in-memory example: the engine that flags the drafter is the one the comment names, and the vLLM-only
+    gate it asserts holds (it asserted report.ok for ("vllm", "sglang"), which SGLang's EC012 fails)."""
+    import contextlib
+    import io
+
+    block = _block_after("From a training loop, on an in-memory state dict", "python")
+    printed = io.StringIO()
+    cwd = os.getcwd()
+    os.chdir(REPO)
+    try:
+        with contextlib.redirect_stdout(printed):
+            exec(compile(block, "README.md", "exec"), {})
+    finally:
+        os.chdir(cwd)
+    shown = re.search(r"print\(report\.ok, errors\)  # (.*?):", block).group(1)
+    assert printed.getvalue().strip() == shown
