@@ -18,7 +18,7 @@ def render_simulate(report, console) -> None:
                   f"{report.acceptance_length:.3f}")
     positions = table("position", "accepted", "rate", "", right=("position", "accepted", "rate"), box=None,
                       pad_edge=False)
-    for i, n in enumerate(report.accepted_per_position):
+    for i, n in enumerate(report.accepted_per_position, start=1):  # positions 1..K, as the README's tables
         rate = n / drafts if drafts else 0.0
         positions.add_row(str(i), f"{n}/{drafts}", f"{rate:.1%}", "[green]" + "█" * round(rate * 30) + "[/green]"
                       + "[dim]" + "·" * (30 - round(rate * 30)) + "[/dim]")
