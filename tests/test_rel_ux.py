@@ -1,7 +1,7 @@
 """What a new user hits first (issue 17): output through a pipe or a narrow terminal, progress, help, --json
 schemas, sizes.
 
-Outputs are captured from real ``python -m eagleconv`` processes: through a real pipe (COLUMNS=80), and
+Outputs are captured from real ``python -m eagleconv`` processes: through a real pipe (COLUMNS unset), and
 through a pseudo-terminal (os.openpty) of a set width for the terminal cases.
 """
 
@@ -39,9 +39,10 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def piped(*args: str) -> subprocess.CompletedProcess[str]:
-    """``eagleconv ARGS`` with stdout and stderr real pipes, COLUMNS=80."""
+    """``eagleconv ARGS`` with stdout and stderr real pipes, COLUMNS unset (the plain layout: issue 27 item 4;
+    with COLUMNS set, tables fold at that width, see tests/test_cli_output.py)."""
     return subprocess.run([sys.executable, "-m", "eagleconv", *args], capture_output=True, text=True,
-                          env=_env(COLUMNS="80"), timeout=300)
+                          env=_env(), timeout=300)
 
 
 def on_terminal(*args: str, columns: int, stdout_file: Path | None = None) -> tuple[int, str]:
