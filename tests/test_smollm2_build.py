@@ -56,7 +56,11 @@ def test_default_out_is_under_the_user_cache_dir(tmp_path):
 
 
 def test_main_reuses_a_finished_out_without_loading_anything(tmp_path, capsys):
-    (tmp_path / "READY").write_text("built\n")
+    (tmp_path / "target").mkdir()
+    (tmp_path / "target" / "model.safetensors").write_bytes(b"weights")
+    (tmp_path / "prompts.json").write_text("[[1]]\n")
+    hashes = build.file_hashes(tmp_path, ("target", "prompts.json"))
+    (tmp_path / "READY").write_text(json.dumps({"sha256": hashes}))
     assert build.main([str(tmp_path), "--wheel", str(tmp_path / "no-such.whl")]) == 0
     assert capsys.readouterr().out.strip() == str(tmp_path)
 
