@@ -36,7 +36,20 @@ def read_findings(read: ReadResult, from_tensors: bool = True) -> list[Finding]:
     for name in _missing_after_typos(read):
         out.append(_f("EC004", "error", f"{name} is absent from config and {why}" if from_tensors
                       else f"{name} is absent from config {why}"))
-    return out + rope_findings(read) + unknown_key_findings(read.layout, read.config)
+    return out + alias_findings(read) + rope_findings(read) + unknown_key_findings(read.layout, read.config)
+
+
+def alias_findings(read: ReadResult) -> list[Finding]:
+    """Names the layout's own loader renames before reading (vLLM: ``midlayer.`` -> ``layers.0.``): they run as
+    stated, but are not what the config's layout writes, so a tool without that rename would not read them."""
+    if not read.aliased:
+        return []
+    renames = ", ".join(f"{old} -> {new}" for old, new in read.layout.loader_aliases)
+    shown = ", ".join(read.aliased[:3]) + (f" and {len(read.aliased) - 3} more" if len(read.aliased) > 3 else "")
+    return [_f("EC003", "info", f"{len(read.aliased)} tensor name(s) are not {read.layout.name}-layout names "
+               f"({shown}), which the config's layout promises; the {read.layout.name} loader renames them "
+               f"({renames}) and runs them as stated. `eagleconv convert --to {read.layout.name}` writes the "
+               "layout's own names", effect="none")]
 
 
 def _missing_after_typos(read: ReadResult) -> list[str]:
