@@ -182,7 +182,7 @@ def typo_fixes(layout: type[Layout], config: Mapping[str, Any]) -> dict[str, str
     """{the key meant: the key written} for each unused key that is a likely typo of an absent key that changes
     the math (the EC006 errors): what the config would say with the typo corrected."""
     known = known_paths(layout, config)
-    out = {}
+    out: dict[str, str] = {}
     for path in _walk(config, known):
         suggestion = _suggest(path, known)
         if suggestion is not None and known[suggestion] in MATH_FIELDS and get_path(config, suggestion) is MISSING:
