@@ -36,7 +36,7 @@ class VllmLayout(Layout):
                                 write=("norm_output", "eagle_config.return_hidden_post_norm")),
     )
     # vLLM 0.32's Eagle3 load_weights (llama, qwen3, deepseek) renames "midlayer." to "layers.0." before it maps a
-    # name (vllm-loader.md; VLLM_0_32_AUDIT.md 6a, R10): a hand-renamed SpecForge export runs exactly as stated
+    # name (eagleconv/engines/VLLM_0_32_AUDIT.md 6a, R10): a hand-renamed SpecForge export runs exactly as stated
     loader_aliases = (("midlayer.", "layers.0."),)
     defaults = {
         "target_hidden_size": SameAs("hidden_size"),
