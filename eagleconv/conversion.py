@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .drafter import AuxConvention, AuxLayers, DrafterSpec, Verifier
+from .drafter import EAGLE31_FLAGS, AuxConvention, AuxLayers, DrafterSpec, Verifier
 from .errors import ArgumentTypeError, ConversionError, FindingsError, UsageError
 from .formats import get_layout
 from .canonical import layer_indices
@@ -111,6 +111,15 @@ def _compat_problems(dst: type[Layout], spec: DrafterSpec, layer_count: int) -> 
     if dst.max_layers is not None and layer_count > dst.max_layers:
         problems.append(f"the {dst.name} layout holds {dst.max_layers} decoder layer(s); this drafter has {layer_count}")
     return problems
+
+
+def _downgrade_hint(dst: type[Layout], spec: DrafterSpec, transform: Transform | None) -> str:
+    """The way out when only the EAGLE-3.1 flags keep a plain convert from ``dst``: ``eagleconv downgrade``."""
+    lacks = [f for f in EAGLE31_FLAGS if getattr(spec.flags, f) and f not in dst.flags]
+    if transform is not None or not lacks or spec.architecture not in dst.architectures:
+        return ""
+    return (f". The {dst.name} layout holds EAGLE-3 only: `eagleconv downgrade SRC DST --to {dst.name}` makes an "
+            "EAGLE-3 drafter of this EAGLE-3.1 one (folding fc_norm into fc; --allow-lossy where that changes the math)")
 
 
 def plan_conversion(loaded: LoadedDrafter, to: str, *, drop: Iterable[str] = (),
@@ -244,11 +253,13 @@ def _plan(loaded: LoadedDrafter, to: str, *, drop: Iterable[str] = (),
         notes.append(f"derived {dest}: {how}")
 
     if problems:
-        raise ConversionError("; ".join(problems), loaded.store.path)
+        raise ConversionError("; ".join(problems) + _downgrade_hint(dst, spec, transform), loaded.store.path)
 
     provenance = {"layout": dst.name, "version": __version__, "converted_from": loaded.layout.name,
                   "aux_layer_convention": dst.aux_convention_for(spec.architecture) if spec.aux.ids else None}
     config = write_config(dst, spec, provenance)
+    if dst.name == loaded.layout.name:
+        _keep_unread_top_level(loaded, config)
     report = ConvertReport(ok=True, source=str(loaded.store.path), destination="", source_format=loaded.layout.name,
                            destination_format=dst.name, dry_run=True, plan=plan,
                            config_changes=_config_changes(loaded, dst, spec, config), notes=notes,
@@ -344,6 +355,18 @@ def _config_changes(loaded: LoadedDrafter, dst: type[Layout], spec: DrafterSpec,
     if spec.aux.ids is None:
         changes.append("no aux layer ids to write: engines will guess the target layers (pass --aux-layer-ids)")
     return changes
+
+
+def _keep_unread_top_level(loaded: LoadedDrafter, config: dict) -> None:
+    """Into its own layout, the source's top-level keys that no field reads (speculators' ``embed_requires_grad``,
+    outside its ``transformer_layer_config``) keep their place: the destination has the same place for them.
+    (Unread keys at the decoder level are carried for every layout, as ``DrafterSpec.extra``.)"""
+    source = loaded.store.config or {}
+    root = loaded.layout.decoder_prefix()[:-1]
+    read = {path.partition(".")[0] for path in loaded.read.consumed}
+    for key, value in source.items():
+        if key not in config and key != root and key not in read and key not in loaded.layout.meta_keys:
+            config[key] = value
 
 
 def _verify_output(staged: Path, tensors: Sequence[OutputTensor], dst_layout: str, clean: bool) -> None:

@@ -24,7 +24,7 @@ from .transforms import Plan, Style, check_style, plan_downgrade, plan_upgrade
 if TYPE_CHECKING:
     import torch
 
-    from .drafter import DrafterSpec
+    from .drafter import DrafterSpec, EagleFlags
     from .forward import Target
     from .forward.model import DraftInputs
     from .forward.run import StepProgress
@@ -216,22 +216,29 @@ Built = tuple[Plan, "Calibration | None", "str | None"]
 
 def _run(source: str | Path | Mapping[str, Any], destination: str | Path, *, operation: str, to: str | None,
          build: Callable[[LoadedDrafter], Built], target: _OneTarget, prompts: str | Path | None,
-         seed: int, measure_unit: bool, progress: StepProgress | None, **convert_kwargs: Any) -> TransformReport:
+         seed: int, measure_unit: bool, progress: StepProgress | None, sets: tuple[str, ...] = (),
+         **convert_kwargs: Any) -> TransformReport:
+    """``sets``: the flags the operation turns on, so a destination layout that cannot hold them is refused before
+    torch is even imported (the check after ``build`` stays: it sees every flag the plan really set)."""
     state: dict[str, Any] = {}
     need("torch", operation)  # find_spec only: imports nothing
 
-    def transform(loaded: LoadedDrafter) -> Transform:
-        # convert calls this after the destination checks, so a refused DST costs no torch import or measurement.
-        start_worker_pools()  # before the plan and the measurement create them from the main thread
-        spec = loaded.require_spec()
-        plan, calibration, label = build(loaded)
-        new = plan.transform.spec
+    def refuse_unsupported(loaded: LoadedDrafter, flags: EagleFlags | None, also: tuple[str, ...] = ()) -> None:
         dst = get_layout(to or loaded.layout.name)
-        unsupported = [f for f, info in type(new.flags).model_fields.items()
-                       if getattr(new.flags, f) != info.default and f not in dst.flags]
+        on = [f for f, info in type(flags).model_fields.items() if getattr(flags, f) != info.default] if flags else []
+        unsupported = [f for f in dict.fromkeys([*on, *also]) if f not in dst.flags]
         if unsupported:
             raise ConversionError(f"the {dst.name} layout cannot express {', '.join(unsupported)}; pass --to with a "
                                   "layout that can (e.g. --to vllm)", loaded.store.path)
+
+    def transform(loaded: LoadedDrafter) -> Transform:
+        # convert calls this after the destination checks, so a refused DST costs no torch import or measurement.
+        spec = loaded.require_spec()
+        refuse_unsupported(loaded, None, sets)  # a refusal that needs no numbers comes before any forward pass
+        start_worker_pools()  # before the plan and the measurement create them from the main thread
+        plan, calibration, label = build(loaded)
+        new = plan.transform.spec
+        refuse_unsupported(loaded, new.flags)
         state.update(plan=plan, before=spec, calibration=label)
         if not plan.transform.exact:
             measurer = _Measurer(loaded, target.loaded_or_path(), prompts, seed, calibration=calibration,
@@ -324,7 +331,8 @@ def upgrade(source: str | Path | Mapping[str, Any], destination: str | Path, *, 
         return plan, states, label
 
     report = _run(source, destination, operation="upgrade", to=to, build=build, target=one_target, prompts=prompts,
-                  seed=seed, measure_unit=True, progress=progress, config=config, **convert_kwargs)
+                  seed=seed, measure_unit=True, progress=progress, config=config,
+                  sets=tuple(f for f, on in ((chosen, fc_norm), ("norm_output", norm_output)) if on), **convert_kwargs)
     report.style = state_style
     return report
 
@@ -348,6 +356,8 @@ def downgrade(source: str | Path | Mapping[str, Any], destination: str | Path, *
 
     def build(loaded: LoadedDrafter) -> Built:
         spec = loaded.require_spec()
+        if not allow_lossy:  # refused for what it would change: before capturing any calibration states
+            plan_downgrade(loaded, allow_lossy=False)
         states, label = _calibration(loaded, calibration, one_target, prompts) if spec.flags.fc_norm else (None, None)
         per_state = states.per_state(spec.aux.count) if states is not None else None
         return plan_downgrade(loaded, allow_lossy=allow_lossy, calibration=per_state), states, label

@@ -60,6 +60,11 @@ def _rename(tensors: dict[str, Any], old: str, new: str) -> None:
         tensors[new + name[len(old):]] = tensors.pop(name)
 
 
+def _marked_midlayer(config: dict[str, Any], tensors: dict[str, Any]) -> None:
+    _rename(tensors, "layers.0.", "midlayer.")
+    config["eagleconv"] = {"layout": "vllm"}
+
+
 def _drop(tensors: dict[str, Any], prefix: str) -> None:
     for name in [n for n in tensors if n.startswith(prefix)]:
         del tensors[name]
@@ -108,6 +113,10 @@ VARIANTS: tuple[Variant, ...] = (
             known_gap="midlayer.* tensors with LlamaForCausalLMEagle3 is exactly what SpecForge exports, so eagleconv "
                       "reads the ids in SpecForge's layer_output numbering (one layer off); this checkpoint was "
                       "trained with vLLM's numbering, and vLLM (renaming midlayer. to layers.0.) runs it as intended"),
+    Variant("midlayer.* names under eagleconv's vllm marker", "eagle3",
+            "layers.0.* renamed midlayer.*, the config marked eagleconv.layout = vllm (a SpecForge export renamed by "
+            "hand into a converted config)",
+            lambda c, t: _marked_midlayer(c, t)),
     Variant("num_hidden_layers 2 for a 1-layer checkpoint", "eagle3", "num_hidden_layers: 2, one layer of tensors",
             lambda c, t: c.update(num_hidden_layers=2),
             known_gap="vLLM leaves layer 1 as torch.empty: undefined. One CPU run got all-zero memory (an identity "

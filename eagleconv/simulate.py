@@ -49,7 +49,9 @@ class SimulateReport(BaseModel):
     num_drafts: int = Field(description="verification rounds that carried drafts (vllm:spec_decode_num_drafts)")
     num_draft_tokens: int
     num_accepted_tokens: int
-    accepted_per_position: list[int]
+    accepted_per_position: list[int] = Field(description="K counts: entry i is draft position i+1 (the human output "
+                                                     "numbers positions 1..K), the drafts whose first i+1 tokens were "
+                                                     "accepted (vllm:spec_decode_num_accepted_tokens_per_pos)")
     acceptance_length: float | None = Field(description="1 + accepted / drafts, as vLLM's acceptance tests compute "
                                             "it; null when no round carried drafts (max_tokens 1: the prefill "
                                             "alone produced the output)")

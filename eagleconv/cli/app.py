@@ -47,13 +47,39 @@ class Context:
 PIPE_WIDTH = 10_000  # columns of output that is not a terminal: tables take the width their content needs
 
 
+def columns() -> int | None:
+    """The width the user asked for in COLUMNS (a positive integer), else None."""
+    value = os.environ.get("COLUMNS", "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
+def plain_layout() -> bool:
+    """Whether tables are drawn plain: stdout is not a terminal (a pipe, a file, a CI log) and COLUMNS is unset.
+    Then each row is one line, without box drawing, as wide as its content, so no name is ever cut or folded."""
+    if columns() is not None:
+        return False
+    try:
+        return not sys.stdout.isatty()
+    except (AttributeError, ValueError):  # no stdout, or a closed one
+        return True
+
+
 def _console(stderr: bool = False):
-    """A rich console; not on a terminal (a pipe, a file) it is as wide as the content, whatever COLUMNS says, so
-    nothing is cut; on a terminal tables fold long cells onto more lines (render.table) instead of cutting them."""
+    """A rich console: COLUMNS wide when COLUMNS is set (a terminal or not); otherwise the terminal's width, or
+    for a pipe or a file as wide as the content (:func:`plain_layout`).  Cells that do not fit fold onto more
+    lines (render.table) instead of being cut."""
     from rich.console import Console
 
-    console = Console(stderr=stderr, highlight=False, soft_wrap=True)
-    if not console.is_terminal:
+    class _Plain(Console):
+        def _render_buffer(self, buffer: Any) -> str:  # rows padded to the widest one end in spaces: drop them
+            return "\n".join(line.rstrip(" ") for line in super()._render_buffer(buffer).split("\n"))
+
+    plain = not stderr and plain_layout()
+    console = (_Plain if plain else Console)(stderr=stderr, highlight=False, soft_wrap=True)
+    width = columns()
+    if width is not None:
+        console.width = width
+    elif not console.is_terminal:
         console.width = PIPE_WIDTH
     return console
 

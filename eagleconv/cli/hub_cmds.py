@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 from .app import _console, _progress, cli, run_command
-from .options import engines_option, ignore_option
+from .options import engines_option, hide_info_option, ignore_option
 
 TIMEOUT_HELP = ("Give up on a Hub request after SECONDS without an answer (connect: at most 10 s). "
                 "Default: EAGLECONV_HUB_TIMEOUT, else 60.")
@@ -35,13 +35,14 @@ def render_card(card, console) -> None:
                       f"{rates}; prompts sha256 {a.prompts_sha256 or 'not recorded'}); AL = {escape(a.definition)}")
 
 
-def _render_push(report) -> None:
+def _render_push(report, hide_info: bool = False) -> None:
     from rich.markup import escape
 
+    from .render import human_bytes
     from .render_validation import render_validation
 
     console = _console()
-    render_validation(report.validation, console)
+    render_validation(report.validation, console, hide_info=hide_info)
     for f in report.publish_findings:
         console.print(f"[yellow]{f.code}[/] {escape(f.message)}")
     if report.refused:
@@ -51,7 +52,7 @@ def _render_push(report) -> None:
     console.print(f"{verb} to {escape(report.repo_id)}@{escape(report.revision)}"
                   + (" as a pull request" if report.create_pr else "") + ":")
     for e in report.files:
-        console.print(f"  {escape(e.path)}  {e.size} bytes  sha256 {e.sha256}")
+        console.print(f"  {escape(e.path)}  {human_bytes(e.size)}  sha256 {e.sha256}")
     console.print("  MANIFEST.json")
     for name in report.deleted:
         console.print(f"  (delete stale) {escape(name)}")
@@ -68,7 +69,7 @@ def _render_push(report) -> None:
         for m in report.mismatches:
             console.print(f"  {escape(m)}")
         if report.remote:
-            console.print("the remote holds: " + ", ".join(escape(f"{f.path} ({f.size} B)") for f in report.remote))
+            console.print("the remote holds: " + ", ".join(escape(f"{f.path} ({human_bytes(f.size)})") for f in report.remote))
     elif not report.dry_run:
         console.print(f"[bold green]ok[/]: {len(report.files) + 1} files, remote sizes and hashes match the manifest")
 
@@ -84,6 +85,7 @@ def _render_push(report) -> None:
 @click.option("--strict", is_flag=True,
               help="Refuse (exit 1) on warnings too, unless --ignore'd (for pre-upload gates).")
 @ignore_option
+@hide_info_option
 @click.option("--no-numeric", is_flag=True, help="Skip the NaN/Inf/zero scan.")
 @click.option("--no-forward", is_flag=True, help="Skip the forward pass (draft steps on synthetic inputs).")
 @click.option("--base-model", metavar="ORG/NAME", help="The target model's Hub id for the card (when the config "
@@ -102,7 +104,8 @@ def _render_push(report) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def push(ctx: click.Context, path: str, repo_id: str, revision: str | None, create_pr: bool, private: bool,
-         endpoint: str | None, engines: tuple[str, ...], strict: bool, ignore: tuple[str, ...], no_numeric: bool,
+         endpoint: str | None, engines: tuple[str, ...], strict: bool, ignore: tuple[str, ...], hide_info: bool,
+         no_numeric: bool,
          no_forward: bool, base_model: str | None, stage_dir: str | None, license_id: str, commit_message: str | None,
          acceptance: str | None, timeout: float | None, dry_run: bool, as_json: bool) -> None:
     """Validate drafter PATH and publish it to Hub repository REPO_ID in one commit, with a model card and manifest.
@@ -124,7 +127,7 @@ def push(ctx: click.Context, path: str, repo_id: str, revision: str | None, crea
         if as_json:
             click.echo(report.model_dump_json(indent=2))
         else:
-            _render_push(report)
+            _render_push(report, hide_info)
         return report, 0 if report.ok else (1 if report.refused else 2)
 
     run_command(ctx, as_json, body)

@@ -17,9 +17,14 @@ if TYPE_CHECKING:
 
 def table(*columns: str, right: Collection[str] = (), **options: Any) -> Table:
     """A rich table whose cells fold onto more lines when the terminal is narrow, instead of ending in an
-    ellipsis: a name or a number is never cut.  ``right``: the columns aligned right (numbers)."""
+    ellipsis: a name or a number is never cut.  ``right``: the columns aligned right (numbers).  In the plain
+    layout (a pipe or a file without COLUMNS, app.plain_layout) it has no box: one line per row."""
     from rich.table import Table
 
+    from .app import plain_layout
+
+    if plain_layout():
+        options = {**options, "box": None, "show_edge": False, "pad_edge": False}
     out = Table(**options)
     for name in columns:
         out.add_column(name, justify="right" if name in right else "left", overflow="fold")

@@ -8,6 +8,7 @@ from rich.table import Table
 
 from .._text import printable
 from ..report import ValidationReport
+from .render import table as make_table
 
 STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
 
@@ -31,9 +32,7 @@ def render_validation(report: ValidationReport, console: Console, hide_info: boo
     console.print(summary)
     shown = [f for f in report.findings if not (hide_info and f.severity == "info")]
     if shown:
-        table = Table(show_lines=False)
-        for col in ("severity", "code", "engine", "finding"):
-            table.add_column(col, overflow="fold")
+        table = make_table("severity", "code", "engine", "finding", show_lines=False)
         for f in shown:
             table.add_row(f"[{STYLE[f.severity]}]{f.severity}[/]", f.code, f.engine or "-", escape(f.message))
         console.print(table)

@@ -19,7 +19,7 @@ def render_simulate(report, console) -> None:
                   f"{'n/a (no drafts verified)' if report.acceptance_length is None else f'{report.acceptance_length:.3f}'}")
     positions = table("position", "accepted", "rate", "", right=("position", "accepted", "rate"), box=None,
                       pad_edge=False)
-    for i, n in enumerate(report.accepted_per_position):
+    for i, n in enumerate(report.accepted_per_position, start=1):  # positions 1..K, as the README's tables
         rate = n / drafts if drafts else 0.0
         positions.add_row(str(i), f"{n}/{drafts}", f"{rate:.1%}", "[green]" + "█" * round(rate * 30) + "[/green]"
                       + "[dim]" + "·" * (30 - round(rate * 30)) + "[/dim]")
@@ -59,6 +59,10 @@ def simulate(ctx: click.Context, drafter: str, target: str, prompts: str | None,
         # of ~0.1 ms products, and waking sleeping threads for each made the SmolLM2 pair 1.3-1.7x slower on an
         # idle machine (benchmarks/RESULTS.md).  On a busy machine the default threads are fewer instead (one on
         # a loaded 2-core machine: no team, so nothing spins), chosen in eagleconv.simulate from others' CPU use.
+        from ..io.reader import require_exists
+
+        for path in (drafter, target):  # refused before torch is imported or anything runs
+            require_exists(path)
         from ..simulate import simulate as run
 
         with _progress() as bar:

@@ -80,7 +80,8 @@ def _emit(report: TransformReport, as_json: bool) -> tuple[TransformReport, int]
         for s in report.divergence:
             line = f"  step {s.step}: top-1 agreement {s.top1_agreement:.3f}, max abs err {s.max_abs_err:.3g}"
             if s.step in unit and report.initialisation == "calibrated":
-                line += f" (unit weights: {unit[s.step].top1_agreement:.3f}, {unit[s.step].max_abs_err:.3g})"
+                line += (f" (with unit norm weights instead of calibrated ones: top-1 agreement "
+                         f"{unit[s.step].top1_agreement:.3f}, max abs err {unit[s.step].max_abs_err:.3g})")
             click.echo(line)
     return report, 0
 

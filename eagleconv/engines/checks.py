@@ -16,7 +16,7 @@ from ..canonical import FC_NORM_NAME, expected_tensors
 from ..drafter import AuxLayers
 from ..formats.base import architectures_of
 from ..report import Effect, Finding, Runner
-from .base import EngineView, Subject, lookup
+from .base import CaptureRules, EngineView, Subject, lookup
 
 Check = Callable[[Subject, EngineView], list[Finding]]
 
@@ -145,6 +145,20 @@ def _collapsed(view: EngineView, why: str, captured: list[int], fc_count: int, f
                    f"'[-1, K*H]' is invalid). {fix}", effect="load_fails")
 
 
+# Every key some engine reads the trained aux layer ids from: one an engine does not read is named, not ignored.
+AUX_ID_PATHS = ("eagle_aux_hidden_state_layer_ids", "eagle_config.eagle_aux_hidden_state_layer_ids")
+
+
+def _ids_elsewhere(config: dict, rules: CaptureRules) -> tuple[str, list] | None:
+    """(path, ids) of aux layer ids stated under a key that ``rules`` does not read, if any."""
+    read = {*rules.paths, *(path for path, _, _ in rules.some_runners)}
+    for path in AUX_ID_PATHS:
+        value = lookup(config, path)
+        if path not in read and isinstance(value, list) and value:
+            return path, value
+    return None
+
+
 @emits("EC010", "EC011", "EC012", "EC013")
 def check_capture(subject: Subject, view: EngineView) -> list[Finding]:
     """Which target layers the engine captures: guessed, renumbered, or out of range."""
@@ -175,18 +189,23 @@ def check_capture(subject: Subject, view: EngineView) -> list[Finding]:
     guess = rules.default
     if target is not None and rules.default_ids is not None:
         guess += f" = {list(rules.default_ids(target.num_hidden_layers))} for this {target.num_hidden_layers}-layer target"
+    absent, fix = f"no aux layer ids in the config: {label}", "Stamp the trained ids (eagleconv convert --aux-layer-ids)"
+    elsewhere = _ids_elsewhere(view.config, rules) if ids is None else None
+    if elsewhere is not None:  # the ids are there, under a key this engine does not read
+        where = " or ".join(rules.paths)
+        absent = f"the config has aux layer ids at {elsewhere[0]} = {elsewhere[1]}, but {label} reads them only from {where}: it"
+        fix = f"Set {rules.paths[0]} to the trained ids as well"
     if ids is None and target is not None and rules.default_ids is not None and view.aux_count is not None:
         captured = sorted(set(rules.default_ids(target.num_hidden_layers)))
         if len(captured) != view.aux_count:
-            return [_collapsed(view, f"no aux layer ids in the config: {label} guesses {guess}, captures each layer "
-                               f"once", captured, view.aux_count, "Stamp the trained ids (eagleconv convert --aux-layer-ids)")]
+            return [_collapsed(view, f"{absent} guesses {guess}, captures each layer once", captured, view.aux_count,
+                               fix)]
     if ids is None:
         producer = ""
         if subject.layout is not None and subject.layout.name == "eagle":
             producer = " (SafeAILab's EAGLE hard-codes the same layers, so for its checkpoints the guess is right)"
-        return [finding(view, "EC010", "warning", f"no aux layer ids in the config: {label} guesses {guess}{producer}; "
-                        "a wrong guess silently collapses acceptance. Stamp the trained ids "
-                        "(eagleconv convert --aux-layer-ids)", effect="unverified")]
+        return [finding(view, "EC010", "warning", f"{absent} guesses {guess}{producer}; "
+                        f"a wrong guess silently collapses acceptance. {fix}", effect="unverified")]
     if partial:
         out.append(finding(view, "EC010", "warning", f"aux layer ids only at {source}: {partial}, and guesses {guess}. "
                            "Also set the top-level eagle_aux_hidden_state_layer_ids", effect="runs_differently", runner=runner))

@@ -185,6 +185,9 @@ class Layout:
     producer: ClassVar[str]
     description: ClassVar[str]
     renames: ClassVar[tuple[Rename, ...]] = (Rename("{rest}", "{rest}"),)
+    # substring renames the layout's own loader applies before it maps a name (vLLM's ``orig_to_new_substr``,
+    # first occurrence): a name they make readable is read, and reported as not the layout's spelling (EC003 info)
+    loader_aliases: ClassVar[tuple[tuple[str, str], ...]] = ()
     fields: ClassVar[dict[str, ConfigField]] = hf_fields()
     aux_convention: ClassVar[AuxConvention] = "hidden_state_index"
     defaults: ClassVar[dict[str, Any]] = {}
@@ -286,6 +289,7 @@ class ReadResult:
     codes: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)  # shape-bearing fields nobody could determine
     consumed: set[str] = field(default_factory=set)  # config paths read into the spec
+    aliased: list[str] = field(default_factory=list)  # tensor names read only through the loader's renames
     config: dict[str, Any] = field(default_factory=dict)
 
     def add_error(self, message: str, code: str) -> None:
@@ -307,16 +311,28 @@ def ddp_prefixed(names: Iterable[str]) -> bool:
     return bool(names) and all(n.startswith("module.") for n in names)
 
 
+def loader_alias(layout: type[Layout], name: str) -> str:
+    """``name`` after the layout loader's substring renames (the first that applies, at its first occurrence)."""
+    for old, new in layout.loader_aliases:
+        if old in name:
+            return name.replace(old, new, 1)
+    return name
+
+
 def map_names(layout: type[Layout], names: list[str]) -> tuple[dict[str, str], list[str]]:
     """Layout names -> canonical names, with strict accounting.  Returns (canonical->layout, errors)."""
     out: dict[str, str] = {}
     errors: list[str] = [DDP_HINT] if ddp_prefixed(names) else []
     for name in sorted(names):
         canonical = rename(layout.renames, name, to_canonical=True)
+        spelled = name  # the name as the layout's rules read it: after its loader's substring renames
+        if canonical is None or not CANONICAL_NAME.match(canonical):
+            spelled = loader_alias(layout, name)
+            canonical = rename(layout.renames, spelled, to_canonical=True) if spelled != name else None
         if canonical is None or not CANONICAL_NAME.match(canonical):
             errors.append(f"unmapped tensor {name!r}: no {layout.name} rule maps it to a known drafter tensor")
             continue
-        if rename(layout.renames, canonical, to_canonical=False) != name:
+        if rename(layout.renames, canonical, to_canonical=False) != spelled:
             errors.append(f"tensor {name!r} is not a {layout.name} name (its canonical name {canonical!r} is spelled differently there)")
             continue
         if canonical in out:
@@ -537,6 +553,7 @@ def read_drafter(layout: type[Layout], config: Mapping[str, Any], tensors: Mappi
     result = ReadResult(layout, None, canonical_names, by_canonical, consumed=consumed, config=dict(config))
     for message in errors:
         result.add_error(message, "EC003")
+    result.aliased = sorted(n for c, n in canonical_names.items() if rename(layout.renames, c, to_canonical=False) != n)
     mistyped = type_problems(layout, config)
     for _, message in mistyped:
         result.add_error(message, "EC005")

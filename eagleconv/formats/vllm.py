@@ -35,6 +35,9 @@ class VllmLayout(Layout):
         norm_output=ConfigField(("norm_output", "eagle_config.return_hidden_post_norm"),
                                 write=("norm_output", "eagle_config.return_hidden_post_norm")),
     )
+    # vLLM 0.32's Eagle3 load_weights (llama, qwen3, deepseek) renames "midlayer." to "layers.0." before it maps a
+    # name (eagleconv/engines/VLLM_0_32_AUDIT.md 6a, R10): a hand-renamed SpecForge export runs exactly as stated
+    loader_aliases = (("midlayer.", "layers.0."),)
     defaults = {
         "target_hidden_size": SameAs("hidden_size"),
         "num_aux_hidden_states": 3,

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__
-from ..errors import DestinationError, EagleconvError, UsageError
+from .._extras import need
+from ..errors import DestinationError, EagleconvError, MissingExtraError, UsageError
 from ..inspection import inspect
 from ..io.hub_paths import check_repo_id, check_revision, is_hf_url, is_local_path
 from ..io.reader import STATE_DICT, is_state_dict, open_state_dict, require_source
@@ -90,8 +91,15 @@ def push(path: str | Path | Mapping[str, Any], repo_id: str, *, config: Any = No
     seen = _stat(source)  # what validation reads; the staged copy must be of the same bytes
     step = progress if callable(progress) else None
     report = validate(source, engines=engines, numeric=numeric, progress=_bytes_step(step, SCANNING))
+    skipped = None
     if forward and report.ok:  # a drafter already refused is not run: its tensors may not even form a model
-        add_forward(report, source, engines=engines)
+        try:
+            need("torch", "push's forward check")
+        except MissingExtraError as exc:  # the core install: push still gates on the static and numeric checks
+            skipped = (f"forward pass skipped: {exc} to run it (--no-forward skips it without this note); "
+                       "gated on the static and numeric checks")
+        else:
+            add_forward(report, source, engines=engines)
     config = _config_of(source)
     inspected = inspect(source) if report.ok else None
     extra = publish_findings(config, inspected)
@@ -103,6 +111,8 @@ def push(path: str | Path | Mapping[str, Any], repo_id: str, *, config: Any = No
                         publish_findings=extra)
     if not forward:
         result.notes.append("no forward pass (--no-forward): static and numeric checks only")
+    if skipped:
+        result.notes.append(skipped)
     warnings = [f for f in report.findings if f.severity == "warning"]
     leaks = [f for f in report.findings if f.code == "EC080"]  # not ignored: publishing would leak the path
     if not report.ok or leaks or (strict and warnings) or inspected is None:

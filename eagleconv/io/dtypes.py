@@ -45,6 +45,13 @@ TORCH_TO_SAFETENSORS: dict[str, str] = {
     "torch.float8_e8m0fnu": "F8_E8M0",
 }
 
+# numpy dtype name -> safetensors dtype (bfloat16 and the float8s are ml_dtypes' names, where it is installed)
+NUMPY_TO_SAFETENSORS: dict[str, str] = {
+    "bool": "BOOL", "uint8": "U8", "int8": "I8", "int16": "I16", "uint16": "U16", "float16": "F16",
+    "bfloat16": "BF16", "int32": "I32", "uint32": "U32", "float32": "F32", "int64": "I64", "uint64": "U64",
+    "float64": "F64", "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2", "float8_e8m0fnu": "F8_E8M0",
+}
+
 
 def raw_numpy_dtype(dtype: str) -> np.dtype:
     import numpy as np

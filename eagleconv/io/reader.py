@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ArgumentTypeError, FormatError, UnsafeInputError
 from ..bounds import check_config
 from ..jsonio import config_dict, load_json
-from .dtypes import DTYPE_SIZES, TORCH_TO_SAFETENSORS, raw_numpy_dtype
+from .dtypes import DTYPE_SIZES, NUMPY_TO_SAFETENSORS, TORCH_TO_SAFETENSORS, raw_numpy_dtype
 from .hub_paths import is_hf_url, local_path
 from .paths import resolve_inside, validate_shard_name
 from .safetensors_header import read_header
@@ -278,27 +279,46 @@ import errno as _errno  # noqa: E402
 _FALLBACK_ERRNOS = {_errno.EXDEV, _errno.ENOSYS, _errno.EOPNOTSUPP, _errno.EINVAL, _errno.EBADF, _errno.ENOTSUP}
 
 
+def _is_ndarray(value: object) -> bool:
+    """Whether ``value`` is a numpy array (numpy is not imported for it: an array means it already is)."""
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and isinstance(value, numpy.ndarray)
+
+
 class StateDictTensors(TensorStore):
-    """An in-memory ``{name: torch.Tensor}`` seen through the TensorStore interface."""
+    """An in-memory ``{name: torch.Tensor or numpy.ndarray}`` seen through the TensorStore interface (a core
+    install, without torch, holds numpy arrays)."""
 
     def __init__(self, state_dict: Mapping[str, Any], metadata: dict[str, str] | None = None):
         self._tensors = dict(state_dict)
         self.metadata = dict(metadata or {})
         self.tensors = {}
         for name, tensor in self._tensors.items():
-            dtype = TORCH_TO_SAFETENSORS.get(str(getattr(tensor, "dtype", None)))
+            if _is_ndarray(tensor):
+                dtype = NUMPY_TO_SAFETENSORS.get(tensor.dtype.name)
+            elif type(tensor).__module__.partition(".")[0] == "torch":
+                dtype = TORCH_TO_SAFETENSORS.get(str(getattr(tensor, "dtype", None)))
+            else:
+                raise FormatError(f"tensor {name!r} is a {type(tensor).__name__}, not a torch tensor or a numpy array")
             if dtype is None:
-                raise FormatError(f"tensor {name!r} has unsupported dtype {getattr(tensor, 'dtype', type(tensor))}")
+                raise FormatError(f"tensor {name!r} has dtype {tensor.dtype}, which safetensors cannot store")
             self.tensors[name] = TensorInfo(name, dtype, tuple(int(d) for d in tensor.shape))
 
     def read_bytes(self, name: str) -> bytes:
         return self._byte_view(name).tobytes()
 
     def _byte_view(self, name: str):
-        """The tensor's storage as a flat uint8 numpy array, without copying."""
+        """The tensor's storage as a flat little-endian uint8 numpy array, without copying where it can."""
+        import numpy as np
+
+        value = self._tensors[name]
+        if _is_ndarray(value):
+            if value.dtype.byteorder == ">":
+                value = value.astype(value.dtype.newbyteorder("<"))
+            return np.ascontiguousarray(value).reshape(-1).view(np.uint8)
         import torch
 
-        flat = self._tensors[name].detach().to("cpu").contiguous().reshape(-1)
+        flat = value.detach().to("cpu").contiguous().reshape(-1)
         return flat.view(torch.uint8).numpy()
 
     def read_raw(self, name: str) -> np.ndarray:
@@ -436,6 +456,18 @@ def _read_index(directory: Path, index_name: str, extension: str,
     return weight_map
 
 
+def require_exists(path: str | Path) -> Path:
+    """``path`` as a Path, or UnsafeInputError (exit 2) saying it is missing: cheap, so commands check it first."""
+    directory = Path(path)
+    if not directory.exists():
+        if os.path.lexists(directory):
+            raise UnsafeInputError("cannot read: a symlink that loops or leads nowhere", directory)
+        hint = (f" (a Hub repository is written hf://{path})"
+                if isinstance(path, str) and path.count("/") == 1 and not path.startswith((".", "/", "~")) else "")
+        raise UnsafeInputError(f"no such file or directory{hint}", directory)
+    return directory
+
+
 def open_checkpoint(path: str | Path, *, allow_pickle: bool = False, duplicates: Duplicates | None = None) -> Checkpoint:
     """Open a checkpoint directory and validate its structure without reading tensor data (no layout: that is
     ``loading.load_drafter``, and a runnable drafter ``forward.load``).
@@ -447,13 +479,7 @@ def open_checkpoint(path: str | Path, *, allow_pickle: bool = False, duplicates:
     """
     if is_hf_url(path):
         path = local_path(path)
-    directory = Path(path)
-    if not directory.exists():
-        if os.path.lexists(directory):
-            raise UnsafeInputError("cannot read: a symlink that loops or leads nowhere", directory)
-        hint = (f" (a Hub repository is written hf://{path})"
-                if isinstance(path, str) and path.count("/") == 1 and not path.startswith((".", "/", "~")) else "")
-        raise UnsafeInputError(f"no such file or directory{hint}", directory)
+    directory = require_exists(path)
     if not directory.is_dir():
         from .gguf_file import is_gguf, open_gguf
 

@@ -130,7 +130,7 @@ def check(config: dict[str, Any], store: TensorStore | None, *, path: str | None
             raise
         return _report([*earlier, _judged(exc)], **common)
     read = read_drafter(layout, config, tensors)
-    findings = read_findings(read) + shape_findings(read) if store is not None else read_findings(read)
+    findings = read_findings(read) + shape_findings(read) if store is not None else read_findings(read, False)
     # Engine profiles say per engine what a flag/tensor disagreement does; keep only the engine-free EC020 then.
     findings += [f for f in flag_findings(read) if f.code == "EC020" or not profiles] if store is not None else []
     if store is not None:

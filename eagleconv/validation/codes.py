@@ -30,7 +30,8 @@ CODES: dict[str, Code] = {c.code: c for c in sorted([
     Code("EC003", "unmapped or misplaced tensor",
          "A tensor name matches no rule of the checkpoint's layout, two names map to the same tensor, or a name "
          "from another layout is mixed in. Engines either refuse it or silently ignore it.",
-         severity='error when the engine raises on the name; warning when it silently ignores it'),
+         severity='error when the engine raises on the name; warning when it silently ignores it; info when the '
+                  "layout's own loader renames it first (vLLM: midlayer. -> layers.0.) and runs it as stated"),
     Code("EC004", "shape-bearing field missing",
          "A field that determines tensor shapes (hidden size, heads, head dim, vocab sizes, aux count) is absent "
          "from the config and cannot be derived exactly from the tensors. Engines would guess it.",

@@ -7,13 +7,15 @@ the numeric scan on top.
 
 from __future__ import annotations
 
+import copy
+
 from ..canonical import FC_NORM_NAME, expected_tensors, layer_indices
-from ..formats.base import MISSING, ReadResult, get_path
+from ..formats.base import MISSING, ReadResult, get_path, read_drafter, set_path
 from ..io.reader import TensorStore
 from ..report import Effect, Finding
 from ..rope import ROPE_KEYS, reader_disagreement
 from ..vocab import check_d2t, check_t2d
-from .unknown_keys import unknown_key_findings
+from .unknown_keys import typo_fixes, unknown_key_findings
 
 
 def _f(code: str, severity: str, message: str, tensor: str | None = None, effect: Effect | None = None) -> Finding:
@@ -21,14 +23,47 @@ def _f(code: str, severity: str, message: str, tensor: str | None = None, effect
     return Finding(code=code, severity=severity, message=message, tensor=tensor, effect=effect)  # type: ignore[arg-type,unused-ignore]
 
 
-def read_findings(read: ReadResult) -> list[Finding]:
-    """Problems found while reading the layout: unmapped names, missing fields, bad values, unread keys."""
+def read_findings(read: ReadResult, from_tensors: bool = True) -> list[Finding]:
+    """Problems found while reading the layout: unmapped names, missing fields, bad values, unread keys.
+
+    ``from_tensors``: false for lint, which reads no tensors, so a missing field is not said to be underivable
+    from them.  A field missing only because of a key typo (EC006 names it) is not reported again as EC004.
+    """
     out = []
     for code, problem in read.problems():
         out.append(_f(code, "error", problem))
-    for name in read.missing:
-        out.append(_f("EC004", "error", f"{name} is absent from config and cannot be derived exactly from the tensors"))
-    return out + rope_findings(read) + unknown_key_findings(read.layout, read.config)
+    why = "cannot be derived exactly from the tensors" if from_tensors else "(lint reads no tensors to derive it from)"
+    for name in _missing_after_typos(read):
+        out.append(_f("EC004", "error", f"{name} is absent from config and {why}" if from_tensors
+                      else f"{name} is absent from config {why}"))
+    return out + alias_findings(read) + rope_findings(read) + unknown_key_findings(read.layout, read.config)
+
+
+def alias_findings(read: ReadResult) -> list[Finding]:
+    """Names the layout's own loader renames before reading (vLLM: ``midlayer.`` -> ``layers.0.``): they run as
+    stated, but are not what the config's layout writes, so a tool without that rename would not read them."""
+    if not read.aliased:
+        return []
+    renames = ", ".join(f"{old} -> {new}" for old, new in read.layout.loader_aliases)
+    shown = ", ".join(read.aliased[:3]) + (f" and {len(read.aliased) - 3} more" if len(read.aliased) > 3 else "")
+    return [_f("EC003", "info", f"{len(read.aliased)} tensor name(s) are not {read.layout.name}-layout names "
+               f"({shown}), which the config's layout promises; the {read.layout.name} loader renames them "
+               f"({renames}) and runs them as stated. `eagleconv convert --to {read.layout.name}` writes the "
+               "layout's own names", effect="none")]
+
+
+def _missing_after_typos(read: ReadResult) -> list[str]:
+    """The missing shape fields that would still be missing were each likely key typo corrected: one typo of
+    hidden_size is one finding (EC006), not also EC004s for it and for what derives from it (head_dim...)."""
+    fixes = typo_fixes(read.layout, read.config) if read.missing else {}
+    if not fixes:
+        return read.missing
+    corrected = copy.deepcopy(read.config)
+    for meant, written in fixes.items():
+        set_path(corrected, meant, get_path(read.config, written))
+    tensors = {read.canonical.get(name, name): info for name, info in read.tensors.items()}
+    still = set(read_drafter(read.layout, corrected, tensors).missing)
+    return [name for name in read.missing if name in still]
 
 
 TRANSFORMERS_ROPE_THETA = 10000.0  # LlamaConfig, Qwen3Config, DeepseekV3Config, in transformers 4.57 and 5.x

@@ -178,6 +178,18 @@ def _suggest(path: str, known: Mapping[str, str | None]) -> str | None:
     return min((k for k, name in elsewhere.items() if close and name == close[0]), default=None, key=len)
 
 
+def typo_fixes(layout: type[Layout], config: Mapping[str, Any]) -> dict[str, str]:
+    """{the key meant: the key written} for each unused key that is a likely typo of an absent key that changes
+    the math (the EC006 errors): what the config would say with the typo corrected."""
+    known = known_paths(layout, config)
+    out: dict[str, str] = {}
+    for path in _walk(config, known):
+        suggestion = _suggest(path, known)
+        if suggestion is not None and known[suggestion] in MATH_FIELDS and get_path(config, suggestion) is MISSING:
+            out.setdefault(suggestion, path)
+    return out
+
+
 def unknown_key_findings(layout: type[Layout], config: Mapping[str, Any]) -> list[Finding]:
     """EC006 for every key of ``config`` that no reader of ``layout`` uses (see the module docstring)."""
     known = known_paths(layout, config)

@@ -1,7 +1,7 @@
 """What a new user hits first (issue 17): output through a pipe or a narrow terminal, progress, help, --json
 schemas, sizes.
 
-Outputs are captured from real ``python -m eagleconv`` processes: through a real pipe (COLUMNS=80), and
+Outputs are captured from real ``python -m eagleconv`` processes: through a real pipe (COLUMNS unset), and
 through a pseudo-terminal (os.openpty) of a set width for the terminal cases.
 """
 

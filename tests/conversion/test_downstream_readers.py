@@ -143,11 +143,13 @@ def _speculators_source(tmp_path: Path, **top: object) -> Path:
     return src
 
 
-def test_speculators_to_speculators_reports_embed_requires_grad_and_rewritten_proposals(tmp_path):
+def test_speculators_to_speculators_keeps_embed_requires_grad_and_reports_rewritten_proposals(tmp_path):
     src = _speculators_source(tmp_path, embed_requires_grad=True, tie_word_embeddings=False)
     report = eagleconv.convert(src, tmp_path / "out", "speculators")
     changes = "\n".join(report.config_changes)
-    assert "embed_requires_grad = True" in changes
+    # issue 27 item 7: the destination has its place, so it is kept, not reported dropped
+    assert "embed_requires_grad" not in changes
+    assert read_json(tmp_path / "out" / "config.json")["embed_requires_grad"] is True
     assert "speculators_config.proposal_methods" in changes and "'speculative_tokens': 5" in changes
     # speculators keeps the decoder's tie_word_embeddings in transformer_layer_config: not dropped
     assert read_json(tmp_path / "out" / "config.json")["transformer_layer_config"]["tie_word_embeddings"] is False

@@ -23,9 +23,10 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def piped(*args: str) -> subprocess.CompletedProcess[str]:
-    """``eagleconv ARGS`` with stdout and stderr real pipes, COLUMNS=80."""
+    """``eagleconv ARGS`` with stdout and stderr real pipes, COLUMNS unset (the plain layout: issue 27 item 4;
+    with COLUMNS set, tables fold at that width, see tests/cli/test_output_width.py)."""
     return subprocess.run([sys.executable, "-m", "eagleconv", *args], capture_output=True, text=True,
-                          env=_env(COLUMNS="80"), timeout=300)
+                          env=_env(), timeout=300)
 
 
 def on_terminal(*args: str, columns: int, stdout_file: Path | None = None) -> tuple[int, str]:
