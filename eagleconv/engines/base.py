@@ -81,6 +81,7 @@ class CaptureRules:
     # where the engine captures each target layer once, however often the ids name it (a membership test while
     # the target runs), so duplicate ids send fewer states to fc than it is built for; "" when not modelled
     captures_once: str = ""
+    repeats_kept: bool = False  # the engine copies a layer once per id, so repeated ids still fill fc
     out_of_range_fails: str = ""  # what the engine does on an id past the target's last layer ("": never captured)
 
 

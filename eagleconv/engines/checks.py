@@ -175,7 +175,8 @@ def check_capture(subject: Subject, view: EngineView) -> list[Finding]:
     guess = rules.default
     if target is not None and rules.default_ids is not None:
         guess += f" = {list(rules.default_ids(target.num_hidden_layers))} for this {target.num_hidden_layers}-layer target"
-    if ids is None and target is not None and rules.default_ids is not None and view.aux_count is not None:
+    if ids is None and target is not None and rules.default_ids is not None and view.aux_count is not None \
+            and not rules.repeats_kept:
         captured = sorted(set(rules.default_ids(target.num_hidden_layers)))
         if len(captured) != view.aux_count:
             return [_collapsed(view, f"no aux layer ids in the config: {label} guesses {guess}, captures each layer "

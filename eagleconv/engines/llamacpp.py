@@ -52,6 +52,7 @@ CAPTURE = CaptureRules(
     paths=("eagle_aux_hidden_state_layer_ids",),
     default="[2, N//2, N-3]",
     default_ids=lambda n: (2, n // 2, n - 3),
+    repeats_kept=True,  # common/speculative.cpp process(): features_buf copies layer target_layer_ids[k] per k
     out_of_range_fails="llama-server aborts at startup (common/speculative.cpp: 'EAGLE3: target layer id ... "
                        "exceeds target n_layer')",
 )
@@ -137,13 +138,22 @@ def check_gguf_shapes(subject: Subject, view: EngineView) -> list[Finding]:
 
 @emits("EC010")
 def check_nested_only(subject: Subject, view: EngineView) -> list[Finding]:
-    """Fields llama.cpp's converter never reads because they are nested (eagle_config.*)."""
+    """Aux ids llama.cpp's converter never reads because they are nested (eagle_config.*): its guess instead."""
     nested = lookup(subject.config, "eagle_config.eagle_aux_hidden_state_layer_ids")
-    if _ids(view) is None and isinstance(nested, list) and nested:
-        return [finding(view, "EC010", "warning", f"aux layer ids only at eagle_config.eagle_aux_hidden_state_layer_ids"
-                        f" = {nested}: llama.cpp's converter reads the top-level key only and writes its guess "
-                        "instead. eagleconv convert --to gguf writes the trained ids", effect="runs_differently")]
-    return []
+    if _ids(view) is not None or not isinstance(nested, list) or not nested:
+        return []
+    where = "aux layer ids only at eagle_config.eagle_aux_hidden_state_layer_ids"
+    if subject.target is None:
+        return [finding(view, "EC010", "warning", f"{where} = {nested}: llama.cpp's converter reads the top-level key "
+                        "only and writes [2, N//2, N-3] instead (pass --target to compare). eagleconv convert --to "
+                        "gguf writes the trained ids", effect="unverified")]
+    guess = list(CAPTURE.default_ids(subject.target.num_hidden_layers)) if CAPTURE.default_ids else []
+    if sorted(guess) == sorted(i for i in nested if isinstance(i, int)):
+        return [finding(view, "EC010", "info", f"{where} = {nested}: llama.cpp's converter reads the top-level key "
+                        f"only; its guess {guess} for this target happens to be the same layers", effect="none")]
+    return [finding(view, "EC010", "warning", f"{where} = {nested}: llama.cpp's converter reads the top-level key "
+                    f"only and writes its guess {guess}: every aux state comes from the wrong layer. eagleconv "
+                    "convert --to gguf writes the trained ids", effect="runs_differently")]
 
 
 @emits("EC042")
