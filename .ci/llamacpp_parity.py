@@ -1,7 +1,7 @@
 """The llama.cpp parity tier (eagleconv's side).  Run it through ``.ci/llamacpp-parity``.
 
     python .ci/llamacpp_parity.py --build DIR [--pair DIR] [--work DIR] [--only NAME ...] [--prompts N]
-        [--max-tokens N] [--record]
+        [--base-prompts N] [--max-tokens N] [--record]
 
 1. the SmolLM2 pair's target as an F32 GGUF (llama.cpp's own converter, cached beside the pair);
 2. the cases: ``eagle3``, ``eagle3`` upgraded to a 3.1 drafter in the norm_before_fc style (``eagleconv upgrade
@@ -131,7 +131,8 @@ def main() -> int:
     ap.add_argument("--pair", type=Path)
     ap.add_argument("--work", type=Path)
     ap.add_argument("--only", action="append", default=[])
-    ap.add_argument("--prompts", type=int, default=1, help="prompts per variant (the bases run every prompt)")
+    ap.add_argument("--prompts", type=int, default=1, help="prompts per variant")
+    ap.add_argument("--base-prompts", type=int, default=1, help="prompts for the two base drafters (0: all)")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--record", action="store_true")
     args = ap.parse_args()
@@ -173,7 +174,7 @@ def main() -> int:
     failed = False
     for name, path, variant in cases:
         t0 = time.monotonic()
-        n_prompts = len(prompts) if variant is None else args.prompts
+        n_prompts = (args.base_prompts or len(prompts)) if variant is None else args.prompts
         from eagleconv.validation.api import validate
 
         predicted, findings = outcome_of(validate(path, engines=("llama.cpp",), target=pair / "target",

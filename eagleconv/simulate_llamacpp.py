@@ -86,11 +86,21 @@ def decode(tgt: Any, d: Any, ids: tuple[int, ...], prompt: list[int], K: int, n_
     target layers in the drafter's order (llama.cpp concatenates them in target_layers order, repeats kept)."""
     import torch
 
-    def features(seq: list[int]) -> tuple[Any, Any]:
-        greedy, states = tgt.forward(seq, d.capture)
-        return greedy, torch.cat([states[i] for i in ids], -1)
+    cached = getattr(tgt, "runtime", "") == "eagleconv"  # KV kept across rounds, as llama.cpp runs its target
+    if cached:
+        from .forward.kv_cache import Segment, SlotCache, target_step
+        cache = SlotCache(tgt.num_layers, len(prompt) + n_predict + 2 * K + 2)
 
-    _, aux = features(prompt[:-1]) if len(prompt) > 1 else (None, None)
+    def features(tokens: list[int], start: int) -> tuple[Any, Any]:
+        """The target's greedy token after each of ``tokens`` (at positions start..) and their captured states."""
+        if cached:
+            [(greedy, states)] = target_step(tgt, [Segment(cache, tokens, start)], ids)
+            return greedy, states
+        greedy, full = tgt.forward(seq[:start] + tokens, d.capture)
+        return greedy[start:], torch.cat([full[i] for i in ids], -1)[start:]
+
+    seq: list[int] = []
+    _, aux = features(prompt[:-1], 0) if len(prompt) > 1 else (None, None)
     seq = list(prompt)  # prompt_tgt + [id_last]
     out: list[int] = []
     rounds: list[Round] = []
@@ -100,9 +110,8 @@ def decode(tgt: Any, d: Any, ids: tuple[int, ...], prompt: list[int], K: int, n_
         draft, top2 = draft_round(d, seq, aux, K, p_min)
         if n_draft_max > 0:
             draft = draft[:n_draft_max]
-        greedy, aux_full = features(seq + draft)
-        n = len(seq)
-        verified = [int(g) for g in greedy[n - 1:n + len(draft)]]
+        greedy, new_aux = features([seq[-1], *draft], len(seq) - 1)
+        verified = [int(g) for g in greedy]
         emitted: list[int] = []
         for i, tok in enumerate(verified):
             emitted.append(tok)
@@ -117,7 +126,7 @@ def decode(tgt: Any, d: Any, ids: tuple[int, ...], prompt: list[int], K: int, n_
                 eos = True
                 break
         seq += emitted
-        aux = aux_full[: len(seq) - 1]
+        aux = torch.cat([aux, new_aux[:len(emitted)]]) if aux is not None else new_aux[:len(emitted)]
         tick(len(emitted))
         if done > n_predict or eos:
             return out, rounds

@@ -16,7 +16,7 @@ from .base import EngineProfile, EngineView, Subject, engine_view
 
 PROFILES: dict[str, EngineProfile] = {}
 DEFAULTS: dict[str, str] = {}
-NOT_IN_ALL: set[str] = set()  # engines ``all`` leaves out (a training library, not a server)
+NOT_IN_ALL: set[str] = set()  # engines ``all`` leaves out (a training library; llama.cpp, which has no fc_norm)
 
 
 def register(profile: EngineProfile, *, default: bool = False, in_all: bool = True) -> EngineProfile:

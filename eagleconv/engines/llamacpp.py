@@ -179,4 +179,4 @@ LLAMACPP_B11434 = register(EngineProfile(
             check_keys, check_gguf_shapes, check_sharing, check_converter),
     history=("EAGLE-3 drafters served since late 2025 (--spec-type draft-eagle3); norm_before_fc added for "
              "speculators #692-style drafters",),
-))
+), in_all=False)  # named explicitly: in ``all`` it would fail every fc_norm EAGLE-3.1 drafter (llama.cpp has no fc_norm)
