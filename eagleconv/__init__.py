@@ -68,10 +68,17 @@ def _recognise_checkpoint(directory: Path, names: list[str], shown: str | Path) 
     import_module("eagleconv.loading").recognise_checkpoint(directory, names, shown)
 
 
+def _gguf_config(kv: Any, tensors: Any) -> dict[str, Any]:
+    """For io's GGUF reader (``io.gguf_file.open_gguf``): the GGUF layout's metadata -> config.json view."""
+    config: dict[str, Any] = import_module("eagleconv.formats.gguf").config_from_kv(kv, tensors)
+    return config
+
+
 # The one place that wires a lower layer to a higher one: io needs the hub (hf:// paths) and layout detection
 # (what --overwrite may replace) without importing either.
 _io_hooks.fetch_hf = _fetch_hf
 _io_hooks.recognise_checkpoint = _recognise_checkpoint
+_io_hooks.gguf_config = _gguf_config
 
 
 def __getattr__(name: str) -> Any:

@@ -31,7 +31,10 @@ from .io.finite import ValueScan
 from .io.hub_paths import local_path
 from .io.reader import is_state_dict, require_source
 from .io.staging import write_all
+from .io.gguf_file import GgufTensor, StagedFile, write_gguf
 from .io.writer import CheckpointWriter, OutputTensor, check_not_overlapping
+from .gguf_output import gguf_tensors, metadata as gguf_metadata, require_target
+from .gguf_target import read_target
 from .jsonio import dump_json
 from .loading import LoadedDrafter, load_drafter
 from .report import ConvertReport, Finding, PlanRow, StepDivergence
@@ -92,16 +95,19 @@ class Transform:
 def _compat_problems(dst: type[Layout], spec: DrafterSpec, layer_count: int) -> list[str]:
     """What the destination layout cannot express about this drafter."""
     problems = []
+
+    def way_out(key: str) -> str:
+        return f" ({dst.way_out[key]})" if key in dst.way_out else ""
     if spec.architecture not in dst.architectures:
         problems.append(f"the {dst.name} layout cannot carry a {spec.architecture} drafter "
-                        f"(it holds: {', '.join(dst.architectures)})")
+                        f"(it holds: {', '.join(dst.architectures)}){way_out('architecture')}")
     for flag, info in type(spec.flags).model_fields.items():
         value, default = getattr(spec.flags, flag), info.default
         if value != default and flag not in dst.flags:
-            problems.append(f"the {dst.name} layout cannot express {flag} = {str(value).lower()}")
+            problems.append(f"the {dst.name} layout cannot express {flag} = {str(value).lower()}{way_out(flag)}")
     if dst.fixed_aux_count is not None and spec.aux.count != dst.fixed_aux_count:
         problems.append(f"the {dst.name} layout has exactly {dst.fixed_aux_count} aux hidden states; "
-                        f"this drafter has {spec.aux.count}")
+                        f"this drafter has {spec.aux.count}{way_out('aux_count')}")
     if dst.max_layers is not None and layer_count > dst.max_layers:
         problems.append(f"the {dst.name} layout holds {dst.max_layers} decoder layer(s); this drafter has {layer_count}")
     return problems
@@ -112,6 +118,19 @@ def plan_conversion(loaded: LoadedDrafter, to: str, *, drop: Iterable[str] = (),
                     aux_convention: AuxConvention = "hidden_state_index",
                     transform: Transform | None = None,
                     verifier: str | Verifier | None = None) -> tuple[ConvertReport, list[OutputTensor], dict]:
+    """Plan a conversion from headers and small vectors (plus ``transform``'s computed tensors).
+
+    See :func:`_plan`, which also returns the destination's spec."""
+    report, out, config, _ = _plan(loaded, to, drop=drop, aux_layer_ids=aux_layer_ids, aux_convention=aux_convention,
+                                   transform=transform, verifier=verifier)
+    return report, out, config
+
+
+def _plan(loaded: LoadedDrafter, to: str, *, drop: Iterable[str] = (),
+          aux_layer_ids: Sequence[int] | None = None,
+          aux_convention: AuxConvention = "hidden_state_index",
+          transform: Transform | None = None,
+          verifier: str | Verifier | None = None) -> tuple[ConvertReport, list[OutputTensor], dict, DrafterSpec]:
     """Plan a conversion from headers and small vectors (plus ``transform``'s computed tensors).
 
     Raises ConversionError when the layout change cannot be exact.  ``verifier`` (``--verifier``):
@@ -236,7 +255,7 @@ def plan_conversion(loaded: LoadedDrafter, to: str, *, drop: Iterable[str] = (),
                            exact=transform.exact if transform is not None else True,
                            divergence=list(transform.divergence) if transform is not None else [],
                            findings=output_findings(dst, spec))
-    return report, out, config
+    return report, out, config, spec
 
 
 def refuse_without_verifier(loaded: LoadedDrafter, to: str, verifier: str | Verifier | None) -> None:
@@ -389,7 +408,8 @@ def convert(source: str | Path | Mapping[str, Any], destination: str | Path, to:
             durable: bool = True, numeric: bool = True, on_bytes: Callable[[int], None] | None = None,
             on_total: Callable[[int], None] | None = None,
             transform: Callable[[LoadedDrafter], Transform] | None = None,
-            require_verifier: bool = False) -> ConvertReport:
+            require_verifier: bool = False, target: str | Path | None = None,
+            outtype: str | None = None) -> ConvertReport:
     """Convert ``source`` to layout ``to`` (None: the source's own) at ``destination``.  See the module docstring.
 
     ``source``: a checkpoint directory (or ``hf://ORG/NAME[@REV]``), or an in-memory state dict
@@ -403,6 +423,9 @@ def convert(source: str | Path | Mapping[str, Any], destination: str | Path, to:
     ``transform``: builds the :class:`Transform` (upgrade, downgrade) from the
     opened source; its computed tensors go through the same plan, staging and
     verification as copied ones.  ``verifier``: see :func:`plan_conversion`.
+
+    ``to="gguf"`` writes llama.cpp's draft GGUF, one file at ``destination`` (``eagleconv.gguf_output``):
+    ``target`` (required) is the target's GGUF or HF directory, ``outtype`` (f32/f16/bf16) converts floats.
 
     ``durable=False`` skips fsync (the output is still published atomically).
     ``numeric`` checks every float tensor for NaN/Inf (EC060) as it is written,
@@ -422,10 +445,15 @@ def convert(source: str | Path | Mapping[str, Any], destination: str | Path, to:
     loaded = load_drafter(sources[0] if sources else source, config=config, layout=from_format,
                           allow_pickle=allow_pickle)
     try:
+        to = to or loaded.layout.name
+        require_target(target, outtype, to)
+        target_meta = read_target(target) if to == "gguf" and target is not None else None
         # Every check that can refuse the destination (it exists, --overwrite of a non-checkpoint, the
         # current directory) runs here, before the transform (calibration, divergence) and the plan.
-        writer = None if dry_run else CheckpointWriter(destination, sources=sources, overwrite=overwrite,
-                                                       durable=durable)
+        writer: CheckpointWriter | StagedFile | None = None
+        if not dry_run:
+            writer = (StagedFile(destination, overwrite=overwrite, durable=durable) if to == "gguf" else
+                      CheckpointWriter(destination, sources=sources, overwrite=overwrite, durable=durable))
         findings: list[Finding] = checkpoint_findings(loaded.read, loaded.store)
         errors = [f for f in findings if f.severity == "error"]
         if errors and not force:
@@ -433,20 +461,28 @@ def convert(source: str | Path | Mapping[str, Any], destination: str | Path, to:
             raise ConversionError(
                 f"source has {len(errors)} error finding(s), first: [{first.code}] {first.message} "
                 "(run `eagleconv validate` for all; --force converts anyway)", loaded.store.path, code=first.code)
-        to = to or loaded.layout.name
         if require_verifier:
             refuse_without_verifier(loaded, to, verifier)
         changed = transform(loaded) if transform is not None else None
-        report, tensors, config = plan_conversion(loaded, to, drop=drop, aux_layer_ids=aux_layer_ids,
-                                                  aux_convention=aux_convention, transform=changed, verifier=verifier)
+        report, tensors, config, spec = _plan(loaded, to, drop=drop, aux_layer_ids=aux_layer_ids,
+                                              aux_convention=aux_convention, transform=changed, verifier=verifier)
         report.findings = findings + report.findings
         report.destination = str(destination)
         report.dry_run = dry_run
+        if target_meta is not None:
+            report.notes += target_meta.notes
+            written = gguf_tensors(loaded, report, tensors, spec, target_meta, outtype)
+            header = gguf_metadata(loaded, spec, written, target_meta, report.notes)
+            if dry_run:
+                return report
+            assert isinstance(writer, StagedFile)
+            return _write_gguf(report, loaded, writer, header, written, to, clean=not errors, force=force,
+                               numeric=numeric, on_bytes=on_bytes, on_total=on_total)
         if dry_run:
             if numeric:
                 report.notes.append("NaN/Inf check not run: --dry-run reads no tensor data (`eagleconv validate` does)")
             return report
-        assert writer is not None
+        assert isinstance(writer, CheckpointWriter)
         report.notes += writer.notes
         if on_total:
             on_total(sum(t.nbytes for t in tensors))
@@ -462,3 +498,20 @@ def convert(source: str | Path | Mapping[str, Any], destination: str | Path, to:
         return report
     finally:
         loaded.close()
+
+
+def _write_gguf(report: ConvertReport, loaded: LoadedDrafter, staged: StagedFile, header: Any,
+                tensors: Sequence[GgufTensor], to: str, *, clean: bool, force: bool, numeric: bool,
+                on_bytes: Callable[[int], None] | None, on_total: Callable[[int], None] | None) -> ConvertReport:
+    """Write the GGUF (staged, value-checked, read back, published) and finish the report."""
+    report.notes += staged.notes
+    if on_total:
+        on_total(sum(t.nbytes for t in tensors))
+    check = _NumericCheck(report, plan_sources(report), force, loaded.store.path) if numeric else None
+    if not numeric:
+        report.notes.append("numeric check skipped (--no-numeric): NaN/Inf weights were not looked for")
+    write_gguf(staged, header, tensors, on_bytes=on_bytes, check_values=check,
+               verify=lambda path: _verify_output(path, tensors, to, clean=clean))  # type: ignore[arg-type]
+    report.files_written = [Path(report.destination).name]
+    report.bytes_written = sum(t.nbytes for t in tensors)
+    return report

@@ -240,7 +240,10 @@ def _run(source: str | Path | Mapping[str, Any], destination: str | Path, *, ope
                                                     "divergence: unit norm weights")
         return plan.transform
 
-    report = convert(source, destination, to, transform=transform, **convert_kwargs)
+    # --to gguf: the target whose tokenizer and layer count the draft GGUF carries (convert's ``target``;
+    # ``target`` here is the model aux states are captured from)
+    gguf_target = convert_kwargs.pop("gguf_target", None)
+    report = convert(source, destination, to, transform=transform, target=gguf_target, **convert_kwargs)
     plan: Plan = state["plan"]
     before: DrafterSpec = state["before"]
     after = plan.transform.spec

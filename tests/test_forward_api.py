@@ -71,7 +71,7 @@ def test_dtypes_and_forward_signature(drafter):
 def _layouts_written(src, tmp_path, tag):
     """src converted into every layout that holds it without a lossy drop."""
     out = {}
-    for name in sorted(LAYOUTS):
+    for name in sorted(n for n, layout in LAYOUTS.items() if not layout.needs_target):
         try:
             convert(src, tmp_path / f"{tag}-{name}", name, allow_pickle=True, durable=False)
         except ConversionError:

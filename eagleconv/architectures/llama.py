@@ -49,6 +49,7 @@ class Llama(Architecture):
     layouts: ClassVar[dict[str, InLayout]] = {
         "automodel": InLayout(("LlamaEagle3DraftModel",)),
         "eagle": InLayout(("LlamaForCausalLM",)),
+        "gguf": InLayout(("eagle3",)),  # llama.cpp's general.architecture
         "modelopt": InLayout(("LlamaForCausalLMEagle3",)),
         "specforge": InLayout(("LlamaForCausalLMEagle3",)),
         "speculators": InLayout(("Eagle3Speculator",)),

@@ -64,14 +64,21 @@ def inspect(ctx: click.Context, path: str, from_format: str | None, allow_pickle
               help="Skip fsync (faster on slow disks; still atomic, but a power loss may lose the output).")
 @click.option("--allow-pickle", is_flag=True, help="Load .bin/.pt pickles with torch.load(weights_only=True).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--target", type=click.Path(path_type=str), metavar="TARGET",
+              help="--to gguf: the target model's .gguf or HF directory (tokenizer, layer count); required there.")
+@click.option("--outtype", type=click.Choice(["f32", "f16", "bf16"]),
+              help="--to gguf: convert float weights to this type (default: keep each dtype; norms are F32).")
 @verifier_option
 @allow_no_verifier_option
 @click.pass_context
 def convert(ctx: click.Context, src: str, dst: str, to: str, from_format: str | None, dry_run: bool, drop: tuple[str, ...],
             aux_layer_ids: str | None, aux_convention: AuxConvention, max_shard_size: str | None, overwrite: bool, force: bool,
             no_numeric: bool, no_fsync: bool, allow_pickle: bool, as_json: bool, verifier: str | None = None,
-            allow_no_verifier: bool = False) -> None:
-    """Convert drafter SRC to layout --to at DST, exactly (tensor bytes are preserved)."""
+            allow_no_verifier: bool = False, target: str | None = None, outtype: str | None = None) -> None:
+    """Convert drafter SRC to layout --to at DST, exactly (tensor bytes are preserved).
+
+    --to gguf writes llama.cpp's EAGLE-3 draft: DST is the .gguf file itself, and --target is required.
+    """
     from ..conversion import convert as convert_checkpoint
 
     ids = None
@@ -89,7 +96,7 @@ def convert(ctx: click.Context, src: str, dst: str, to: str, from_format: str | 
                                         aux_convention=aux_convention, verifier=verifier, max_shard_size=shard,
                                         allow_pickle=allow_pickle, durable=not no_fsync,
                                         numeric=not no_numeric, on_bytes=bar.on_bytes, on_total=bar.on_total,
-                                        require_verifier=not allow_no_verifier)
+                                        require_verifier=not allow_no_verifier, target=target, outtype=outtype)
         if as_json:
             click.echo(report.model_dump_json(indent=2))
         else:

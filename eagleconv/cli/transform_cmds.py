@@ -41,6 +41,9 @@ _SHARED_OPTIONS = (
     click.option("--force", is_flag=True, help="Proceed even if the source has error-severity findings."),
     click.option("--no-numeric", is_flag=True, help="Skip the NaN/Inf check of the written weights."),
     click.option("--json", "as_json", is_flag=True, help="Print the report as JSON."),
+    click.option("--gguf-target", type=click.Path(path_type=str), metavar="TARGET",
+                 help="--to gguf: the target's .gguf or HF directory whose tokenizer and layer count the draft carries."),
+    click.option("--outtype", type=click.Choice(["f32", "f16", "bf16"]), help="--to gguf: convert float weights."),
     verifier_option,
     allow_no_verifier_option,
 )
@@ -100,7 +103,8 @@ def _emit(report: TransformReport, as_json: bool) -> tuple[TransformReport, int]
 def upgrade(ctx: click.Context, src: str, dst: str, style: str, fc_norm: bool, norm_output: bool, refit: bool,
             calibration: str | None, target: str | None, prompts: str | None, to: str | None,
             max_shard_size: str | None, overwrite: bool, force: bool, no_numeric: bool, as_json: bool,
-            verifier: str | None = None, allow_no_verifier: bool = False) -> None:
+            verifier: str | None = None, allow_no_verifier: bool = False, gguf_target: str | None = None,
+            outtype: str | None = None) -> None:
     """EAGLE-3 -> EAGLE-3.1: a starting point for 3.1 fine-tuning.
 
     With --no-fc-norm --no-norm-output the tensors are copied byte for byte ("exact": true).
@@ -114,7 +118,8 @@ def upgrade(ctx: click.Context, src: str, dst: str, style: str, fc_norm: bool, n
                          calibration=calibration,
                          target=target, prompts=prompts, to=to, overwrite=overwrite, force=force, verifier=verifier,
                          max_shard_size=shard, numeric=not no_numeric, on_total=bar.on_total, on_bytes=bar.on_bytes,
-                         progress=bar.step, require_verifier=not allow_no_verifier)
+                         progress=bar.step, require_verifier=not allow_no_verifier, gguf_target=gguf_target,
+                         outtype=outtype)
         return _emit(report, as_json)
 
     run_command(ctx, as_json, body)
@@ -128,7 +133,8 @@ def upgrade(ctx: click.Context, src: str, dst: str, style: str, fc_norm: bool, n
 @click.pass_context
 def downgrade(ctx: click.Context, src: str, dst: str, allow_lossy: bool, calibration: str | None, target: str | None,
               prompts: str | None, to: str | None, max_shard_size: str | None, overwrite: bool, force: bool,
-              no_numeric: bool, as_json: bool, verifier: str | None = None, allow_no_verifier: bool = False) -> None:
+              no_numeric: bool, as_json: bool, verifier: str | None = None, allow_no_verifier: bool = False,
+              gguf_target: str | None = None, outtype: str | None = None) -> None:
     """EAGLE-3.1 -> EAGLE-3 for engines without 3.1 support.
 
     Exact folds always; a change to what the drafter computes exits 1 and writes nothing unless --allow-lossy.
@@ -141,7 +147,8 @@ def downgrade(ctx: click.Context, src: str, dst: str, allow_lossy: bool, calibra
             report = run(src, dst, allow_lossy=allow_lossy, calibration=calibration, target=target, prompts=prompts,
                          to=to, overwrite=overwrite, force=force, verifier=verifier, max_shard_size=shard,
                          numeric=not no_numeric, on_total=bar.on_total, on_bytes=bar.on_bytes,
-                         progress=bar.step, require_verifier=not allow_no_verifier)
+                         progress=bar.step, require_verifier=not allow_no_verifier, gguf_target=gguf_target,
+                         outtype=outtype)
         return _emit(report, as_json)
 
     run_command(ctx, as_json, body)

@@ -199,6 +199,11 @@ class Layout:
     requires: ClassVar[tuple[str, ...]] = ()
     meta_keys: ClassVar[frozenset[str]] = frozenset({"architectures", "transformers_version", "eagleconv"})
     carries_verifier: ClassVar[bool] = False  # whether the config can name the target model
+    # Converting into it needs the target model's metadata (--target): llama.cpp's GGUF carries the target's
+    # tokenizer.  Such a layout is a serving format, not a producer's: tests and synthetic drafters skip it.
+    needs_target: ClassVar[bool] = False
+    # What to do instead, for a drafter this layout refuses: by flag name, "aux_count" or "architecture"
+    way_out: ClassVar[dict[str, str]] = {}
 
     # hooks ------------------------------------------------------------------
     @classmethod

@@ -6,8 +6,9 @@ submodule) sets both to functions that import their module on first use.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 # hf://ORG/NAME[@REV] -> the verified snapshot directory (eagleconv.hub.fetch_verified).
 fetch_hf: Callable[[str], Path] | None = None
@@ -15,3 +16,6 @@ fetch_hf: Callable[[str], Path] | None = None
 # Raise UsageError unless (directory, its entry names) is a drafter checkpoint by content, named as the user
 # wrote it (eagleconv.loading.recognise_checkpoint: it detects the layout, so it sits above io).
 recognise_checkpoint: Callable[[Path, list[str], str | Path], None] | None = None
+
+# A GGUF file's metadata (and tensor table) -> the HF-style config its layout reads (eagleconv.formats.gguf.config_from_kv).
+gguf_config: Callable[[Mapping[str, Any], Mapping[str, Any]], dict[str, Any]] | None = None

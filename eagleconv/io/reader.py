@@ -151,6 +151,27 @@ class Checkpoint(TensorStore):
         loc = self._locations[name]
         return self._pread_exact(self._fd_for(loc.path), loc.end - loc.start, loc.start, loc.path)
 
+    def read_range(self, name: str, offset: int, size: int) -> bytes:
+        """``size`` of the tensor's stored bytes from ``offset`` (streaming a tensor in blocks)."""
+        if self._memory is not None:
+            return self._memory.read_bytes(name)[offset:offset + size]
+        loc = self._locations[name]
+        if offset < 0 or offset + size > loc.end - loc.start:
+            raise ValueError(f"range {offset}+{size} outside tensor {name!r}")
+        return self._pread_exact(self._fd_for(loc.path), size, loc.start + offset, loc.path)
+
+    def copy_range_into(self, name: str, offset: int, size: int, out_fd: int) -> None:
+        """Append ``size`` of the tensor's stored bytes from ``offset`` to ``out_fd`` (a kernel copy from a file)."""
+        if self._memory is not None:
+            from .staging import write_all
+
+            write_all(out_fd, self.read_range(name, offset, size))
+            return
+        loc = self._locations[name]
+        if offset < 0 or offset + size > loc.end - loc.start:
+            raise ValueError(f"range {offset}+{size} outside tensor {name!r}")
+        copy_range(self._fd_for(loc.path), loc.start + offset, size, out_fd, loc.path)
+
     def iter_raw_chunks(self, name: str, chunk_bytes: int = CHUNK_BYTES) -> Iterator[np.ndarray]:
         if self._memory is not None:
             yield from self._memory.iter_raw_chunks(name, chunk_bytes)
@@ -408,7 +429,13 @@ def open_checkpoint(path: str | Path, *, allow_pickle: bool = False, duplicates:
                 if isinstance(path, str) and path.count("/") == 1 and not path.startswith((".", "/", "~")) else "")
         raise UnsafeInputError(f"no such file or directory{hint}", directory)
     if not directory.is_dir():
-        raise FormatError("expected a checkpoint directory (config.json + weights)", directory)
+        from .gguf_file import is_gguf, open_gguf
+
+        if is_gguf(directory):  # llama.cpp's one-file drafter
+            from . import hooks
+
+            return open_gguf(directory, config_from_kv=hooks.gguf_config)
+        raise FormatError("expected a checkpoint directory (config.json + weights) or a GGUF file", directory)
     config = _load_config(directory, duplicates)
     notes: list[str] = []
     listing = sorted(p.name for p in directory.iterdir())

@@ -141,6 +141,11 @@ def check(config: dict[str, Any], store: TensorStore | None, *, path: str | None
     if store is None and read.spec is not None:
         findings += [f for f in flag_findings(read) if f.code == "EC020"]
     for profile in profiles:
+        if weights_kind == "gguf" and not profile.reads_gguf:
+            findings.append(Finding(code="EC040", severity="info", engine=profile.label, message=(
+                f"{profile.label} loads no GGUF drafter, so its checks do not apply: convert to its layout "
+                "(`eagleconv convert SRC DST --to vllm`) to check what it will do")))
+            continue
         view = engine_view(profile, subject)
         for run in profile.checks:
             findings += run(subject, view)
