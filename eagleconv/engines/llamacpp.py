@@ -173,7 +173,7 @@ LLAMACPP_B11434 = register(EngineProfile(
     classes={name: LLAMA for name in ARCHITECTURES},
     capture=CAPTURE,
     keys=KEYS,
-    speculators_view=flattened,
+    speculators_view=flattened,  # reads_gguf stays False: these checks model the safetensors -> GGUF path
     shares_from_target={"embed_tokens.weight": "absent", "lm_head.weight": "absent"},
     checks=(check_architecture, check_three_aux, check_capture, check_flags, check_nested_only,
             check_keys, check_gguf_shapes, check_sharing, check_converter),
