@@ -103,7 +103,8 @@ def check_three_aux(subject: Subject, view: EngineView) -> list[Finding]:
 @emits("EC050", "EC040")
 def check_gguf_shapes(subject: Subject, view: EngineView) -> list[Finding]:
     """What the GGUF header will say against the tensors: target_hidden_size, one layer, the draft vocab."""
-    spec, label, out = subject.spec, view.profile.label, []
+    spec, label = subject.spec, view.profile.label
+    out: list[Finding] = []
     if spec is None or not subject.has_tensors or subject.read is None:
         return out
     fc = subject.read.tensors.get(subject.read.canonical.get("fc.weight", "fc.weight"))
