@@ -57,7 +57,11 @@ VARIANTS: tuple[Variant, ...] = (
             lambda c, t: c.pop("eagle_aux_hidden_state_layer_ids")),
     Variant("midlayer.* names", "eagle3", "layers.0.* renamed midlayer.*",
             lambda c, t: [t.__setitem__("midlayer." + n[len("layers.0."):], t.pop(n)) for n in list(t)
-                          if n.startswith("layers.0.")]),
+                          if n.startswith("layers.0.")],
+            known_gap="midlayer.* tensors with LlamaForCausalLMEagle3 is exactly what SpecForge exports, so eagleconv "
+                      "reads the ids in SpecForge's layer_output numbering (one layer off); this checkpoint was "
+                      "trained with vLLM's numbering, and llama.cpp (copying the ids verbatim) runs it as intended "
+                      "(the same gap as the vLLM tier's)"),
     Variant("norm_before_fc only under eagle_config", "eagle3-nbf", "top-level norm_before_fc removed (kept nested)",
             lambda c, t: c.pop("norm_before_fc")),
 )
@@ -159,16 +163,24 @@ def main() -> int:
     for name in ("eagle3", "eagle31"):
         if not (bases / name).exists():
             (bases / name).symlink_to(pair / name)
-    if not (bases / "eagle3-nbf").exists():
+    wanted = set(args.only)
+    needed = {v.base for v in VARIANTS if not wanted or v.name in wanted}
+    nbf_wanted = not wanted or "eagle3 upgraded, norm_before_fc" in wanted or "eagle3-nbf" in needed
+    if nbf_wanted and not (bases / "eagle3-nbf").exists():
         proc = run([sys.executable, "-m", "eagleconv", "upgrade", str(pair / "eagle3"), str(bases / "eagle3-nbf"),
                     "--style", "norm_before_fc", "--no-norm-output", "--target", str(pair / "target"), "--prompts",
                     str(pair / "prompts.json")])
         if proc.returncode != 0:
             sys.exit(f"llamacpp-parity: upgrade --style norm_before_fc failed: {proc.stderr[-400:]}")
-    cases = [("eagle3", bases / "eagle3", None), ("eagle3 upgraded, norm_before_fc", bases / "eagle3-nbf", None)]
-    cases += [(v.name, build_variant(v, work / "variants", tiny_pair=bases), v) for v in VARIANTS]
-    if args.only:
-        cases = [c for c in cases if c[0] in args.only or c[2] is None]
+    cases = [("eagle3", bases / "eagle3", None)]
+    if nbf_wanted:
+        cases.append(("eagle3 upgraded, norm_before_fc", bases / "eagle3-nbf", None))
+    cases += [(v.name, build_variant(v, work / "variants", tiny_pair=bases), v) for v in VARIANTS
+              if not wanted or v.name in wanted]
+    if wanted:  # the named cases, and the bases their verdicts compare against
+        base_names = {"eagle3": "eagle3", "eagle3-nbf": "eagle3 upgraded, norm_before_fc"}
+        keep = wanted | {base_names[b] for b in needed if b in base_names}
+        cases = [c for c in cases if c[0] in keep]
     results: dict[str, dict] = {}
     base_drafts: dict[str, list] = {}
     failed = False
@@ -208,16 +220,21 @@ def main() -> int:
             except Exception as e:  # noqa: BLE001 -- reported as a mismatch, with its message
                 entry["simulate"] = {"error": f"{type(e).__name__}: {e}", "differences": ["simulate refused"]}
         ok = agrees(predicted, observed) and not (entry.get("simulate") or {}).get("differences")
+        known = bool(variant and variant.known_gap and not agrees(predicted, observed))
         entry["agrees"], entry["seconds"] = ok, round(time.monotonic() - t0, 1)
-        failed |= not ok
+        entry["known_gap"] = variant.known_gap if known and variant else ""
+        failed |= not ok and not known
         results[name] = entry
-        print(f"{'ok  ' if ok else 'FAIL'} {name}: predicted {predicted}, observed {observed}"
+        print(f"{'ok  ' if ok else 'KNOWN' if known else 'FAIL'} {name}: predicted {predicted}, observed {observed}"
               + "".join(f"\n     {p}" for p in (entry.get("simulate") or {}).get("differences", [])), flush=True)
     report = {"llama.cpp": "b11434", "binary": "llama-speculative-simple", "num_speculative_tokens": K,
               "max_tokens": args.max_tokens, "target": "SmolLM2 F32 GGUF (llama.cpp's converter)",
               "converter": "llama.cpp's convert_hf_to_gguf.py (b11434)", "outcomes": results}
     (work / "llamacpp-parity.json").write_text(json.dumps(report, indent=1) + "\n")
-    if args.record:
+    if args.record:  # with --only, the named cases replace theirs in the existing record
+        if args.only and RECORD.exists():
+            old = json.loads(RECORD.read_text())
+            report["outcomes"] = {**old["outcomes"], **results}
         RECORD.write_text(json.dumps(report, indent=1) + "\n")
     print(f"llamacpp-parity: {'FAILED' if failed else 'ok'}; {work / 'llamacpp-parity.json'}")
     return 1 if failed else 0

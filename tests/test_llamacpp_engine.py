@@ -179,8 +179,33 @@ def test_simulate_equals_real_llama_speculative_simple(tmp_path):
     build, pair = _build(), _smollm2()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run([sys.executable, str(REPO / ".ci" / "llamacpp_parity.py"), "--build", str(build),
-                           "--pair", str(pair), "--work", str(tmp_path), "--only", "none", "--max-tokens", "16"],
+                           "--pair", str(pair), "--work", str(tmp_path), "--only", "eagle3", "--max-tokens", "16"],
                           capture_output=True, text=True, env=env, timeout=3000)
     report = json.loads((tmp_path / "llamacpp-parity.json").read_text())
     base = report["outcomes"]["eagle3"]
     assert base["observed"] == "intended" and base["simulate"]["differences"] == [], proc.stdout[-2000:]
+
+
+def test_trace_parser_reads_llama_speculative_simples_log():
+    """Lines as llama.cpp b11434 prints them with -v (a wrapped newline piece included): drafts, acceptance, counters."""
+    sys.path.insert(0, str(REPO / ".ci"))
+    from llamacpp_trace import parse
+
+    log = """0.02.437.567 D spec        draft:  - seq_id 0, draft candidate   0, pos   0:    198 (   1.000) '
+'
+0.02.437.620 D spec        draft:  - seq_id 0, draft candidate   1, pos   0:   1116 (   0.000) ' '
+0.02.449.051 D spec        draft:  - seq_id 0, draft candidate   0, pos   1:   3725 (   0.729) '```'
+0.02.449.103 D spec        draft:  - seq_id 0, draft candidate   1, pos   1:     57 (   0.184) 'I'
+0.02.451.464 D spec        draft:  - seq_id 0, draft candidate   0, pos   2:    198 (   0.600) '
+'
+0.02.645.809 D accepted 1/2 draft tokens, the last target token is: (3725)
+0.03.095.909 D accepted 0/0 draft tokens, the last target token is: (38)
+0.35.059.977 I n_predict = 3
+0.35.059.982 I n_drafted = 2
+0.35.059.987 I n_accept  = 1
+"""
+    trace = parse(log)
+    assert [r["draft"] for r in trace["rounds"]] == [[198, 3725], []]
+    assert [r["emitted"] for r in trace["rounds"]] == [[198, 3725], [38]]
+    assert trace["rounds"][0]["top2"][1] == [3725, 0.729, 57, 0.184]
+    assert (trace["n_predict"], trace["n_drafted"], trace["n_accept"]) == (3, 2, 1)
