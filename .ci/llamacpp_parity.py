@@ -93,8 +93,12 @@ def speculative_simple(build: Path, target: Path, draft: Path, text: str, n: int
                 "--spec-draft-n-max", str(K), "-t", "1", "-c", "1024", "-v"], env=env, timeout=600)
     trace = parse(proc.stderr)
     if proc.returncode != 0 or not trace["rounds"]:
-        lines = [ln for ln in proc.stderr.splitlines() if " E " in ln or "error" in ln.lower() or "abort" in ln.lower()]
-        return {"error": (lines[-1] if lines else f"exit {proc.returncode}")[-400:], "rc": proc.returncode}
+        lines = proc.stderr.splitlines()
+        telling = [ln for ln in lines if any(k in ln for k in ("error loading model", "GGML_ASSERT", "GGML_ABORT",
+                                                                  "EAGLE3", "what()", "exception"))]
+        other = [ln for ln in lines if " E " in ln or "error" in ln.lower()]
+        pick = (telling or other or [f"exit {proc.returncode}"])[0]
+        return {"error": pick[-400:], "rc": proc.returncode}
     return trace
 
 
