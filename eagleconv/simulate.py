@@ -63,6 +63,8 @@ class SimulateReport(BaseModel):
     target_runtime: str = Field(description="what computed the target: 'eagleconv' (its own Llama/Qwen3 forward) "
                                             "or 'transformers'")
     notes: list[str] = Field(default_factory=list)
+    num_generated: list[int] | None = Field(default=None, description="llama.cpp only: tokens the target emitted per "
+                                            "prompt, as llama-speculative-simple's n_predict counts them")
 
 
 class SimulateError(EagleconvError):
@@ -96,7 +98,8 @@ def engine_drafter(drafter: str | Path, engine: str, target: Any, device: str = 
 
     profile = resolve_engines([engine])[0]
     if profile.engine != "vllm":
-        raise SimulateError(f"simulate models vLLM's proposer only, not {profile.label}", code=None)
+        raise SimulateError(f"simulate models vLLM's proposer and llama.cpp's loop only, not {profile.label}",
+                            code=None)
     path = Path(drafter)
     if not sorted(path.glob("*.safetensors")):
         raise SimulateError(f"{path}: no *.safetensors file (simulate reads safetensors only)", code=None)
@@ -188,7 +191,7 @@ def available_threads() -> int:
 def simulate(drafter: str | Path, target: str | Path, prompts: Sequence[Sequence[int]] | str | Path | None = None,
              *, num_speculative_tokens: int = 3, max_tokens: int = 32, engine: str = "vllm:0.32",
              target_runtime: str = "auto", progress: StepProgress | None = None, threads: int | None = None,
-             device: str = "cpu", kv_cache: bool = True) -> SimulateReport:
+             device: str = "cpu", kv_cache: bool = True, p_min: float = 0.0) -> SimulateReport:
     """Greedy speculative decoding of ``prompts`` with ``target`` verifying ``drafter``'s proposals, as vLLM runs it.
 
     ``prompts``: token-id lists, a JSON file of them (read by ``forward.inputs.read_prompts``, as every
@@ -202,7 +205,8 @@ def simulate(drafter: str | Path, target: str | Path, prompts: Sequence[Sequence
     target and drafter run (``cuda`` needs eagleconv's runtime and a CUDA device).  ``kv_cache`` (eagleconv's
     runtime only): keys and values kept across rounds and all prompts verified in one pass per step
     (forward.kv_cache); False re-runs everything each round, prompt by prompt (the reference the tests compare
-    it with; the transformers runtime always runs that way).
+    it with; the transformers runtime always runs that way).  ``p_min`` (``--engine llama.cpp`` only):
+    llama.cpp's ``--spec-draft-p-min`` early stop (eagleconv.simulate_llamacpp).
     """
     from . import _process
     from ._extras import need
@@ -242,7 +246,7 @@ def simulate(drafter: str | Path, target: str | Path, prompts: Sequence[Sequence
     try:
         report = _simulate(drafter, target, given, source, num_speculative_tokens, max_tokens, engine,
                            "eagleconv" if device != "cpu" else target_runtime,
-                           progress or (lambda what, done, total: None), device, kv_cache)
+                           progress or (lambda what, done, total: None), device, kv_cache, p_min)
     finally:
         torch.set_num_threads(before)
     if note is not None:
@@ -372,8 +376,10 @@ def _limits(prompts: list[list[int]], max_tokens: int, dims: Any) -> tuple[list[
 
 def _simulate(drafter: str | Path, target: str | Path, prompts: list[list[int]], source: Path | None,
               num_speculative_tokens: int, max_tokens: int, engine: str, target_runtime: str,
-              progress: StepProgress, device: str = "cpu", kv_cache: bool = True) -> SimulateReport:
+              progress: StepProgress, device: str = "cpu", kv_cache: bool = True, p_min: float = 0.0) -> SimulateReport:
     import torch
+
+    from .engines import resolve_engines
 
     from .forward.inputs import check_prompts
     from .forward.weights import PACK_MIN_BYTES
@@ -392,6 +398,10 @@ def _simulate(drafter: str | Path, target: str | Path, prompts: list[list[int]],
         tgt.w.pack_linears()  # on the CPU: weights reordered once for oneDNN, as vLLM runs its linears
     prompts = check_prompts(prompts, source, tgt.vocab_size)
     progress("loading the target and the drafter", 1, 2)
+    if resolve_engines([engine])[0].engine == "llama.cpp":  # a different loop, one request at a time
+        from .simulate_llamacpp import simulate_llamacpp
+        return simulate_llamacpp(drafter, target, tgt, prompts, num_speculative_tokens, max_tokens, engine, p_min,
+                                 progress)
     d = engine_drafter(drafter, engine, tgt, device)
     spec = d.model.spec
     if dims is not None and spec.head_dim is not None:  # the drafter's own KV cache (MLA's is smaller than this)

@@ -37,7 +37,10 @@ def render_simulate(report, console) -> None:
 @click.option("--max-tokens", type=click.IntRange(min=1), default=32, show_default=True,
               help="Tokens to generate per prompt (vLLM's max_tokens, with ignore_eos).")
 @click.option("--engine", default="vllm:0.32", show_default=True, metavar="ENGINE",
-              help="Engine profile whose reading of the drafter is simulated (vLLM releases only).")
+              help="Engine profile whose reading of the drafter is simulated: a vLLM release, or llama.cpp "
+                   "(llama-speculative-simple's loop: -n is --max-tokens, --spec-draft-n-max is K).")
+@click.option("--p-min", type=click.FloatRange(0.0, 1.0), default=0.0, show_default=True,
+              help="llama.cpp only: --spec-draft-p-min, stop drafting when the top token's probability is lower.")
 @click.option("--target-runtime", type=click.Choice(("auto", "eagleconv", "transformers")), default="auto",
               show_default=True, help="What computes the target: eagleconv's own Llama/Qwen3 forward (no transformers "
               "import), transformers, or auto (eagleconv where it understands the whole config, else transformers).")
@@ -51,7 +54,7 @@ def render_simulate(report, console) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def simulate(ctx: click.Context, drafter: str, target: str, prompts: str | None, k: int, max_tokens: int, engine: str,
-             target_runtime: str, threads: int | None, device: str, as_json: bool) -> None:
+             p_min: float, target_runtime: str, threads: int | None, device: str, as_json: bool) -> None:
     """Greedy speculative decoding offline: the counters and drafts vLLM would produce, before deploying."""
 
     def body():
@@ -67,7 +70,8 @@ def simulate(ctx: click.Context, drafter: str, target: str, prompts: str | None,
 
         with _progress() as bar:
             report = run(drafter, target, prompts, num_speculative_tokens=k, max_tokens=max_tokens, engine=engine,
-                         target_runtime=target_runtime, progress=bar.step, threads=threads, device=device)
+                         target_runtime=target_runtime, progress=bar.step, threads=threads, device=device,
+                         p_min=p_min)
         if as_json:
             click.echo(report.model_dump_json(indent=2))
         else:

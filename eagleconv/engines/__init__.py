@@ -2,7 +2,7 @@
 
 Each engine is one module that registers :class:`~eagleconv.engines.base.EngineProfile`
 objects with ``register``.  Users name a profile as ``vllm`` (the engine's
-default release), ``vllm:0.32`` / ``vllm 0.32`` (a given one) or ``all`` (the
+default release), ``llama.cpp`` / ``llama.cpp:b11434``, ``vllm:0.32`` / ``vllm 0.32`` (a given one) or ``all`` (the
 default release of every serving engine; library consumers such as speculators
 are named explicitly).
 """
@@ -16,7 +16,7 @@ from .base import EngineProfile, EngineView, Subject, engine_view
 
 PROFILES: dict[str, EngineProfile] = {}
 DEFAULTS: dict[str, str] = {}
-NOT_IN_ALL: set[str] = set()  # engines ``all`` leaves out (a training library, not a server)
+NOT_IN_ALL: set[str] = set()  # engines ``all`` leaves out (a training library; llama.cpp, which has no fc_norm)
 
 
 def register(profile: EngineProfile, *, default: bool = False, in_all: bool = True) -> EngineProfile:
@@ -57,7 +57,7 @@ def resolve_engines(names: Iterable[str] | str) -> list[EngineProfile]:
 
 
 # Importing the engine modules registers their profiles (vllm first: it is the default engine).
-from . import vllm, sglang, trtllm, tokenspeed, speculators  # noqa: E402,F401,I001
+from . import vllm, sglang, trtllm, tokenspeed, speculators, llamacpp  # noqa: E402,F401,I001
 
 __all__ = ["DEFAULTS", "PROFILES", "EngineProfile", "EngineView", "Subject", "engine_view", "register",
            "resolve_engines"]

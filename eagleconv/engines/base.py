@@ -61,6 +61,8 @@ class KeyRules:
     unknown_bias: str = "ignore"  # an unknown name ending in .bias
     bias_needs_module: bool = False  # the .bias is ignored only as a missing parameter of a module that exists
     d2t_needs_pruned_vocab: bool = False  # d2t has a parameter only when draft_vocab_size != the target's vocab
+    raises: str = "raises 'There is no module or parameter named ...' at load"  # what an unknown name does
+    missing_fails: str = ""  # why a required tensor that is absent stops loading ("": the engine keeps its init value)
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,8 @@ class CaptureRules:
     # where the engine captures each target layer once, however often the ids name it (a membership test while
     # the target runs), so duplicate ids send fewer states to fc than it is built for; "" when not modelled
     captures_once: str = ""
+    repeats_kept: bool = False  # the engine copies a layer once per id, so repeated ids still fill fc
+    out_of_range_fails: str = ""  # what the engine does on an id past the target's last layer ("": never captured)
 
 
 @dataclass(frozen=True)

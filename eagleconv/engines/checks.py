@@ -195,7 +195,8 @@ def check_capture(subject: Subject, view: EngineView) -> list[Finding]:
         where = " or ".join(rules.paths)
         absent = f"the config has aux layer ids at {elsewhere[0]} = {elsewhere[1]}, but {label} reads them only from {where}: it"
         fix = f"Set {rules.paths[0]} to the trained ids as well"
-    if ids is None and target is not None and rules.default_ids is not None and view.aux_count is not None:
+    if ids is None and target is not None and rules.default_ids is not None and view.aux_count is not None \
+            and not rules.repeats_kept:
         captured = sorted(set(rules.default_ids(target.num_hidden_layers)))
         if len(captured) != view.aux_count:
             return [_collapsed(view, f"{absent} guesses {guess}, captures each layer once", captured, view.aux_count,
@@ -224,7 +225,10 @@ def check_capture(subject: Subject, view: EngineView) -> list[Finding]:
     if target is not None:
         L = target.num_hidden_layers
         bad = [i for i in engine_ids if not 0 <= i <= L]
-        if bad:
+        if bad and rules.out_of_range_fails:
+            out.append(finding(view, "EC013", "error", f"{label} would capture target layers {list(engine_ids)} but the "
+                               f"target has {L} layers (valid ids 0..{L}): {rules.out_of_range_fails}", effect="load_fails"))
+        elif bad:
             out.append(finding(view, "EC013", "error", f"{label} would capture target layers {list(engine_ids)} but the "
                                f"target has {L} layers (valid ids 0..{L}); {bad} are never captured", effect="runs_differently"))
     return out
@@ -335,7 +339,7 @@ def check_keys(subject: Subject, view: EngineView) -> list[Finding]:
             continue
         if m := FC_NORM_NAME.match(name):
             if not fc_norm:
-                verb = "raises 'There is no module or parameter named fc_norm'" if unknown_policy == "raise" \
+                verb = rules.raises.replace("...", "fc_norm").removesuffix(" at load") if unknown_policy == "raise" \
                     else "silently ignores it: the drafter runs without its trained per-aux norms"
                 out.append(finding(view, "EC021", "error", f"{stored} is present but {label} reads fc_norm = false "
                                    f"({view.flags.get('fc_norm', (False, 'not read'))[1]}): it {verb}", stored,
@@ -357,8 +361,7 @@ def check_keys(subject: Subject, view: EngineView) -> list[Finding]:
             group("warning", f"{label} silently ignores unexpected .bias tensors (attention_bias/mlp_bias are off), "
                   "so biases the drafter was trained with are lost", stored, "ignored")
         elif unknown_policy == "raise":
-            group("error", f"not parameters of {cls.name}: {label} raises 'There is no module or parameter named "
-                  "...' at load", stored, "load_fails")
+            group("error", f"not parameters of {cls.name}: {label} {rules.raises}", stored, "load_fails")
         elif needed_here:
             group("error", f"{label} does not recognise these names and silently skips them, leaving required "
                   "weights uninitialised", stored, "runs_differently")
@@ -371,6 +374,13 @@ def check_keys(subject: Subject, view: EngineView) -> list[Finding]:
     if prefixed:
         return out  # loading fails on the prefix first; missing-tensor consequences would only repeat it
     names = {_engine_name(view, n) for n in subject.names}
+    if rules.missing_fails:
+        shared = {t for t, when in view.profile.shares_from_target.items() if when == "absent"}
+        absent = [n for n, e in expected.items() if e.required and n not in shared and n not in canonical_of.values()]
+        if absent:
+            out.append(finding(view, "EC003", "error", f"{', '.join(absent)} missing: {label} {rules.missing_fails}",
+                               absent[0] if len(absent) == 1 else None, effect="load_fails"))
+        return out
     if fc_norm and not any(FC_NORM_NAME.match(n) for n in names):
         out.append(finding(view, "EC021", "error", f"{label} reads fc_norm = true but there are no fc_norm.{{i}}.weight "
                            "tensors: it silently keeps weight 1.0 (unscaled norms the drafter was not trained with)",

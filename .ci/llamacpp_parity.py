@@ -1,0 +1,248 @@
+"""The llama.cpp parity tier (eagleconv's side).  Run it through ``.ci/llamacpp-parity``.
+
+    python .ci/llamacpp_parity.py --build DIR [--pair DIR] [--work DIR] [--only NAME ...] [--prompts N]
+        [--base-prompts N] [--max-tokens N] [--record]
+
+1. the SmolLM2 pair's target as an F32 GGUF (llama.cpp's own converter, cached beside the pair);
+2. the cases: ``eagle3``, ``eagle3`` upgraded to a 3.1 drafter in the norm_before_fc style (``eagleconv upgrade
+   --style norm_before_fc``: the only 3.1 style llama.cpp has), and the verdict matrix (``VARIANTS`` below);
+3. for each: eagleconv's prediction (``validate --engine llama.cpp --target``), the drafter converted by llama.cpp's
+   own ``convert_hf_to_gguf.py`` (a converter failure is an observed failure), ``llama-speculative-simple -v``
+   on the prompts (its log read by llamacpp_trace.py), and ``simulate --engine llama.cpp`` on the same prompts;
+4. checks: each case's observed outcome (fails / the base's drafts exactly / other drafts) agrees with the
+   prediction, and where it runs, simulate's drafts, emitted tokens and n_drafted/n_accept/n_predict equal
+   llama.cpp's; a first differing token is reported with every draft step's top-2 probabilities on both sides.
+Writes WORK/llamacpp-parity.json; ``--record`` also writes fixtures/smollm2/llamacpp-b11434-outcomes.json.
+Exit 1 on any mismatch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / ".ci"))
+
+from llamacpp_trace import parse  # noqa: E402
+
+from eagleconv.parity import Variant, agrees, build_variant, outcome_of  # noqa: E402
+
+RECORD = REPO / "fixtures" / "smollm2" / "llamacpp-b11434-outcomes.json"
+K = 3
+
+
+def _set_top_aux(c: dict, ids: list[int]) -> None:
+    c["eagle_aux_hidden_state_layer_ids"] = list(ids)
+
+
+VARIANTS: tuple[Variant, ...] = (
+    Variant("aux id past the target's last layer", "eagle3", "top-level aux ids [2, 15, 31] on a 30-layer target",
+            lambda c, t: _set_top_aux(c, [2, 15, 31])),
+    Variant("4 aux ids", "eagle3", "top-level aux ids [2, 8, 15, 27]", lambda c, t: _set_top_aux(c, [2, 8, 15, 27])),
+    Variant("fc_norm (EAGLE-3.1 per-aux norms)", "eagle31", "the eagle31 drafter as trained", lambda c, t: None),
+    Variant("d2t missing", "eagle3", "d2t removed (lm_head has the 8192 draft rows)", lambda c, t: t.pop("d2t")),
+    Variant("lm_head missing", "eagle3", "lm_head.weight removed, d2t kept", lambda c, t: t.pop("lm_head.weight")),
+    Variant("wrong target_hidden_size", "eagle3", "target_hidden_size 1024 (fc is built for 576)",
+            lambda c, t: c.update(target_hidden_size=1024)),
+    Variant("aux ids only under eagle_config", "eagle3", "top-level eagle_aux_hidden_state_layer_ids removed",
+            lambda c, t: c.pop("eagle_aux_hidden_state_layer_ids")),
+    Variant("midlayer.* names", "eagle3", "layers.0.* renamed midlayer.*",
+            lambda c, t: [t.__setitem__("midlayer." + n[len("layers.0."):], t.pop(n)) for n in list(t)
+                          if n.startswith("layers.0.")],
+            known_gap="midlayer.* tensors with LlamaForCausalLMEagle3 is exactly what SpecForge exports, so eagleconv "
+                      "reads the ids in SpecForge's layer_output numbering (one layer off); this checkpoint was "
+                      "trained with vLLM's numbering, and llama.cpp (copying the ids verbatim) runs it as intended "
+                      "(the same gap as the vLLM tier's)"),
+    Variant("norm_before_fc only under eagle_config", "eagle3-nbf", "top-level norm_before_fc removed (kept nested)",
+            lambda c, t: c.pop("norm_before_fc")),
+)
+
+
+def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, errors="replace", **kw)
+
+
+def their_gguf(build: Path, src: Path, target: Path, out: Path) -> tuple[Path | None, str]:
+    """llama.cpp's own converter; (None, its last error line) when it refuses."""
+    env = {**os.environ, "PYTHONPATH": f"{build / 'src' / 'gguf-py'}:{build / 'src'}"}
+    cmd = [sys.executable, str(build / "src" / "convert_hf_to_gguf.py"), str(src), "--outfile", str(out),
+           "--outtype", "f32"] + (["--target-model-dir", str(target)] if target != src else [])
+    proc = run(cmd, env=env)
+    if proc.returncode != 0 or not out.exists():
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        return None, next((ln for ln in reversed(lines) if "Error" in ln or "error" in ln), lines[-1] if lines else "")
+    return out, ""
+
+
+def speculative_simple(build: Path, target: Path, draft: Path, text: str, n: int, work: Path) -> dict:
+    """One prompt through llama-speculative-simple (-bf: the bytes as given; -f drops a trailing newline)."""
+    prompt = work / "prompt.txt"
+    prompt.write_bytes(text.encode())
+    env = {**os.environ, "LD_LIBRARY_PATH": str(build / "bin")}
+    proc = run([str(build / "bin" / "llama-speculative-simple"), "-m", str(target), "-md", str(draft),
+                "--spec-type", "draft-eagle3", "-bf", str(prompt), "--no-escape", "-n", str(n), "--temp", "0",
+                "--spec-draft-n-max", str(K), "-t", "1", "-c", "1024", "-v"], env=env, timeout=600)
+    trace = parse(proc.stderr)
+    if proc.returncode != 0 or not trace["rounds"]:
+        lines = proc.stderr.splitlines()
+        telling = [ln for ln in lines if any(k in ln for k in ("error loading model", "GGML_ASSERT", "GGML_ABORT",
+                                                                  "EAGLE3", "what()", "exception"))]
+        other = [ln for ln in lines if " E " in ln or "error" in ln.lower()]
+        pick = (telling or other or [f"exit {proc.returncode}"])[0]
+        return {"error": pick[-400:], "rc": proc.returncode}
+    return trace
+
+
+def simulate_case(drafter: Path, target: Path, prompts: list[list[int]], n: int) -> dict:
+    from eagleconv.simulate import simulate
+    from eagleconv.simulate_llamacpp import decode  # noqa: F401  (the loop being checked)
+
+    r = simulate(drafter, target, prompts, num_speculative_tokens=K, max_tokens=n, engine="llama.cpp")
+    return r.model_dump()
+
+
+def compare(ours: dict, theirs: list[dict]) -> list[str]:
+    """Every difference between simulate's report and llama.cpp's traces, prompt by prompt (first round only)."""
+    problems = []
+    for i, trace in enumerate(theirs):
+        drafts, emitted = [r["draft"] for r in trace["rounds"]], [t for r in trace["rounds"] for t in r["emitted"]]
+        if ours["drafts"][i] != drafts:
+            j = next((j for j, (a, b) in enumerate(zip(ours["drafts"][i], drafts)) if a != b), min(len(drafts), len(ours["drafts"][i])))
+            problems.append(f"prompt {i}: drafts differ first at round {j}: simulate "
+                            f"{ours['drafts'][i][j] if j < len(ours['drafts'][i]) else None}, llama.cpp "
+                            f"{drafts[j] if j < len(drafts) else None} (llama.cpp top-2 per step "
+                            f"{trace['rounds'][j]['top2'] if j < len(drafts) else None})")
+        n_pred = ours["num_generated"][i]
+        if ours["tokens"][i] != emitted[:len(ours["tokens"][i])] or trace.get("n_predict", n_pred) != n_pred:
+            problems.append(f"prompt {i}: emitted tokens differ (n_predict simulate {n_pred}, llama.cpp "
+                            f"{trace.get('n_predict')})")
+    for key, mine in (("n_drafted", ours["num_draft_tokens"]), ("n_accept", ours["num_accepted_tokens"])):
+        if all(key in t for t in theirs):
+            total = sum(t[key] for t in theirs)
+            if total != mine:
+                problems.append(f"{key}: simulate {mine}, llama.cpp {total}")
+    return problems
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", type=Path, required=True)
+    ap.add_argument("--pair", type=Path)
+    ap.add_argument("--work", type=Path)
+    ap.add_argument("--only", action="append", default=[])
+    ap.add_argument("--prompts", type=int, default=1, help="prompts per variant")
+    ap.add_argument("--base-prompts", type=int, default=1, help="prompts for the two base drafters (0: all)")
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--record", action="store_true")
+    args = ap.parse_args()
+    pair = args.pair or max((p.parent for p in Path.home().glob(".cache/eagleconv-ci/eagleconv/smollm2-*/READY")),
+                            key=lambda p: p.stat().st_mtime, default=None)
+    if pair is None:
+        sys.exit("llamacpp-parity: no SmolLM2 pair (.ci/smollm2 builds it); pass --pair DIR")
+    work = args.work or Path(tempfile.mkdtemp(prefix="llamacpp-parity-"))
+    work.mkdir(parents=True, exist_ok=True)
+    from tokenizers import Tokenizer
+
+    prompts = json.loads((pair / "prompts.json").read_text())
+    texts = [Tokenizer.from_file(str(pair / "target" / "tokenizer.json")).decode(p, skip_special_tokens=False)
+             for p in prompts]
+    target_gguf = pair / "llamacpp-target-f32.gguf"
+    if not target_gguf.exists():
+        tmp = work / "target-f32.gguf"
+        made, err = their_gguf(args.build, pair / "target", pair / "target", tmp)
+        if made is None:
+            sys.exit(f"llamacpp-parity: llama.cpp's converter failed on the target: {err}")
+        shutil.move(str(tmp), target_gguf)
+    bases = work / "bases"
+    bases.mkdir(exist_ok=True)
+    for name in ("eagle3", "eagle31"):
+        if not (bases / name).exists():
+            (bases / name).symlink_to(pair / name)
+    wanted = set(args.only)
+    needed = {v.base for v in VARIANTS if not wanted or v.name in wanted}
+    nbf_wanted = not wanted or "eagle3 upgraded, norm_before_fc" in wanted or "eagle3-nbf" in needed
+    if nbf_wanted and not (bases / "eagle3-nbf").exists():
+        proc = run([sys.executable, "-m", "eagleconv", "upgrade", str(pair / "eagle3"), str(bases / "eagle3-nbf"),
+                    "--style", "norm_before_fc", "--no-norm-output", "--target", str(pair / "target"), "--prompts",
+                    str(pair / "prompts.json")])
+        if proc.returncode != 0:
+            sys.exit(f"llamacpp-parity: upgrade --style norm_before_fc failed: {proc.stderr[-400:]}")
+    cases = [("eagle3", bases / "eagle3", None)]
+    if nbf_wanted:
+        cases.append(("eagle3 upgraded, norm_before_fc", bases / "eagle3-nbf", None))
+    cases += [(v.name, build_variant(v, work / "variants", tiny_pair=bases), v) for v in VARIANTS
+              if not wanted or v.name in wanted]
+    if wanted:  # the named cases, and the bases their verdicts compare against
+        base_names = {"eagle3": "eagle3", "eagle3-nbf": "eagle3 upgraded, norm_before_fc"}
+        keep = wanted | {base_names[b] for b in needed if b in base_names}
+        cases = [c for c in cases if c[0] in keep]
+    results: dict[str, dict] = {}
+    base_drafts: dict[str, list] = {}
+    failed = False
+    for name, path, variant in cases:
+        t0 = time.monotonic()
+        n_prompts = (args.base_prompts or len(prompts)) if variant is None else args.prompts
+        from eagleconv.validation.api import validate
+
+        predicted, findings = outcome_of(validate(path, engines=("llama.cpp",), target=pair / "target",
+                                                  numeric=False).findings)
+        gguf, err = their_gguf(args.build, path, pair / "target", work / f"{path.name}.gguf")
+        traces = []
+        if gguf is not None:
+            for text in texts[:n_prompts]:
+                traces.append(speculative_simple(args.build, target_gguf, gguf, text, args.max_tokens, work))
+        errors = [t["error"] for t in traces if "error" in t]
+        if gguf is None or errors:
+            observed = "fails"
+        elif variant is None:
+            observed = "intended"
+        else:
+            mine = [[r["draft"] for r in t["rounds"]] for t in traces]
+            observed = "intended" if mine == base_drafts.get(variant.base, [])[:n_prompts] else "differs"
+        entry: dict = {"observed": observed, "what": variant.what if variant else "base drafter",
+                       "llama.cpp": {"converter_error": err} if gguf is None else
+                       ({"error": errors[0]} if errors else {k: [t.get(k) for t in traces] for k in
+                                                            ("n_predict", "n_drafted", "n_accept")}),
+                       "eagleconv": {"predicted": predicted, "findings": findings}}
+        if variant is None:
+            base_drafts["eagle3" if name == "eagle3" else "eagle3-nbf"] = [[r["draft"] for r in t["rounds"]]
+                                                                          for t in traces]
+        if observed != "fails":
+            try:
+                ours = simulate_case(path, pair / "target", prompts[:n_prompts], args.max_tokens)
+                entry["simulate"] = {"n_drafted": ours["num_draft_tokens"], "n_accept": ours["num_accepted_tokens"],
+                                     "n_predict": ours["num_generated"], "differences": compare(ours, traces)}
+            except Exception as e:  # noqa: BLE001 -- reported as a mismatch, with its message
+                entry["simulate"] = {"error": f"{type(e).__name__}: {e}", "differences": ["simulate refused"]}
+        ok = agrees(predicted, observed) and not (entry.get("simulate") or {}).get("differences")
+        known = bool(variant and variant.known_gap and not agrees(predicted, observed))
+        entry["agrees"], entry["seconds"] = ok, round(time.monotonic() - t0, 1)
+        entry["known_gap"] = variant.known_gap if known and variant else ""
+        failed |= not ok and not known
+        results[name] = entry
+        print(f"{'ok  ' if ok else 'KNOWN' if known else 'FAIL'} {name}: predicted {predicted}, observed {observed}"
+              + "".join(f"\n     {p}" for p in (entry.get("simulate") or {}).get("differences", [])), flush=True)
+    report = {"llama.cpp": "b11434", "binary": "llama-speculative-simple", "num_speculative_tokens": K,
+              "max_tokens": args.max_tokens, "target": "SmolLM2 F32 GGUF (llama.cpp's converter)",
+              "converter": "llama.cpp's convert_hf_to_gguf.py (b11434)", "outcomes": results}
+    (work / "llamacpp-parity.json").write_text(json.dumps(report, indent=1) + "\n")
+    if args.record:  # with --only, the named cases replace theirs in the existing record
+        if args.only and RECORD.exists():
+            old = json.loads(RECORD.read_text())
+            report["outcomes"] = {**old["outcomes"], **results}
+        RECORD.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"llamacpp-parity: {'FAILED' if failed else 'ok'}; {work / 'llamacpp-parity.json'}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

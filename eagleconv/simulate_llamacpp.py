@@ -1,0 +1,243 @@
+"""``simulate --engine llama.cpp``: llama-speculative-simple's loop (llama.cpp b11434), one request at a time.
+
+What differs from vLLM's proposer (``eagleconv.simulate``), read in llama.cpp b11434's code
+(``examples/speculative-simple/speculative-simple.cpp``, ``common/speculative.cpp``, eagle3 impl):
+
+* the prompt's last token is not sampled first: the target evaluates ``prompt[:-1]``, the drafter drafts from
+  (``prompt[-1]``, the features of ``prompt[:-1]``), and the first target sample is verified together with
+  that draft;
+* a draft is K = ``--spec-draft-n-max`` greedy top-1 tokens (a top-k 10 sampler, ``cur_p->data[0]``), cut
+  short when the top token's probability (softmax over those 10) is under ``--spec-draft-p-min`` (default 0.0:
+  never), then truncated to ``n_predict - generated - 1`` when that is positive (at 0 it is *not* truncated);
+* counters: ``n_drafted`` sums the drafts' actual lengths, ``n_accept`` the accepted drafts, ``n_predict``
+  every token the target emitted; the loop ends once ``n_predict`` *exceeds* ``-n`` or an end-of-generation
+  token is emitted, so ``-n 64`` generates 65 tokens or more;
+* target features: ``llama_set_embeddings_layer_inp(ctx_tgt, id)``, the input of layer ``id`` (vLLM's
+  numbering); the drafter's recursion feeds back its pre-norm state; no fc_norm, no norm_output.
+
+Same math as vLLM's drafter otherwise: each round is a fresh first pass over every verified row (llama.cpp
+keeps KV and rewrites the deferred boundary row, which computes the same thing).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .engines.llamacpp import EOG_TOKEN_TEXTS
+
+
+@dataclass
+class Round:
+    """One verification round: the draft, how many were accepted, the tokens emitted, each draft step's top-2."""
+
+    draft: list[int]
+    accepted: int
+    emitted: list[int]
+    top2: list[tuple[int, float, int, float]] = field(default_factory=list)  # (id, p, id, p) per draft step
+
+
+def eog_ids(target_dir: str | Path) -> set[int]:
+    """The end-of-generation tokens llama.cpp's vocab loader marks (src/llama-vocab.cpp): eos/eot, and every
+    token whose text is one of its known EOG texts."""
+    d = Path(target_dir)
+    out: set[int] = set()
+    config = json.loads((d / "config.json").read_text())
+    eos = config.get("eos_token_id")
+    out |= set(eos) if isinstance(eos, list) else ({eos} if isinstance(eos, int) else set())
+    tok = d / "tokenizer.json"
+    if tok.is_file():
+        data = json.loads(tok.read_text())
+        vocab = (data.get("model") or {}).get("vocab") or {}
+        for text in EOG_TOKEN_TEXTS:
+            if isinstance(vocab, dict) and text in vocab:
+                out.add(int(vocab[text]))
+        for added in data.get("added_tokens") or []:
+            if added.get("content") in EOG_TOKEN_TEXTS:
+                out.add(int(added["id"]))
+    return out
+
+
+def draft_round(d: Any, tokens: Sequence[int], aux: Any, k: int, p_min: float) -> tuple[list[int], list[Any]]:
+    """common_speculative_impl_draft_eagle3::draft: K greedy steps, stopping where top-10 softmax p < p_min."""
+    import torch
+
+    from .forward.model import DraftInputs
+
+    T = len(tokens) - 1
+    result = d.model.draft(DraftInputs(torch.tensor([list(tokens)]), aux[:T].unsqueeze(0)), k)
+    draft, top2 = [], []
+    for step, logits in zip(result.tokens, result.logits):
+        vals, idx = torch.topk(logits[0].float(), 10)
+        p = torch.softmax(vals.double(), -1)
+        top2.append((int(idx[0]), float(p[0]), int(idx[1]), float(p[1])))  # full-vocab logits: target ids
+        if float(p[0]) < p_min:
+            break
+        draft.append(int(step[0]))
+    return draft, top2
+
+
+def decode(tgt: Any, d: Any, ids: tuple[int, ...], prompt: list[int], K: int, n_predict: int, p_min: float,
+           eog: set[int], tick: Any) -> tuple[list[int], list[Round]]:
+    """llama-speculative-simple's main loop for one prompt: (the emitted tokens, every round).  ``ids``: the
+    target layers in the drafter's order (llama.cpp concatenates them in target_layers order, repeats kept)."""
+    import torch
+
+    cached = getattr(tgt, "runtime", "") == "eagleconv"  # KV kept across rounds, as llama.cpp runs its target
+    if cached:
+        from .forward.kv_cache import Segment, SlotCache, target_step
+        cache = SlotCache(tgt.num_layers, len(prompt) + n_predict + 2 * K + 2)
+
+    def features(tokens: list[int], start: int) -> tuple[Any, Any]:
+        """The target's greedy token after each of ``tokens`` (at positions start..) and their captured states."""
+        if cached:
+            [(greedy, states)] = target_step(tgt, [Segment(cache, tokens, start)], ids)
+            return greedy, states
+        greedy, full = tgt.forward(seq[:start] + tokens, d.capture)
+        return greedy[start:], torch.cat([full[i] for i in ids], -1)[start:]
+
+    seq: list[int] = []
+    _, aux = features(prompt[:-1], 0) if len(prompt) > 1 else (None, None)
+    seq = list(prompt)  # prompt_tgt + [id_last]
+    out: list[int] = []
+    rounds: list[Round] = []
+    done = 0
+    while True:
+        n_draft_max = max(n_predict - done - 1, 0)
+        draft, top2 = draft_round(d, seq, aux, K, p_min)
+        if n_draft_max > 0:
+            draft = draft[:n_draft_max]
+        greedy, new_aux = features([seq[-1], *draft], len(seq) - 1)
+        verified = [int(g) for g in greedy]
+        emitted: list[int] = []
+        for i, tok in enumerate(verified):
+            emitted.append(tok)
+            if i >= len(draft) or tok != draft[i]:
+                break
+        rounds.append(Round(draft, len(emitted) - 1, emitted, top2))
+        done += len(emitted)
+        eos = False
+        for tok in emitted:
+            out.append(tok)
+            if tok in eog:
+                eos = True
+                break
+        seq += emitted
+        aux = torch.cat([aux, new_aux[:len(emitted)]]) if aux is not None else new_aux[:len(emitted)]
+        tick(len(emitted))
+        if done > n_predict or eos:
+            return out, rounds
+
+
+def llamacpp_drafter(drafter: str | Path, profile: Any, target: Any, target_dir: str | Path) -> Any:
+    """The drafter as llama.cpp holds it once its converter wrote the GGUF: refused where the profile says loading
+    fails; the captured layers as the converter writes them; fc_norm/norm_output off (llama.cpp has neither);
+    without d2t the draft vocab is the target's; absent embeddings and output projection are the target's."""
+    from .engines.base import Subject, engine_view
+    from .forward.api import default_aux_ids
+    from .forward.model import Drafter
+    from .forward.run import OverlaySource, engine_forward_view
+    from .forward.weights import BlockCache, CheckpointSource, ResidentSource
+    from .loading import load_drafter
+    from .simulate import EngineDrafter, SimulateError
+    from .target import load_target
+
+    path = Path(drafter)
+    if not sorted(path.glob("*.safetensors")):
+        raise SimulateError(f"{path}: no *.safetensors file (simulate reads safetensors only)", code=None)
+    loaded = load_drafter(path)
+    loaded.store.close()
+    intended = loaded.require_spec()
+    L = target.num_layers
+    subject = Subject(dict(loaded.store.config or {}), layout=loaded.layout, read=loaded.read,
+                      names=set(loaded.store.tensors), has_tensors=True, path=str(path),
+                      target=load_target(target_dir))
+    view = engine_view(profile, subject)
+    fails = [f.message for check in profile.checks for f in check(subject, view)
+             if f.severity == "error" and f.effect == "load_fails"]
+    if fails:
+        raise SimulateError(f"{path}: {profile.label} cannot serve it: {fails[0]}", code=None)
+    report, spec, ids = engine_forward_view(profile, loaded, intended, default_aux_ids(intended, L), L)
+    if spec is None:
+        raise SimulateError(f"{path}: {profile.label} cannot serve it: {report.reason}", code=None)
+    flags = {f: (getattr(spec.flags, f) if f in profile.flags or f == "use_aux_hidden_state" else False)
+             for f in spec.flags.model_dump()}
+    base = CheckpointSource(loaded)
+    names = base.names()
+    update: dict[str, Any] = {"flags": spec.flags.model_copy(update=flags)}
+    extra: dict[str, Any] = {}
+    notes = [f"aux layers: llama.cpp extracts the input of target layers {list(ids)} (llama_set_embeddings_layer_inp)"]
+    if "d2t" not in names:  # eagle3.cpp: without d2t the draft vocab is the target's
+        update["draft_vocab_size"] = spec.vocab_size
+        notes.append("no d2t: llama.cpp drafts over the target's whole vocabulary")
+    if "lm_head.weight" not in names:
+        extra["lm_head.weight"] = target.lm_head.float()
+        notes.append("no lm_head: llama.cpp uses the target's output projection")
+    spec = spec.model_copy(update=update)
+    model = Drafter(spec, ResidentSource(OverlaySource(base, extra) if extra else base), dtype="float32",
+                    target_embed=target.embed.float(), path=str(path), cache=BlockCache(1 << 40))
+    return EngineDrafter(model=model, capture=tuple(sorted(set(ids))), notes=notes), tuple(ids)
+
+
+@dataclass(kw_only=True)
+class Counters:
+    """What llama-speculative-simple prints at the end: n_predict, n_drafted, n_accept."""
+
+    n_predict: int
+    n_drafted: int
+    n_accept: int
+
+
+def counters(rounds: Sequence[Round]) -> Counters:
+    return Counters(n_predict=sum(len(r.emitted) for r in rounds), n_drafted=sum(len(r.draft) for r in rounds),
+                    n_accept=sum(r.accepted for r in rounds))
+
+
+def simulate_llamacpp(drafter: str | Path, target_dir: str | Path, tgt: Any, prompts: list[list[int]], K: int,
+                      n_predict: int, engine: str, p_min: float, progress: Any) -> Any:
+    """Every prompt through llama-speculative-simple's loop (``-n n_predict --spec-draft-n-max K --temp 0``)."""
+    import math
+
+    import torch
+
+    from .engines import resolve_engines
+    from .simulate import SimulateError, SimulateReport
+
+    if not 0.0 <= p_min <= 1.0:
+        raise SimulateError(f"--p-min {p_min}: a probability between 0 and 1", code=None)
+    profile = resolve_engines([engine])[0]
+    d, ids = llamacpp_drafter(drafter, profile, tgt, target_dir)
+    progress("loading the target and the drafter", 2, 2)
+    eog = eog_ids(target_dir)
+    generating, planned, done = "generating tokens", len(prompts) * (n_predict + 1), [0]
+
+    def tick(n: int) -> None:
+        done[0] += n
+        progress(generating, min(done[0], planned), planned)
+
+    tokens, drafts, generated, per_pos, all_rounds = [], [], [], [0] * K, []
+    with torch.no_grad():
+        for prompt in prompts:
+            out, rounds = decode(tgt, d, ids, prompt, K, n_predict, p_min, eog, tick)
+            tokens.append(out)
+            drafts.append([r.draft for r in rounds])
+            generated.append(counters(rounds).n_predict)
+            for r in rounds:
+                for i in range(r.accepted):
+                    per_pos[i] += 1
+            all_rounds += rounds
+    progress(generating, planned, planned)
+    c = counters(all_rounds)
+    with_drafts = sum(1 for r in all_rounds if r.draft)
+    return SimulateReport(
+        tokens=tokens, num_drafts=with_drafts, num_draft_tokens=c.n_drafted, num_accepted_tokens=c.n_accept,
+        accepted_per_position=per_pos, acceptance_length=1 + c.n_accept / with_drafts if with_drafts else math.nan,
+        drafts=drafts, engine=profile.label, num_speculative_tokens=K, max_tokens=n_predict,
+        target_runtime=tgt.runtime, num_generated=generated,
+        notes=[*d.notes, f"counted as llama-speculative-simple does: n_drafted {c.n_drafted}, n_accept {c.n_accept}, "
+               f"n_predict {c.n_predict} (-n {n_predict} ends once more than {n_predict} tokens were emitted, or at "
+               f"an end-of-generation token {sorted(eog)})", f"p_min {p_min} (llama.cpp's default 0.0: no early stop)"],
+    )
