@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .errors import EagleconvError
+from ..errors import EagleconvError
 
 if TYPE_CHECKING:
-    from .forward.run import StepProgress
+    from ..forward.run import StepProgress
 
 DEFAULT_PROMPTS: tuple[tuple[int, ...], ...] = ((1, 17, 42, 99, 7, 300), (1, 5, 5, 64, 128), (1, 250, 3, 77, 31, 2, 9),
                                                 (1, 400, 401, 402))
@@ -88,13 +88,13 @@ def engine_drafter(drafter: str | Path, engine: str, target: Any, device: str = 
     """
     import torch
 
-    from .canonical import expected_tensors
-    from .engines import resolve_engines
-    from .forward.api import default_aux_ids
-    from .forward.model import Drafter
-    from .forward.run import OverlaySource, engine_forward_view
-    from .forward.weights import BlockCache, CheckpointSource, ResidentSource
-    from .loading import load_drafter
+    from ..canonical import expected_tensors
+    from ..engines import resolve_engines
+    from ..forward.api import default_aux_ids
+    from ..forward.model import Drafter
+    from ..forward.run import OverlaySource, engine_forward_view
+    from ..forward.weights import BlockCache, CheckpointSource, ResidentSource
+    from ..loading import load_drafter
 
     profile = resolve_engines([engine])[0]
     if profile.engine != "vllm":
@@ -105,7 +105,7 @@ def engine_drafter(drafter: str | Path, engine: str, target: Any, device: str = 
         raise SimulateError(f"{path}: no *.safetensors file (simulate reads safetensors only)", code=None)
     loaded = load_drafter(path)
     loaded.store.close()  # the source maps the files itself
-    from .bounds import check_memory
+    from ..bounds import check_memory
 
     check_memory(sum(i.numel for i in loaded.store.tensors.values()) * 4, "the drafter's weights in float32 (read "
                  "into memory for every round)", path, "its safetensors")
@@ -165,7 +165,7 @@ def propose(d: EngineDrafter, tokens: Sequence[int], aux: Any, k: int) -> list[i
     """
     import torch
 
-    from .forward.model import DraftInputs
+    from ..forward.model import DraftInputs
 
     T = len(tokens) - 1
     result = d.model.draft(DraftInputs(torch.tensor([list(tokens)]), aux[:T].unsqueeze(0)), k)
@@ -173,7 +173,7 @@ def propose(d: EngineDrafter, tokens: Sequence[int], aux: Any, k: int) -> list[i
 
 
 def _target(target: str | Path, runtime: str) -> Any:
-    from .forward.inputs import open_target
+    from ..forward.inputs import open_target
 
     path = Path(target)
     if not (path / "config.json").is_file():
@@ -183,7 +183,7 @@ def _target(target: str | Path, runtime: str) -> Any:
 
 def available_threads() -> int:
     """The cores this process may run on (its CPU affinity, as a container or ``taskset`` limits it): --threads' cap."""
-    from ._process import usable_cores
+    from .._process import usable_cores
 
     return usable_cores()
 
@@ -207,12 +207,12 @@ def simulate(drafter: str | Path, target: str | Path, prompts: Sequence[Sequence
     runtime only): keys and values kept across rounds and all prompts verified in one pass per step
     (forward.kv_cache); False re-runs everything each round, prompt by prompt (the reference the tests compare
     it with; the transformers runtime always runs that way).  ``p_min`` (``--engine llama.cpp`` only):
-    llama.cpp's ``--spec-draft-p-min`` early stop (eagleconv.simulate_llamacpp).  ``llamacpp_loop``
+    llama.cpp's ``--spec-draft-p-min`` early stop (eagleconv.simulate.llamacpp).  ``llamacpp_loop``
     (``--engine llama.cpp`` only): ``server``, llama-server's slot loop (what is deployed), or ``simple``,
-    llama-speculative-simple's (the parity tier's reference); their differences: eagleconv.simulate_llamacpp.
+    llama-speculative-simple's (the parity tier's reference); their differences: eagleconv.simulate.llamacpp.
     """
-    from . import _process
-    from ._extras import need
+    from .. import _process
+    from .._extras import need
 
     if threads is not None and not 1 <= threads <= available_threads():
         raise SimulateError(f"--threads {threads}: give 1 to {available_threads()} (the CPUs this process may use; "
@@ -221,11 +221,11 @@ def simulate(drafter: str | Path, target: str | Path, prompts: Sequence[Sequence
     need("torch", "simulate")
     import torch
 
-    from .forward.inputs import check_prompts, read_prompts
+    from ..forward.inputs import check_prompts, read_prompts
 
     if num_speculative_tokens < 1 or max_tokens < 1:
         raise SimulateError("--num-speculative-tokens and --max-tokens must be at least 1", code=None)
-    from .bounds import check_decode_arguments
+    from ..bounds import check_decode_arguments
 
     check_decode_arguments(max_tokens, num_speculative_tokens)
     if device != "cpu":
@@ -284,7 +284,7 @@ def _decode_cached(tgt: Any, d: EngineDrafter, prompts: list[list[int]], K: int,
                    tick: Any) -> tuple[list[list[int]], list[list[list[int]]], int, list[int]]:
     """All prompts in lockstep, as vLLM's scheduler runs them: one target pass per step over every unfinished
     prompt's rows (the prefill: every prompt row; then each prompt's [last token, d_1..d_K]), KV cached."""
-    from .forward.kv_cache import DraftState, Segment, SlotCache, propose_batch, target_step
+    from ..forward.kv_cache import DraftState, Segment, SlotCache, propose_batch, target_step
 
     def draft(batch: list[_Request], new_aux: list[Any]) -> None:  # one proposer batch, as vLLM runs it
         drafts = propose_batch(d.model, [r.drafter for r in batch], [r.seq for r in batch], new_aux, K)
@@ -383,13 +383,13 @@ def _simulate(drafter: str | Path, target: str | Path, prompts: list[list[int]],
               llamacpp_loop: str = "server") -> SimulateReport:
     import torch
 
-    from .engines import resolve_engines
+    from ..engines import resolve_engines
 
-    from .forward.inputs import check_prompts
-    from .forward.weights import PACK_MIN_BYTES
+    from ..forward.inputs import check_prompts
+    from ..forward.weights import PACK_MIN_BYTES
 
-    from .bounds import ModelDims, check_decode
-    from .target import target_dims
+    from ..bounds import ModelDims, check_decode
+    from ..target import target_dims
 
     progress("loading the target and the drafter", 0, 2)
     dims = target_dims(target) if (Path(target) / "config.json").is_file() else None
@@ -403,7 +403,7 @@ def _simulate(drafter: str | Path, target: str | Path, prompts: list[list[int]],
     prompts = check_prompts(prompts, source, tgt.vocab_size)
     progress("loading the target and the drafter", 1, 2)
     if resolve_engines([engine])[0].engine == "llama.cpp":  # a different loop, one request at a time
-        from .simulate_llamacpp import simulate_llamacpp
+        from .llamacpp import simulate_llamacpp
         return simulate_llamacpp(drafter, target, tgt, prompts, num_speculative_tokens, max_tokens, engine, p_min,
                                  progress, loop=llamacpp_loop)
     d = engine_drafter(drafter, engine, tgt, device)

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .engines.llamacpp import EOG_TOKEN_TEXTS
+from ..engines.llamacpp import EOG_TOKEN_TEXTS
 
 
 @dataclass
@@ -80,7 +80,7 @@ def draft_round(d: Any, tokens: Sequence[int], aux: Any, k: int, p_min: float) -
     """common_speculative_impl_draft_eagle3::draft: K greedy steps, stopping where top-10 softmax p < p_min."""
     import torch
 
-    from .forward.model import DraftInputs
+    from ..forward.model import DraftInputs
 
     T = len(tokens) - 1
     result = d.model.draft(DraftInputs(torch.tensor([list(tokens)]), aux[:T].unsqueeze(0)), k)
@@ -103,7 +103,7 @@ def decode(tgt: Any, d: Any, ids: tuple[int, ...], prompt: list[int], K: int, n_
 
     cached = getattr(tgt, "runtime", "") == "eagleconv"  # KV kept across rounds, as llama.cpp runs its target
     if cached:
-        from .forward.kv_cache import Segment, SlotCache, target_step
+        from ..forward.kv_cache import Segment, SlotCache, target_step
         cache = SlotCache(tgt.num_layers, len(prompt) + n_predict + 2 * K + 2)
 
     def features(tokens: list[int], start: int) -> tuple[Any, Any]:
@@ -155,7 +155,7 @@ def decode_server(tgt: Any, d: Any, ids: tuple[int, ...], prompt: list[int], K: 
 
     cached = getattr(tgt, "runtime", "") == "eagleconv"
     if cached:
-        from .forward.kv_cache import Segment, SlotCache, target_step
+        from ..forward.kv_cache import Segment, SlotCache, target_step
         cache = SlotCache(tgt.num_layers, len(prompt) + n_predict + 2 * K + 2)
     seq: list[int] = []
 
@@ -213,14 +213,14 @@ def llamacpp_drafter(drafter: str | Path, profile: Any, target: Any, target_dir:
     """The drafter as llama.cpp holds it once its converter wrote the GGUF: refused where the profile says loading
     fails; the captured layers as the converter writes them; fc_norm/norm_output off (llama.cpp has neither);
     without d2t the draft vocab is the target's; absent embeddings and output projection are the target's."""
-    from .engines.base import Subject, engine_view
-    from .forward.api import default_aux_ids
-    from .forward.model import Drafter
-    from .forward.run import OverlaySource, engine_forward_view
-    from .forward.weights import BlockCache, CheckpointSource, ResidentSource
-    from .loading import load_drafter
-    from .simulate import EngineDrafter, SimulateError
-    from .target import load_target
+    from ..engines.base import Subject, engine_view
+    from ..forward.api import default_aux_ids
+    from ..forward.model import Drafter
+    from ..forward.run import OverlaySource, engine_forward_view
+    from ..forward.weights import BlockCache, CheckpointSource, ResidentSource
+    from ..loading import load_drafter
+    from . import EngineDrafter, SimulateError
+    from ..target import load_target
 
     path = Path(drafter)
     if not sorted(path.glob("*.safetensors")):
@@ -282,8 +282,8 @@ def simulate_llamacpp(drafter: str | Path, target_dir: str | Path, tgt: Any, pro
 
     import torch
 
-    from .engines import resolve_engines
-    from .simulate import SimulateError, SimulateReport
+    from ..engines import resolve_engines
+    from . import SimulateError, SimulateReport
 
     if loop not in LOOPS:
         raise SimulateError(f"--llamacpp-loop {loop}: one of {', '.join(LOOPS)}", code=None)
