@@ -106,7 +106,8 @@ def simulate_case(drafter: Path, target: Path, prompts: list[list[int]], n: int)
     from eagleconv.simulate import simulate
     from eagleconv.simulate.llamacpp import decode  # noqa: F401  (the loop being checked)
 
-    r = simulate(drafter, target, prompts, num_speculative_tokens=K, max_tokens=n, engine="llama.cpp")
+    r = simulate(drafter, target, prompts, num_speculative_tokens=K, max_tokens=n, engine="llama.cpp",
+                 llamacpp_loop="simple")
     return r.model_dump()
 
 

@@ -38,7 +38,11 @@ def render_simulate(report, console) -> None:
               help="Tokens to generate per prompt (vLLM's max_tokens, with ignore_eos).")
 @click.option("--engine", default="vllm:0.32", show_default=True, metavar="ENGINE",
               help="Engine profile whose reading of the drafter is simulated: a vLLM release, or llama.cpp "
-                   "(llama-speculative-simple's loop: -n is --max-tokens, --spec-draft-n-max is K).")
+                   "(--max-tokens is the request's n_predict or -n, K is --spec-draft-n-max).")
+@click.option("--llamacpp-loop", type=click.Choice(("server", "simple")), default="server", show_default=True,
+              help="llama.cpp only: whose loop, llama-server's (what is deployed: the first token sampled from the "
+                   "prompt, drafts cut to the tokens left, exactly --max-tokens) or llama-speculative-simple's "
+                   "(drafts before the first token, runs past -n).")
 @click.option("--p-min", type=click.FloatRange(0.0, 1.0), default=0.0, show_default=True,
               help="llama.cpp only: --spec-draft-p-min, stop drafting when the top token's probability is lower.")
 @click.option("--target-runtime", type=click.Choice(("auto", "eagleconv", "transformers")), default="auto",
@@ -54,7 +58,8 @@ def render_simulate(report, console) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def simulate(ctx: click.Context, drafter: str, target: str, prompts: str | None, k: int, max_tokens: int, engine: str,
-             p_min: float, target_runtime: str, threads: int | None, device: str, as_json: bool) -> None:
+             llamacpp_loop: str, p_min: float, target_runtime: str, threads: int | None, device: str,
+             as_json: bool) -> None:
     """Greedy speculative decoding offline: the counters and drafts vLLM would produce, before deploying."""
 
     def body():
@@ -71,7 +76,7 @@ def simulate(ctx: click.Context, drafter: str, target: str, prompts: str | None,
         with _progress() as bar:
             report = run(drafter, target, prompts, num_speculative_tokens=k, max_tokens=max_tokens, engine=engine,
                          target_runtime=target_runtime, progress=bar.step, threads=threads, device=device,
-                         p_min=p_min)
+                         p_min=p_min, llamacpp_loop=llamacpp_loop)
         if as_json:
             click.echo(report.model_dump_json(indent=2))
         else:

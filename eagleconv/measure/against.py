@@ -62,7 +62,8 @@ def _from_simulate(data: dict[str, Any], tokens: list[list[int]]) -> Reference:
         for proposal in drafts[:-1]:  # the last proposal is made after the last round, never verified
             visible = out[cursor:cursor + K]
             accepted = 0
-            while accepted < len(visible) and proposal[accepted] == visible[accepted]:
+            # a proposal may be shorter than K (llama-server cuts its drafts to the tokens left)
+            while accepted < min(len(visible), len(proposal)) and proposal[accepted] == visible[accepted]:
                 per_pos[accepted] += 1
                 accepted += 1
             if accepted == len(visible) < K:  # cut at max_tokens: the engine may have accepted more

@@ -191,7 +191,8 @@ def available_threads() -> int:
 def simulate(drafter: str | Path, target: str | Path, prompts: Sequence[Sequence[int]] | str | Path | None = None,
              *, num_speculative_tokens: int = 3, max_tokens: int = 32, engine: str = "vllm:0.32",
              target_runtime: str = "auto", progress: StepProgress | None = None, threads: int | None = None,
-             device: str = "cpu", kv_cache: bool = True, p_min: float = 0.0) -> SimulateReport:
+             device: str = "cpu", kv_cache: bool = True, p_min: float = 0.0,
+             llamacpp_loop: str = "server") -> SimulateReport:
     """Greedy speculative decoding of ``prompts`` with ``target`` verifying ``drafter``'s proposals, as vLLM runs it.
 
     ``prompts``: token-id lists, a JSON file of them (read by ``forward.inputs.read_prompts``, as every
@@ -206,7 +207,9 @@ def simulate(drafter: str | Path, target: str | Path, prompts: Sequence[Sequence
     runtime only): keys and values kept across rounds and all prompts verified in one pass per step
     (forward.kv_cache); False re-runs everything each round, prompt by prompt (the reference the tests compare
     it with; the transformers runtime always runs that way).  ``p_min`` (``--engine llama.cpp`` only):
-    llama.cpp's ``--spec-draft-p-min`` early stop (eagleconv.simulate.llamacpp).
+    llama.cpp's ``--spec-draft-p-min`` early stop (eagleconv.simulate.llamacpp).  ``llamacpp_loop``
+    (``--engine llama.cpp`` only): ``server``, llama-server's slot loop (what is deployed), or ``simple``,
+    llama-speculative-simple's (the parity tier's reference); their differences: eagleconv.simulate.llamacpp.
     """
     from .. import _process
     from .._extras import need
@@ -246,7 +249,7 @@ def simulate(drafter: str | Path, target: str | Path, prompts: Sequence[Sequence
     try:
         report = _simulate(drafter, target, given, source, num_speculative_tokens, max_tokens, engine,
                            "eagleconv" if device != "cpu" else target_runtime,
-                           progress or (lambda what, done, total: None), device, kv_cache, p_min)
+                           progress or (lambda what, done, total: None), device, kv_cache, p_min, llamacpp_loop)
     finally:
         torch.set_num_threads(before)
     if note is not None:
@@ -376,7 +379,8 @@ def _limits(prompts: list[list[int]], max_tokens: int, dims: Any) -> tuple[list[
 
 def _simulate(drafter: str | Path, target: str | Path, prompts: list[list[int]], source: Path | None,
               num_speculative_tokens: int, max_tokens: int, engine: str, target_runtime: str,
-              progress: StepProgress, device: str = "cpu", kv_cache: bool = True, p_min: float = 0.0) -> SimulateReport:
+              progress: StepProgress, device: str = "cpu", kv_cache: bool = True, p_min: float = 0.0,
+              llamacpp_loop: str = "server") -> SimulateReport:
     import torch
 
     from ..engines import resolve_engines
@@ -401,7 +405,7 @@ def _simulate(drafter: str | Path, target: str | Path, prompts: list[list[int]],
     if resolve_engines([engine])[0].engine == "llama.cpp":  # a different loop, one request at a time
         from .llamacpp import simulate_llamacpp
         return simulate_llamacpp(drafter, target, tgt, prompts, num_speculative_tokens, max_tokens, engine, p_min,
-                                 progress)
+                                 progress, loop=llamacpp_loop)
     d = engine_drafter(drafter, engine, tgt, device)
     spec = d.model.spec
     if dims is not None and spec.head_dim is not None:  # the drafter's own KV cache (MLA's is smaller than this)

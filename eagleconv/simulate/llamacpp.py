@@ -17,6 +17,21 @@ What differs from vLLM's proposer (``eagleconv.simulate``), read in llama.cpp b1
 
 Same math as vLLM's drafter otherwise: each round is a fresh first pass over every verified row (llama.cpp
 keeps KV and rewrites the deferred boundary row, which computes the same thing).
+
+llama-server's loop (``tools/server/server-context.cpp``, the default: what users deploy) differs from
+llama-speculative-simple's, read in the same release:
+
+* the target evaluates the whole prompt and samples the first token from it (as vLLM does); the first draft is
+  made from (that token, the features of the whole prompt);
+* before each round the draft budget is ``n_draft_max = min(n_ctx - n_tokens - 2, n_remaining - 1)`` with
+  ``n_remaining = n_predict - n_gen``: at 0 or less nothing is drafted and the target decodes one token plainly
+  (no round, nothing counted); otherwise the drafter drafts K (``--spec-draft-n-max``, cut by p_min), a draft
+  shorter than ``--spec-draft-n-min`` is dropped (then also a plain step), and what is left is truncated to
+  ``n_draft_max`` (common_speculative_draft: n_min is checked *before* that truncation);
+* counters (its ``/metrics`` spec_decode_*): ``n_draft_tokens`` sums the drafts after truncation,
+  ``n_draft_verif_steps`` counts the rounds, ``n_draft_accepted`` and ``n_accepted_per_pos`` the accepted
+  drafts; generation stops once ``n_gen`` reaches ``n_predict`` (exactly ``-n`` tokens) or at an
+  end-of-generation token (the rest of that round's tokens is dropped; its acceptances still count).
 """
 
 from __future__ import annotations
@@ -132,6 +147,68 @@ def decode(tgt: Any, d: Any, ids: tuple[int, ...], prompt: list[int], K: int, n_
             return out, rounds
 
 
+def decode_server(tgt: Any, d: Any, ids: tuple[int, ...], prompt: list[int], K: int, n_predict: int, p_min: float,
+                  eog: set[int], tick: Any, n_min: int = 0, n_ctx: int | None = None) -> tuple[list[int], list[Round]]:
+    """llama-server's slot loop for one prompt (one slot, greedy): (the emitted tokens, every round).  ``n_ctx``:
+    the slot's context (None: unbounded, as when prompt + n_predict fit with room to spare)."""
+    import torch
+
+    cached = getattr(tgt, "runtime", "") == "eagleconv"
+    if cached:
+        from ..forward.kv_cache import Segment, SlotCache, target_step
+        cache = SlotCache(tgt.num_layers, len(prompt) + n_predict + 2 * K + 2)
+    seq: list[int] = []
+
+    def features(tokens: list[int], start: int) -> tuple[Any, Any]:
+        if cached:
+            [(greedy, states)] = target_step(tgt, [Segment(cache, tokens, start)], ids)
+            return greedy, states
+        greedy, full = tgt.forward(seq[:start] + tokens, d.capture)
+        return greedy[start:], torch.cat([full[i] for i in ids], -1)[start:]
+
+    greedy, aux = features(list(prompt), 0)  # the whole prompt, then its first token sampled
+    out = [int(greedy[-1])]
+    seq = [*prompt, out[0]]
+    rounds: list[Round] = []
+    tick(1)
+    if out[0] in eog or n_predict <= 1:
+        return out, rounds
+    while True:
+        n_remaining = n_predict - len(out)
+        n_draft_max = n_remaining - 1
+        if n_ctx is not None:
+            n_draft_max = min(n_ctx - (len(seq) - 1) - 2, n_draft_max)
+        draft: list[int] = []
+        top2: list[tuple[int, float, int, float]] = []
+        if n_draft_max > 0:
+            draft, top2 = draft_round(d, seq, aux, K, p_min)
+            if len(draft) < n_min:
+                draft = []
+            draft = draft[:n_draft_max]
+        greedy, new_aux = features([seq[-1], *draft], len(seq) - 1)
+        emitted: list[int] = []
+        for i, tok in enumerate(int(g) for g in greedy):
+            emitted.append(tok)
+            if i >= len(draft) or tok != draft[i]:
+                break
+        if draft:
+            rounds.append(Round(draft, len(emitted) - 1, emitted, top2))
+        stop = False
+        for tok in emitted:
+            out.append(tok)
+            if tok in eog or len(out) >= n_predict:
+                stop = True
+                break
+        seq += emitted
+        aux = torch.cat([aux, new_aux[:len(emitted)]])
+        tick(len(emitted))
+        if stop:
+            return out, rounds
+
+
+LOOPS = ("server", "simple")  # llama-server (default), llama-speculative-simple
+
+
 def llamacpp_drafter(drafter: str | Path, profile: Any, target: Any, target_dir: str | Path) -> Any:
     """The drafter as llama.cpp holds it once its converter wrote the GGUF: refused where the profile says loading
     fails; the captured layers as the converter writes them; fc_norm/norm_output off (llama.cpp has neither);
@@ -197,8 +274,10 @@ def counters(rounds: Sequence[Round]) -> Counters:
 
 
 def simulate_llamacpp(drafter: str | Path, target_dir: str | Path, tgt: Any, prompts: list[list[int]], K: int,
-                      n_predict: int, engine: str, p_min: float, progress: Any) -> Any:
-    """Every prompt through llama-speculative-simple's loop (``-n n_predict --spec-draft-n-max K --temp 0``)."""
+                      n_predict: int, engine: str, p_min: float, progress: Any, loop: str = "server") -> Any:
+    """Every prompt through llama-server's slot loop (``loop="server"``: ``n_predict`` per request,
+    ``--spec-draft-n-max K --spec-draft-n-min 0``, greedy) or llama-speculative-simple's (``loop="simple"``:
+    ``-n n_predict --spec-draft-n-max K --temp 0``)."""
     import math
 
     import torch
@@ -206,6 +285,8 @@ def simulate_llamacpp(drafter: str | Path, target_dir: str | Path, tgt: Any, pro
     from ..engines import resolve_engines
     from . import SimulateError, SimulateReport
 
+    if loop not in LOOPS:
+        raise SimulateError(f"--llamacpp-loop {loop}: one of {', '.join(LOOPS)}", code=None)
     if not 0.0 <= p_min <= 1.0:
         raise SimulateError(f"--p-min {p_min}: a probability between 0 and 1", code=None)
     profile = resolve_engines([engine])[0]
@@ -221,10 +302,18 @@ def simulate_llamacpp(drafter: str | Path, target_dir: str | Path, tgt: Any, pro
     tokens, drafts, generated, per_pos, all_rounds = [], [], [], [0] * K, []
     with torch.no_grad():
         for prompt in prompts:
-            out, rounds = decode(tgt, d, ids, prompt, K, n_predict, p_min, eog, tick)
-            tokens.append(out)
-            drafts.append([r.draft for r in rounds])
-            generated.append(counters(rounds).n_predict)
+            if loop == "server":
+                out, rounds = decode_server(tgt, d, ids, prompt, K, n_predict, p_min, eog, tick)
+                tokens.append(out)
+                # the trailing [] is the step after the last round, which drafted nothing (as vLLM's reports end
+                # with the proposal no round verified)
+                drafts.append([*(r.draft for r in rounds), []])
+                generated.append(len(out))
+            else:
+                out, rounds = decode(tgt, d, ids, prompt, K, n_predict, p_min, eog, tick)
+                tokens.append(out)
+                drafts.append([r.draft for r in rounds])
+                generated.append(counters(rounds).n_predict)
             for r in rounds:
                 for i in range(r.accepted):
                     per_pos[i] += 1
@@ -237,7 +326,17 @@ def simulate_llamacpp(drafter: str | Path, target_dir: str | Path, tgt: Any, pro
         accepted_per_position=per_pos, acceptance_length=1 + c.n_accept / with_drafts if with_drafts else math.nan,
         drafts=drafts, engine=profile.label, num_speculative_tokens=K, max_tokens=n_predict,
         target_runtime=tgt.runtime, num_generated=generated,
-        notes=[*d.notes, f"counted as llama-speculative-simple does: n_drafted {c.n_drafted}, n_accept {c.n_accept}, "
-               f"n_predict {c.n_predict} (-n {n_predict} ends once more than {n_predict} tokens were emitted, or at "
-               f"an end-of-generation token {sorted(eog)})", f"p_min {p_min} (llama.cpp's default 0.0: no early stop)"],
+        notes=[*d.notes, _count_note(loop, c, len(all_rounds), n_predict, eog),
+               f"p_min {p_min} (llama.cpp's default 0.0: no early stop)"],
     )
+
+
+def _count_note(loop: str, c: Counters, n_rounds: int, n_predict: int, eog: set[int]) -> str:
+    if loop == "server":
+        return (f"llama-server's loop (--llamacpp-loop server), counted as its /metrics: spec_decode_num_drafts "
+                f"{n_rounds}, num_draft_tokens {c.n_drafted}, num_accepted_tokens {c.n_accept} (n_predict "
+                f"{n_predict} tokens per request: the first sampled from the prompt, each draft cut to the budget "
+                f"left minus one, none at the last; or up to an end-of-generation token {sorted(eog)})")
+    return (f"llama-speculative-simple's loop (--llamacpp-loop simple), counted as it prints: n_drafted "
+            f"{c.n_drafted}, n_accept {c.n_accept}, n_predict {c.n_predict} (-n {n_predict} ends once more than "
+            f"{n_predict} tokens were emitted, or at an end-of-generation token {sorted(eog)})")

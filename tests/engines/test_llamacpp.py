@@ -125,7 +125,7 @@ torch = pytest.importorskip("torch")
 def sim():
     from eagleconv.simulate import simulate
     return simulate(PAIR / "eagle3", PAIR / "target", PROMPTS[:2], num_speculative_tokens=3, max_tokens=16,
-                    engine="llama.cpp")
+                    engine="llama.cpp", llamacpp_loop="simple")
 
 
 def test_counters_are_llamacpps(sim):
@@ -141,7 +141,7 @@ def test_counters_are_llamacpps(sim):
 def test_p_min_one_drafts_nothing_and_emits_the_same_tokens(sim):
     from eagleconv.simulate import simulate
     none = simulate(PAIR / "eagle3", PAIR / "target", PROMPTS[:2], num_speculative_tokens=3, max_tokens=16,
-                    engine="llama.cpp", p_min=1.0)
+                    engine="llama.cpp", p_min=1.0, llamacpp_loop="simple")
     assert none.num_draft_tokens == 0 and none.num_accepted_tokens == 0
     assert [t[:17] for t in none.tokens] == [t[:17] for t in sim.tokens]
 
@@ -152,6 +152,64 @@ def test_first_draft_is_made_from_the_prompts_last_token(sim):
     vllm = simulate(PAIR / "eagle3", PAIR / "target", PROMPTS[:2], num_speculative_tokens=3, max_tokens=16)
     assert [p[0][0] for p in sim.drafts] != [p[0][0] for p in vllm.drafts] or \
         [p[0][0] for p in sim.drafts] == [t[0] for t in sim.tokens]
+
+
+@pytest.fixture(scope="module")
+def server():
+    from eagleconv.simulate import simulate
+    return simulate(PAIR / "eagle3", PAIR / "target", PROMPTS, num_speculative_tokens=3, max_tokens=16,
+                    engine="llama.cpp")
+
+
+def test_server_loop_is_the_default_and_emits_exactly_n_predict(server, sim):
+    """llama-server stops once n_gen reaches n_predict; llama-speculative-simple runs past -n."""
+    assert server.num_generated == [len(t) for t in server.tokens] == [16] * len(PROMPTS)
+    assert all(n > 16 for n in sim.num_generated)
+    assert any("llama-server's loop" in n for n in server.notes)
+
+
+def test_server_loop_samples_the_first_token_from_the_prompt_as_vllm(server):
+    """The prompt is evaluated whole and its token sampled first: the tokens are the target's greedy stream, as
+    vLLM's (greedy speculative decoding never changes them), not shifted by a draft made before it."""
+    from eagleconv.simulate import simulate
+    vllm = simulate(PAIR / "eagle3", PAIR / "target", PROMPTS, num_speculative_tokens=3, max_tokens=16)
+    assert server.tokens == vllm.tokens
+    assert [p[0] for p in server.drafts] == [p[0] for p in vllm.drafts]  # the same first proposal
+
+
+def test_server_loop_cuts_each_draft_to_the_tokens_left(server):
+    """n_draft_max = n_remaining - 1: a draft never reaches past n_predict, and none is made for the last token."""
+    for out, drafts in zip(server.tokens, server.drafts):
+        assert drafts[-1] == []  # the step after the last round drafted nothing
+        cursor = 1
+        for draft in drafts[:-1]:
+            assert 1 <= len(draft) <= min(3, 16 - cursor - 1)
+            accepted = next((i for i, (a, b) in enumerate(zip(draft, out[cursor:])) if a != b), len(draft))
+            cursor += accepted + 1
+        assert cursor in (16, 15)  # ended by the last round, or one plain decode after it
+    assert any(0 < len(d) < 3 for p in server.drafts for d in p)  # the tiny pair does reach a cut draft
+    assert server.num_draft_tokens == sum(len(d) for p in server.drafts for d in p)
+    assert server.num_drafts == sum(len(p) - 1 for p in server.drafts)
+
+
+def test_server_report_is_what_measure_against_rebuilds(server, tmp_path):
+    """measure --against rebuilds the rounds from a simulate report: for the server loop its counters must come out
+    as the loop counted them (cut drafts included), or the CI comparison with llama-server would be meaningless."""
+    from eagleconv.measure.against import load_reference
+
+    path = tmp_path / "sim.json"
+    path.write_text(server.model_dump_json())
+    ref = load_reference(path, len(PROMPTS))
+    assert sum(p["num_drafts"] for p in ref.prompts) == server.num_drafts
+    assert sum(p["accepted"] for p in ref.prompts) == server.num_accepted_tokens
+    assert [sum(x) for x in zip(*(p["per_pos"] for p in ref.prompts))] == server.accepted_per_position
+
+
+def test_an_unknown_loop_is_refused():
+    from eagleconv.simulate import SimulateError, simulate
+    with pytest.raises(SimulateError, match="--llamacpp-loop spin"):
+        simulate(PAIR / "eagle3", PAIR / "target", PROMPTS[:1], max_tokens=4, engine="llama.cpp",
+                 llamacpp_loop="spin")
 
 
 def test_llamacpp_cannot_serve_is_refused(tmp_path):
