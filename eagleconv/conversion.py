@@ -534,7 +534,7 @@ def _write_gguf(report: ConvertReport, loaded: LoadedDrafter, staged: StagedFile
     if not numeric:
         report.notes.append("numeric check skipped (--no-numeric): NaN/Inf weights were not looked for")
     write_gguf(staged, header, tensors, on_bytes=on_bytes, check_values=check,
-               verify=lambda path: _verify_output(path, tensors, to, clean=clean))  # type: ignore[arg-type]
+               verify=lambda path: _verify_output(path, tensors, to, clean=clean))
     report.files_written = [Path(report.destination).name]
     report.bytes_written = sum(t.nbytes for t in tensors)
     return report

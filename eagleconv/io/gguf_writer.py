@@ -17,6 +17,7 @@ from typing import Any
 from ..errors import UsageError
 from .gguf_file import DTYPE_TO_GGML, is_gguf
 from .staging import StagedDirectory, fsync_file, write_all
+from .writer import OutputTensor
 
 class StagedFile(StagedDirectory):
     """:class:`StagedDirectory`'s staging, publishing and clean-up for one file (a ``.gguf``).
@@ -56,15 +57,9 @@ class StagedFile(StagedDirectory):
             fsync_dir(self.destination.parent)
 
 
-@dataclass(frozen=True)
-class GgufTensor:
-    """One tensor to write: GGUF name, dtype (safetensors name), row-major shape, size, and its byte writer."""
-
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-    nbytes: int
-    write: Callable[[int], None]  # appends exactly ``nbytes`` bytes to the fd
+# One tensor to write is what the safetensors writer takes: name, dtype (safetensors name), row-major shape,
+# size, and a writer appending exactly ``nbytes`` bytes to the fd.
+GgufTensor = OutputTensor
 
 
 @dataclass(frozen=True)
@@ -151,7 +146,7 @@ def write_gguf(staged_file: StagedFile, writer: Any, tensors: Sequence[GgufTenso
                     position += pad
                 tensor.write(fd)
                 if scanner is not None and tensor.dtype in SCANNED_DTYPES and tensor.nbytes:
-                    scanner.submit(tensor, position)  # type: ignore[arg-type]
+                    scanner.submit(tensor, position)
                     scanner.report(wait=False)
                 if tensor.nbytes >= WRITEBACK_MIN_BYTES:
                     writeback.start(fd, position, tensor.nbytes)
