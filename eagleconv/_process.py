@@ -30,11 +30,22 @@ def raise_on_termination(sigint: bool = False) -> None:
         return
 
     def handler(signum: int, frame: object) -> None:
+        global _received
+        _received = signum
         raise Interrupted(signum)
 
     for name in ("SIGINT", "SIGTERM", "SIGHUP") if sigint else ("SIGTERM", "SIGHUP"):
         if hasattr(signal, name) and signal.getsignal(getattr(signal, name)) != signal.SIG_IGN:
             signal.signal(getattr(signal, name), handler)
+
+
+_received: int | None = None
+
+
+def received_signal() -> int | None:
+    """The last signal raise_on_termination's handler turned into Interrupted, or None: code that runs the handler
+    inside a native library (pydantic-core building a schema) may see it come back as another exception."""
+    return _received
 
 
 def exit_on_termination() -> None:

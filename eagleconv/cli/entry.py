@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import sys
 
-from .._process import exit_on_termination, open_missing_std_streams, raise_on_termination
+import os
+
+from .._process import exit_on_termination, open_missing_std_streams, raise_on_termination, received_signal
 from ..errors import Interrupted
 
 
@@ -21,7 +23,33 @@ def main() -> None:
             stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
         except (AttributeError, ValueError):
             pass  # not a text stream (a test's replacement): it keeps its own policy
-    sys.exit(_run())
+    _exit(_run())
+
+
+def _exit(code: int | str | None) -> None:
+    """Flush and leave with ``code`` (sys.exit's meaning), without the interpreter's finalisation: it restores the
+    default signal handlers, so a SIGTERM arriving while it runs killed a finished command (-15, not 143)."""
+    if isinstance(code, str):
+        _say_line(code)
+    status = code if isinstance(code, int) else (0 if code is None else 1)
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader went away: quiet, exit 1 (README "Exit codes")
+        status = status or 1
+    except OSError as exc:  # a full stdout: one line, exit 2
+        status = _os_error(exc) if status == 0 else status
+    try:
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass  # stderr gone too: the exit status still says it
+    os._exit(status)
+
+
+def _say_line(text: str) -> None:
+    try:
+        sys.stderr.write(text + "\n")
+    except (OSError, ValueError):
+        pass
 
 
 def _run() -> int | str | None:
@@ -42,6 +70,12 @@ def _run() -> int | str | None:
     except Interrupted as exc:  # a second signal, while the first was being handled
         exit_on_termination()
         return _interrupted(exc)
+    except BaseException:  # the handler's Interrupted, come back through a native library as another exception
+        signum = received_signal()  # (pydantic-core turns it into a PanicException while building a schema)
+        if signum is None:
+            raise
+        exit_on_termination()
+        return _interrupted(Interrupted(signum))
     return 0
 
 
