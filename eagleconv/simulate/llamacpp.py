@@ -95,27 +95,40 @@ def draft_round(d: Any, tokens: Sequence[int], aux: Any, k: int, p_min: float) -
     return draft, top2
 
 
+
+class _TargetFeatures:
+    """The target for both of llama.cpp's loops: the greedy token after each of ``tokens`` (at positions start..)
+    and their captured states.  eagleconv's runtime keeps its KV cache across rounds, as llama.cpp runs its target;
+    the transformers runtime re-reads ``seq[:start]`` each time."""
+
+    def __init__(self, tgt: Any, d: Any, ids: tuple[int, ...], capacity: int):
+        self.tgt, self.d, self.ids = tgt, d, ids
+        self.cache = None
+        if getattr(tgt, "runtime", "") == "eagleconv":
+            from ..forward.kv_cache import SlotCache
+
+            self.cache = SlotCache(tgt.num_layers, capacity)
+
+    def __call__(self, seq: list[int], tokens: list[int], start: int) -> tuple[Any, Any]:
+        import torch
+
+        if self.cache is not None:
+            from ..forward.kv_cache import Segment, target_step
+
+            [(greedy, states)] = target_step(self.tgt, [Segment(self.cache, tokens, start)], self.ids)
+            return greedy, states
+        greedy, full = self.tgt.forward(seq[:start] + tokens, self.d.capture)
+        return greedy[start:], torch.cat([full[i] for i in self.ids], -1)[start:]
+
 def decode(tgt: Any, d: Any, ids: tuple[int, ...], prompt: list[int], K: int, n_predict: int, p_min: float,
            eog: set[int], tick: Any) -> tuple[list[int], list[Round]]:
     """llama-speculative-simple's main loop for one prompt: (the emitted tokens, every round).  ``ids``: the
     target layers in the drafter's order (llama.cpp concatenates them in target_layers order, repeats kept)."""
     import torch
 
-    cached = getattr(tgt, "runtime", "") == "eagleconv"  # KV kept across rounds, as llama.cpp runs its target
-    if cached:
-        from ..forward.kv_cache import Segment, SlotCache, target_step
-        cache = SlotCache(tgt.num_layers, len(prompt) + n_predict + 2 * K + 2)
-
-    def features(tokens: list[int], start: int) -> tuple[Any, Any]:
-        """The target's greedy token after each of ``tokens`` (at positions start..) and their captured states."""
-        if cached:
-            [(greedy, states)] = target_step(tgt, [Segment(cache, tokens, start)], ids)
-            return greedy, states
-        greedy, full = tgt.forward(seq[:start] + tokens, d.capture)
-        return greedy[start:], torch.cat([full[i] for i in ids], -1)[start:]
-
+    target = _TargetFeatures(tgt, d, ids, len(prompt) + n_predict + 2 * K + 2)
     seq: list[int] = []
-    _, aux = features(prompt[:-1], 0) if len(prompt) > 1 else (None, None)
+    _, aux = target(seq, prompt[:-1], 0) if len(prompt) > 1 else (None, None)
     seq = list(prompt)  # prompt_tgt + [id_last]
     out: list[int] = []
     rounds: list[Round] = []
@@ -125,7 +138,7 @@ def decode(tgt: Any, d: Any, ids: tuple[int, ...], prompt: list[int], K: int, n_
         draft, top2 = draft_round(d, seq, aux, K, p_min)
         if n_draft_max > 0:
             draft = draft[:n_draft_max]
-        greedy, new_aux = features([seq[-1], *draft], len(seq) - 1)
+        greedy, new_aux = target(seq, [seq[-1], *draft], len(seq) - 1)
         verified = [int(g) for g in greedy]
         emitted: list[int] = []
         for i, tok in enumerate(verified):
@@ -153,20 +166,9 @@ def decode_server(tgt: Any, d: Any, ids: tuple[int, ...], prompt: list[int], K: 
     the slot's context (None: unbounded, as when prompt + n_predict fit with room to spare)."""
     import torch
 
-    cached = getattr(tgt, "runtime", "") == "eagleconv"
-    if cached:
-        from ..forward.kv_cache import Segment, SlotCache, target_step
-        cache = SlotCache(tgt.num_layers, len(prompt) + n_predict + 2 * K + 2)
+    target = _TargetFeatures(tgt, d, ids, len(prompt) + n_predict + 2 * K + 2)
     seq: list[int] = []
-
-    def features(tokens: list[int], start: int) -> tuple[Any, Any]:
-        if cached:
-            [(greedy, states)] = target_step(tgt, [Segment(cache, tokens, start)], ids)
-            return greedy, states
-        greedy, full = tgt.forward(seq[:start] + tokens, d.capture)
-        return greedy[start:], torch.cat([full[i] for i in ids], -1)[start:]
-
-    greedy, aux = features(list(prompt), 0)  # the whole prompt, then its first token sampled
+    greedy, aux = target(seq, list(prompt), 0)  # the whole prompt, then its first token sampled
     out = [int(greedy[-1])]
     seq = [*prompt, out[0]]
     rounds: list[Round] = []
@@ -185,7 +187,7 @@ def decode_server(tgt: Any, d: Any, ids: tuple[int, ...], prompt: list[int], K: 
             if len(draft) < n_min:
                 draft = []
             draft = draft[:n_draft_max]
-        greedy, new_aux = features([seq[-1], *draft], len(seq) - 1)
+        greedy, new_aux = target(seq, [seq[-1], *draft], len(seq) - 1)
         emitted: list[int] = []
         for i, tok in enumerate(int(g) for g in greedy):
             emitted.append(tok)
