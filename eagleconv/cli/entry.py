@@ -15,7 +15,9 @@ from .._process import exit_on_termination, open_missing_std_streams, raise_on_t
 from ..errors import Interrupted
 
 
-def main() -> None:
+def main(hard_exit: bool = True) -> None:
+    """``hard_exit``: leave with ``os._exit`` (the executable); False raises SystemExit as ``sys.exit`` does, for a
+    caller that runs the CLI inside its own process (``eagleconv.cli.main:main``)."""
     open_missing_std_streams()
     raise_on_termination(sigint=True)
     for stream in (sys.stdout, sys.stderr):  # a path that is not UTF-8 prints escaped, never fails the output
@@ -23,10 +25,10 @@ def main() -> None:
             stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
         except (AttributeError, ValueError):
             pass  # not a text stream (a test's replacement): it keeps its own policy
-    _exit(_run())
+    _exit(_run(), hard_exit)
 
 
-def _exit(code: int | str | None) -> None:
+def _exit(code: int | str | None, hard_exit: bool = True) -> None:
     """Flush and leave with ``code`` (sys.exit's meaning), without the interpreter's finalisation: it restores the
     default signal handlers, so a SIGTERM arriving while it runs killed a finished command (-15, not 143)."""
     if isinstance(code, str):
@@ -42,6 +44,8 @@ def _exit(code: int | str | None) -> None:
         sys.stderr.flush()
     except (OSError, ValueError):
         pass  # stderr gone too: the exit status still says it
+    if not hard_exit:
+        sys.exit(status)
     os._exit(status)
 
 

@@ -150,11 +150,11 @@ from . import simulate_cmd  # noqa: E402,F401
 from . import measure_cmd  # noqa: E402,F401
 
 def main() -> None:
-    """The executable (kept here for ``eagleconv.cli.main:main``): see ``entry.main``, which sets up the process
-    before this module's imports when it is the entry point itself."""
+    """The CLI for a caller in its own process (and scripts installed before ``entry.main``): see ``entry.main``,
+    which sets up the process before this module's imports; this one ends in SystemExit, not ``os._exit``."""
     from .entry import main as run
 
-    run()
+    run(hard_exit=False)
 
 
 if __name__ == "__main__":

@@ -266,3 +266,19 @@ def test_an_error_under_json_with_a_full_stdout_or_stderr(tmp_path):
                                    stdout=subprocess.PIPE, stderr=full, text=True, env=ENV, timeout=120)
     assert no_stdout.returncode == 2 and no_stdout.stderr == f"eagleconv: error: {missing}: no such file or directory\n"
     assert no_stderr.returncode == 2 and json.loads(no_stderr.stdout)["exit_code"] == 2
+
+
+@pytest.mark.parametrize("hard_exit", [True, False])
+def test_the_executable_leaves_without_the_interpreters_finalisation(hard_exit):
+    """Finalisation restores the default signal handlers, so a SIGTERM arriving then killed a finished command
+    (-15, seen at the floors): the executable flushes and leaves with os._exit; ``eagleconv.cli.main:main``, which
+    a caller runs inside its own process, still ends in SystemExit (its atexit handlers run)."""
+    script = ("import atexit, sys\n"
+              "atexit.register(lambda: print('finalised', file=sys.stderr))\n"
+              "sys.argv = ['eagleconv', 'formats', '--json']\n"
+              "from eagleconv.cli import entry\n"
+              f"entry.main(hard_exit={hard_exit})\n")
+    result = subprocess.run([sys.executable, "-c", script], env=ENV, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)  # flushed before leaving
+    assert ("finalised" in result.stderr) is (not hard_exit), result.stderr
