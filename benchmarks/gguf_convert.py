@@ -8,8 +8,8 @@ Each pair runs `cp SRC/model.safetensors DST && sync DST` and `eagleconv convert
 --target T` (its defaults: fsync, NaN/Inf check) back to back, the order alternating, the checkpoint warm
 (read once before each command) or cold (evicted).  Peak RSS by GNU time, as bench.py measures it.
 
-    python benchmarks/gguf_convert.py --repeat 5 --json benchmarks/results/gguf-convert-warm.json
-    python benchmarks/gguf_convert.py --repeat 5 --cold --json benchmarks/results/gguf-convert-cold.json
+    python benchmarks/gguf_convert.py --repeat 5 --json benchmarks/results/gguf-convert-$(date +%F).json
+    python benchmarks/gguf_convert.py --repeat 5 --cold --json benchmarks/results/gguf-convert-cold-$(date +%F).json
 """
 
 from __future__ import annotations
