@@ -35,7 +35,9 @@ from eagleconv.synthetic import DrafterRecipe, make_drafter, make_target_config
 RUNNERS = Path(__file__).with_name("runners")
 READERS = {"speculators": "EAGLECONV_INTEROP_SPECULATORS", "tf4": "EAGLECONV_INTEROP_TF4", "tf5": "EAGLECONV_INTEROP_TF5"}
 REQUIRED = os.environ.get("EAGLECONV_INTEROP_REQUIRED") == "1"
-LAYOUTS = tuple(sorted(REGISTERED))  # every layout eagleconv writes
+# every layout eagleconv writes as a Hugging Face directory; GGUF (a file llama.cpp reads, written against a target)
+# is the llama.cpp tier's: .ci/llamacpp-parity and tests/formats/test_gguf_llamacpp_converter.py
+LAYOUTS = tuple(sorted(name for name, layout in REGISTERED.items() if not layout.needs_target))
 
 # Sources: EAGLE-3 and EAGLE-3.1 drafters, rope in transformers-5 spelling only (finding 3), a ModelOpt
 # export without t2d under a compressed vocab (finding 2), speculators' own 3.1 default (norm_before_fc).
