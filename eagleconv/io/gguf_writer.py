@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import UsageError
 from .gguf_file import DTYPE_TO_GGML, is_gguf
-from .staging import StagedDirectory, fsync_file, write_all
+from .staging import StagedDirectory, fsync_file
 from .writer import OutputTensor
 
 class StagedFile(StagedDirectory):
@@ -121,8 +121,7 @@ def write_gguf(staged_file: StagedFile, writer: Any, tensors: Sequence[GgufTenso
     read back from the staged file on a helper thread while the next is copied (as the safetensors writer
     does); ``verify(staged)`` runs before publishing.  Raising in either publishes nothing.
     """
-    from .finite import SCANNED_DTYPES
-    from .writer import WRITEBACK, WRITEBACK_MIN_BYTES, _prefetch_numpy, _Scanner, _Writeback
+    from .writer import WRITEBACK, _prefetch_numpy, _Scanner, _Writeback, write_tensors
 
     with staged_file as staged:
         writer.write_header_to_file(path=staged)
@@ -138,26 +137,8 @@ def write_gguf(staged_file: StagedFile, writer: Any, tensors: Sequence[GgufTenso
         if check_values is not None:
             _prefetch_numpy()
         try:
-            position = os.lseek(fd, 0, os.SEEK_END)
-            for tensor in tensors:
-                pad = -position % alignment
-                if pad:
-                    write_all(fd, b"\0" * pad)
-                    position += pad
-                tensor.write(fd)
-                if scanner is not None and tensor.dtype in SCANNED_DTYPES and tensor.nbytes:
-                    scanner.submit(tensor, position)
-                    scanner.report(wait=False)
-                if tensor.nbytes >= WRITEBACK_MIN_BYTES:
-                    writeback.start(fd, position, tensor.nbytes)
-                position += tensor.nbytes
-                if on_bytes:
-                    on_bytes(tensor.nbytes)
-            if scanner is not None:
-                scanner.report(wait=True)
-            actual = os.fstat(fd).st_size
-            if actual != position:
-                raise RuntimeError(f"internal error: wrote {actual} bytes to {staged.name}, expected {position}")
+            position = write_tensors(fd, tensors, os.lseek(fd, 0, os.SEEK_END), writeback, scanner, on_bytes,
+                                     alignment=alignment, shown=staged.name)
         finally:
             if scanner is not None:
                 scanner.close()  # no scan may outlive the fd

@@ -30,7 +30,7 @@ from .finite import SCANNED_DTYPES, ValueScan, scan_file_range
 from .paths import resolve_path
 from .reader import SAFETENSORS_INDEX, Checkpoint
 from .safetensors_header import build_header
-from .staging import StagedDirectory, fsync_file, write_new_file
+from .staging import StagedDirectory, fsync_file, write_all, write_new_file
 
 SINGLE_FILE = "model.safetensors"
 
@@ -289,29 +289,42 @@ class CheckpointWriter:
         scanner = _Scanner(fd, check_values) if check_values is not None else None
         try:
             os.write(fd, prefix)
-            expected = len(prefix)
-            for tensor in shard:
-                tensor.write(fd)
-                if scanner is not None and tensor.dtype in SCANNED_DTYPES and tensor.nbytes:
-                    scanner.submit(tensor, expected)
-                if tensor.nbytes >= WRITEBACK_MIN_BYTES:
-                    writeback.start(fd, expected, tensor.nbytes)
-                if scanner is not None:
-                    scanner.report(wait=False)
-                expected += tensor.nbytes
-                if on_bytes:
-                    on_bytes(tensor.nbytes)
-            if scanner is not None:
-                scanner.report(wait=True)
-            actual = os.lseek(fd, 0, os.SEEK_CUR)
-            if actual != expected:
-                raise RuntimeError(f"internal error: wrote {actual} bytes to {path.name}, expected {expected}")
+            write_tensors(fd, shard, len(prefix), writeback, scanner, on_bytes, shown=path.name)
         finally:
             if scanner is not None:
                 scanner.close()  # no scan may outlive the fd
             writeback.drain()
             os.close(fd)
 
+
+
+def write_tensors(fd: int, tensors: Sequence[OutputTensor], position: int, writeback: _Writeback,
+                  scanner: _Scanner | None, on_bytes: Callable[[int], None] | None, *, alignment: int = 1,
+                  shown: str) -> int:
+    """Append each tensor's bytes to ``fd`` from ``position`` (zero-padded to ``alignment``, as GGUF aligns its
+    data), its NaN/Inf scan submitted and its writeback started as it lands; returns the end, checked against the
+    file's size.  One loop for the safetensors shards and the GGUF file alike."""
+    for tensor in tensors:
+        pad = -position % alignment
+        if pad:
+            write_all(fd, b"\0" * pad)
+            position += pad
+        tensor.write(fd)
+        if scanner is not None and tensor.dtype in SCANNED_DTYPES and tensor.nbytes:
+            scanner.submit(tensor, position)
+        if tensor.nbytes >= WRITEBACK_MIN_BYTES:
+            writeback.start(fd, position, tensor.nbytes)
+        if scanner is not None:
+            scanner.report(wait=False)
+        position += tensor.nbytes
+        if on_bytes:
+            on_bytes(tensor.nbytes)
+    if scanner is not None:
+        scanner.report(wait=True)
+    actual = os.fstat(fd).st_size
+    if actual != position:
+        raise RuntimeError(f"internal error: wrote {actual} bytes to {shown}, expected {position}")
+    return position
 
 
 class _Scanner:
