@@ -50,8 +50,10 @@ def _exit(code: int | str | None, hard_exit: bool = True) -> None:
 
 
 def _say_line(text: str) -> None:
+    """One line on stderr, before click may be imported; a stderr gone too leaves the exit status to say it."""
     try:
         sys.stderr.write(text + "\n")
+        sys.stderr.flush()
     except (OSError, ValueError):
         pass
 
@@ -95,9 +97,5 @@ def _os_error(exc: OSError) -> int:
 
 
 def _interrupted(exc: Interrupted) -> int:
-    try:
-        sys.stderr.write(f"eagleconv: {exc}\n")
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass  # stderr gone too: the exit status still says it
+    _say_line(f"eagleconv: {exc}")
     return exc.exit_code
