@@ -137,7 +137,8 @@ def test_a_signal_at_any_moment_from_start_up(drafter, tmp_path, sig):
         if result.returncode:
             interrupted += 1
             assert result.stderr.endswith(f"eagleconv: interrupted by {signal.Signals(sig).name}\n"), result.stderr
-            assert not dst.exists()
+            # nothing, or (a signal after the rename, while the report prints) the whole output: never a part
+            assert not dst.exists() or sorted(outputs(dst)) == ["config.json", "model.safetensors"]
         else:
             assert sorted(outputs(dst)) == ["config.json", "model.safetensors"]
         assert debris(tmp_path) == []
