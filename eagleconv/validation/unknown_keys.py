@@ -185,7 +185,9 @@ def typo_fixes(layout: type[Layout], config: Mapping[str, Any]) -> dict[str, str
     out: dict[str, str] = {}
     for path in _walk(config, known):
         suggestion = _suggest(path, known)
-        if suggestion is not None and known[suggestion] in MATH_FIELDS and get_path(config, suggestion) is MISSING:
+        # a key holding a dot ("rms_norm.eps", ".rms_norm_eps") has no path to read its value back from
+        if suggestion is not None and known[suggestion] in MATH_FIELDS and get_path(config, suggestion) is MISSING \
+                and get_path(config, path) is not MISSING:
             out.setdefault(suggestion, path)
     return out
 

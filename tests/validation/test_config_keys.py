@@ -117,6 +117,18 @@ def test_lint_reports_the_typo_too(tmp_path):
     assert ec006(lint(src / "config.json"), "error")
 
 
+@pytest.mark.parametrize("written", [".rms_norm_eps", "rms_norm.eps"])
+def test_a_dotted_key_near_a_math_key_is_reported_not_a_crash(tmp_path, written):
+    """A key holding a dot has no config path; lint once fed its absent value into the AutoConfig type rules (fuzz)."""
+    src = fixture_copy("vllm-qwen3-eagle31", tmp_path)
+    cfg = read_json(src / "config.json")
+    cfg[written] = cfg.pop("rms_norm_eps")  # one key, dot and all (rename_key would nest "rms_norm.eps")
+    del cfg["num_attention_heads"]  # a missing shape field is what makes lint try the typo's correction
+    (src / "config.json").write_text(json.dumps(cfg))
+    report = lint(src / "config.json")
+    assert any(repr(written) in m for m in ec006(report, "error") + ec006(report, "warning"))
+
+
 def test_convert_refuses_a_source_with_a_misspelt_math_key(tmp_path):
     src = fixture_copy("vllm-qwen3-eagle31", tmp_path)
     rename_key(src / "config.json", "hidden_size", "hiden_size")
