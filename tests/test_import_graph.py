@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "_extras", "_process", "_text", "jsonio", "bounds", "registry", "kernels"),  # exceptions, process state, printable text, strict JSON, size bounds
     ("io",),  # safetensors headers, reader, writer, staging, hf:// parsing
     ("rope", "nn", "config_fields", "target"),  # leaves: RoPE, shared tensor math, config field models; the target's config.json
-    ("architectures",),  # one module per decoder family (drafter only for type checking)
+    ("architectures",),  # one module per decoder family (a spec read as config_fields.DecoderShape)
     ("drafter",),  # DrafterSpec, which validates itself against the architecture registry
     ("canonical",),  # canonical tensor names and shapes
     ("vocab", "verifier"),
@@ -179,6 +179,19 @@ def test_the_checks_see_a_cycle():
         graph[a].add(b)
     graph["nn"].add("forward")  # what forward/attention.py importing architectures used to do, one layer down
     assert any({"nn", "forward", "architectures"} <= set(c) for c in _cycles(graph))
+
+
+def test_architectures_never_name_the_drafter_spec():
+    """No import of ``eagleconv.drafter`` from the architectures, not even one for type checking: the hooks read a
+    spec as config_fields.DecoderShape, so the drafter (which validates itself against the registry) sits above."""
+    offenders = []
+    for name, path in _modules().items():
+        if group(name) != "architectures":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[-1] == "drafter":
+                offenders.append(f"{name}:{node.lineno}")
+    assert not offenders
 
 
 def test_io_never_imports_the_hub_or_the_layouts():

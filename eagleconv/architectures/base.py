@@ -1,4 +1,4 @@
-"""What a drafter architecture is: the decoder family a :class:`DrafterSpec` names.
+"""What a drafter architecture is: the decoder family a :class:`~eagleconv.drafter.DrafterSpec` names.
 
 An architecture is a subclass of :class:`Architecture` registered with
 ``@register`` in its own module of this package (``eagleconv.architectures.names()``
@@ -11,6 +11,9 @@ has and the example fixtures, the facts engine checks ask about and the verdicts
 it expects from them, and its attention and MLP in the reference forward.  The
 parts every EAGLE-3 drafter shares (fc, fc_norm, the three layer norms, norm,
 lm_head, d2t/t2d) are written once in :mod:`eagleconv.canonical`.
+
+The hooks read a spec through :class:`~eagleconv.config_fields.DecoderShape` (the dimensions only), so this
+package needs nothing from :mod:`eagleconv.drafter`, which validates itself against it.
 """
 
 from __future__ import annotations
@@ -20,10 +23,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
+    from ..config_fields import DecoderShape
     import torch
     from pydantic import BaseModel
 
-    from ..drafter import DrafterSpec
     from ..io.reader import TensorInfo
 
 
@@ -160,26 +163,26 @@ class Architecture:
 
     @classmethod
     def spec_fields(cls, values: Mapping[str, Any]) -> dict[str, Any]:
-        """The family's DrafterSpec keyword arguments from canonical field values."""
+        """The family's DecoderShape keyword arguments from canonical field values."""
         return {}
 
     @classmethod
-    def config_values(cls, spec: DrafterSpec) -> dict[str, Any]:
+    def config_values(cls, spec: DecoderShape) -> dict[str, Any]:
         """The family's canonical field values of ``spec``, for writing a config."""
         return {}
 
     @classmethod
-    def check_spec(cls, spec: DrafterSpec) -> None:
+    def check_spec(cls, spec: DecoderShape) -> None:
         """Raise ValueError when ``spec`` lacks what this family needs."""
 
     # -- tensors ------------------------------------------------------------------
     @classmethod
-    def attention_tensors(cls, spec: DrafterSpec, prefix: str, width: int) -> dict[str, Expected]:
+    def attention_tensors(cls, spec: DecoderShape, prefix: str, width: int) -> dict[str, Expected]:
         """Canonical ``{prefix}self_attn.*`` tensors of one layer whose input is ``width`` wide."""
         raise NotImplementedError
 
     @classmethod
-    def mlp_tensors(cls, spec: DrafterSpec, prefix: str) -> dict[str, Expected]:
+    def mlp_tensors(cls, spec: DecoderShape, prefix: str) -> dict[str, Expected]:
         """Canonical ``{prefix}mlp.*`` tensors of one layer (SwiGLU gate/up/down by default)."""
         H, I = spec.hidden_size, spec.intermediate_size
         m = prefix + "mlp."
@@ -213,7 +216,7 @@ class Architecture:
 
     # -- forward ------------------------------------------------------------------
     @classmethod
-    def attention(cls, u: torch.Tensor, pos: torch.Tensor, cache: Any, w: Any, p: str, spec: DrafterSpec, rope: Any,
+    def attention(cls, u: torch.Tensor, pos: torch.Tensor, cache: Any, w: Any, p: str, spec: DecoderShape, rope: Any,
                   ops: Any, eps: float) -> tuple[torch.Tensor, Any]:
         """The reference forward's self-attention of one decoder layer (``p`` = "layers.N.").
 
@@ -224,7 +227,7 @@ class Architecture:
         raise NotImplementedError(f"{cls.name} has no reference forward yet")
 
     @classmethod
-    def split_tensors(cls, tensors: Mapping[str, torch.Tensor], spec: DrafterSpec) -> dict[str, torch.Tensor]:
+    def split_tensors(cls, tensors: Mapping[str, torch.Tensor], spec: DecoderShape) -> dict[str, torch.Tensor]:
         """Canonical tensors rewritten as the ``equivalent`` architecture stores them (its forward must agree)."""
         raise NotImplementedError(f"{cls.name} states no equivalent architecture")
 

@@ -17,10 +17,10 @@ from . import register
 from .base import Architecture, Example, Expected, InLayout, Verdict
 
 if TYPE_CHECKING:
+    from ..config_fields import DecoderShape
     import torch
     from pydantic import BaseModel
 
-    from ..drafter import DrafterSpec
 
 
 class DeepseekMlaEagle3Config(_DecoderFields, _Eagle3Fields):
@@ -88,16 +88,16 @@ class DeepseekMla(Architecture):
         return {"num_key_value_heads": None, "head_dim": None, "mla": MlaDims(**dims)}
 
     @classmethod
-    def config_values(cls, spec: DrafterSpec) -> dict[str, Any]:
+    def config_values(cls, spec: DecoderShape) -> dict[str, Any]:
         return spec.mla.model_dump() if spec.mla is not None else {}
 
     @classmethod
-    def check_spec(cls, spec: DrafterSpec) -> None:
+    def check_spec(cls, spec: DecoderShape) -> None:
         if spec.mla is None:
             raise ValueError("MLA dimensions are required for deepseek_mla drafters and only for them")
 
     @classmethod
-    def attention_tensors(cls, spec: DrafterSpec, prefix: str, width: int) -> dict[str, Expected]:
+    def attention_tensors(cls, spec: DecoderShape, prefix: str, width: int) -> dict[str, Expected]:
         m, nh, H = spec.mla, spec.num_attention_heads, spec.hidden_size
         assert m is not None
         a = prefix + "self_attn."
@@ -141,7 +141,7 @@ class DeepseekMla(Architecture):
 
     # -- forward ------------------------------------------------------------------
     @classmethod
-    def attention(cls, u: torch.Tensor, pos: torch.Tensor, cache: Any, w: Any, p: str, spec: DrafterSpec, rope: Any,
+    def attention(cls, u: torch.Tensor, pos: torch.Tensor, cache: Any, w: Any, p: str, spec: DecoderShape, rope: Any,
                   ops: Any, eps: float) -> tuple[torch.Tensor, Any]:
         """Multi-head latent attention, expanded form (vLLM's absorbed form differs by rounding only)."""
         import torch
