@@ -245,6 +245,11 @@ class DrafterSpec(_Frozen):
         return self
 
     @property
+    def arch(self) -> type[architectures.Architecture]:
+        """The registered architecture this spec names: it owns the decoder layer (norms, attention, MLP)."""
+        return architectures.get(self.architecture)
+
+    @property
     def eagle_version(self) -> Literal["3", "3.1"]:
         return self.flags.eagle_version
 

@@ -231,6 +231,51 @@ class Architecture:
         """Canonical tensors rewritten as the ``equivalent`` architecture stores them (its forward must agree)."""
         raise NotImplementedError(f"{cls.name} states no equivalent architecture")
 
+    # -- the decoder layer: norm and MLP hooks, and the layer every forward calls -------------------------------
+    @classmethod
+    def norm_scale(cls, stored: torch.Tensor) -> torch.Tensor:
+        """What an RMSNorm multiplies by, from its stored weight: the weight itself (Llama, Qwen3, DeepSeek, Phi-3;
+        a Gemma-style ``(1 + w)`` norm returns ``1 + stored``).  Every norm of the forward reads it through this."""
+        return stored
+
+    @classmethod
+    def norm_stored(cls, scale: torch.Tensor) -> torch.Tensor:
+        """The stored weight of a norm that multiplies by ``scale`` (the inverse of :meth:`norm_scale`): what an
+        upgrade writes for a new norm, and a refit for a changed one."""
+        return scale
+
+    @classmethod
+    def unit_norm(cls, *shape: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """The stored weight that makes a norm the identity scale: what a loader leaves in an absent norm (vLLM
+        initialises RMSNorm weights to it), a new norm without calibration, and a synthetic norm's centre."""
+        import torch
+
+        return cls.norm_stored(torch.ones(*shape, dtype=dtype))
+
+    @classmethod
+    def rms_norm(cls, ops: Any, x: torch.Tensor, w: Any, name: str, eps: float) -> torch.Tensor:
+        """RMSNorm of ``x`` with the norm stored as ``name``, through the norm ops (``ops.rms_norm``)."""
+        return ops.rms_norm(x, cls.norm_scale(w.get(name)), eps)
+
+    @classmethod
+    def add_rms_norm(cls, ops: Any, x: torch.Tensor, residual: torch.Tensor, w: Any, name: str,
+                     eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """vLLM's fused residual add + RMSNorm: (norm(x + residual), x + residual)."""
+        return ops.fused_add_rms_norm(x, residual, cls.norm_scale(w.get(name)), eps)
+
+    @classmethod
+    def decoder_layer(cls, u: torch.Tensor, residual: torch.Tensor, pos: torch.Tensor, cache: Any, w: Any, p: str,
+                      spec: DecoderShape, rope: Any, ops: Any, eps: float) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        """One decoder layer after its input norm, as vLLM's: attention over ``cache``, the residual add with
+        post_attention_layernorm, the MLP.  Returns (MLP output, residual stream, new cache); the next layer's
+        input norm adds the two (:meth:`add_rms_norm`).  The drafter's forward, the native target's, and the
+        KV-cached target step all run their layers through this; what differs is the cache: None (a full pass),
+        the drafter's (keys, values, positions) or a Ragged batch of them, or the target's slots (forward.kv_cache).
+        """
+        o, cache = cls.attention(u, pos, cache, w, p, spec, rope, ops, eps)
+        h, residual = cls.add_rms_norm(ops, o, residual, w, p + "post_attention_layernorm.weight", eps)
+        return cls.mlp(h, w, p), residual, cache
+
     @classmethod
     def mlp(cls, h: torch.Tensor, w: Any, p: str) -> torch.Tensor:
         """The reference forward's MLP of one decoder layer: SwiGLU, down(silu(gate(h)) * up(h)) (vLLM: LlamaMLP)."""

@@ -155,13 +155,13 @@ class DeepseekMla(Architecture):
         dn, dr, dv = m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim
         a = p + "self_attn."
         if w.has(a + "q_a_proj.weight"):
-            q_c = ops.rms_norm(w.linear(u, a + "q_a_proj.weight"), w.get(a + "q_a_layernorm.weight"), eps)
+            q_c = cls.rms_norm(ops, w.linear(u, a + "q_a_proj.weight"), w, a + "q_a_layernorm.weight", eps)
             q = w.linear(q_c, a + "q_b_proj.weight")
         else:
             q = w.linear(u, a + "q_proj.weight")
         q = q.view(B, n, nh, dn + dr).transpose(1, 2)  # [B, nh, n, dn+dr]
         kv_c, kpe = w.linear(u, a + "kv_a_proj_with_mqa.weight").split([m.kv_lora_rank, dr], dim=-1)
-        kv_c = ops.rms_norm(kv_c, w.get(a + "kv_a_layernorm.weight"), eps)
+        kv_c = cls.rms_norm(ops, kv_c, w, a + "kv_a_layernorm.weight", eps)
         cos, sin = cos_sin(rope, dr, pos, u.dtype)
         q = torch.cat([q[..., :dn], rotate_interleaved(q[..., dn:], cos, sin)], dim=-1)
         kpe = rotate_interleaved(kpe.unsqueeze(1), cos, sin)  # [B, 1, n, dr]: one rope key shared by all heads

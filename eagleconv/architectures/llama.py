@@ -154,8 +154,8 @@ class Llama(Architecture):
         q, k, v = cls.project_qkv(u, w, a, spec)
         q, k, v = q.view(B, n, nh, d), k.view(B, n, nkv, d), v.view(B, n, nkv, d)
         if cls.qk_norm:
-            q = ops.rms_norm(q, w.get(a + "q_norm.weight"), eps)
-            k = ops.rms_norm(k, w.get(a + "k_norm.weight"), eps)
+            q = cls.rms_norm(ops, q, w, a + "q_norm.weight", eps)
+            k = cls.rms_norm(ops, k, w, a + "k_norm.weight", eps)
         cos, sin = cos_sin(rope, d, pos, u.dtype)
         q = rotate_neox(q.transpose(1, 2), cos, sin)  # [B, nh, n, d]
         k = rotate_neox(k.transpose(1, 2), cos, sin)

@@ -11,13 +11,16 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from .._extras import need
 from ..errors import FormatError, UsageError
 from .model import DraftInputs
+
+if TYPE_CHECKING:
+    from .protocols import TargetModel
 
 
 def _gen(seed: int, salt: int) -> torch.Generator:
@@ -127,6 +130,14 @@ class Target:
     def lm_head(self) -> torch.Tensor:
         return self.model.get_output_embeddings().weight.detach()
 
+    def pack_linears(self) -> bool:
+        """transformers runs its own linears: nothing to pack."""
+        return False
+
+    @property
+    def packed_weights(self) -> int:
+        return 0
+
     def run(self, prompt: Sequence[int], layer_ids: Sequence[int]) -> tuple[dict[int, torch.Tensor], int]:
         """Hidden states [T, Ht] for each hidden_state_index id, and the greedy next token."""
         return run_target(self, prompt, layer_ids)
@@ -209,7 +220,7 @@ class InputFactory:
         return cached
 
 
-def run_target(target: Any, prompt: Sequence[int], layer_ids: Sequence[int]) -> tuple[dict[int, torch.Tensor], int]:
+def run_target(target: TargetModel, prompt: Sequence[int], layer_ids: Sequence[int]) -> tuple[dict[int, torch.Tensor], int]:
     """``Target.run`` for either runtime: checked ids, then the states and the greedy next token."""
     bad = [i for i in layer_ids if not 0 <= i <= target.num_layers]
     if bad:
@@ -223,7 +234,7 @@ def run_target(target: Any, prompt: Sequence[int], layer_ids: Sequence[int]) -> 
 TARGET_RUNTIMES = ("auto", "eagleconv", "transformers")
 
 
-def open_target(directory: str | Path, runtime: str = "auto") -> Any:
+def open_target(directory: str | Path, runtime: str = "auto") -> TargetModel:
     """A runnable target: ``eagleconv`` (its own Llama/Qwen3 forward, no transformers import), ``transformers``,
     or ``auto`` (eagleconv where it runs the config exactly, else transformers; ``.fallback`` says why)."""
     if runtime not in TARGET_RUNTIMES:

@@ -133,7 +133,7 @@ def _missing_norms(spec: DrafterSpec, names: set[str]) -> dict[str, torch.Tensor
         want |= {f"fc_norm.{i}.weight": Ht for i in range(K)}
     if spec.flags.norm_before_fc and architectures.get(spec.architecture).reads_norm_before_fc:
         want["input_norm.weight"] = K * Ht
-    return {n: torch.ones(w) for n, w in want.items() if n not in names}
+    return {n: spec.arch.unit_norm(w) for n, w in want.items() if n not in names}
 
 
 def engine_forward_view(profile: Any, loaded: Any, intended: DrafterSpec, intended_ids: tuple[int, ...],

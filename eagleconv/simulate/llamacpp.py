@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engines.llamacpp import EOG_TOKEN_TEXTS
+from . import _accept
 
 
 @dataclass
@@ -140,11 +141,7 @@ def decode(tgt: Any, d: Any, ids: tuple[int, ...], prompt: list[int], K: int, n_
             draft = draft[:n_draft_max]
         greedy, new_aux = target(seq, [seq[-1], *draft], len(seq) - 1)
         verified = [int(g) for g in greedy]
-        emitted: list[int] = []
-        for i, tok in enumerate(verified):
-            emitted.append(tok)
-            if i >= len(draft) or tok != draft[i]:
-                break
+        emitted = verified[:_accept(draft, verified) + 1]  # the accepted drafts and the target's own next token
         rounds.append(Round(draft, len(emitted) - 1, emitted, top2))
         done += len(emitted)
         eos = False
@@ -188,11 +185,8 @@ def decode_server(tgt: Any, d: Any, ids: tuple[int, ...], prompt: list[int], K: 
                 draft = []
             draft = draft[:n_draft_max]
         greedy, new_aux = target(seq, [seq[-1], *draft], len(seq) - 1)
-        emitted: list[int] = []
-        for i, tok in enumerate(int(g) for g in greedy):
-            emitted.append(tok)
-            if i >= len(draft) or tok != draft[i]:
-                break
+        verified = [int(g) for g in greedy]
+        emitted = verified[:_accept(draft, verified) + 1]
         if draft:
             rounds.append(Round(draft, len(emitted) - 1, emitted, top2))
         stop = False
