@@ -23,6 +23,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
+    from ..nn.store import WeightStore
+    from ..nn.norm import NormOps
+    from ..rope.rotary import ResolvedRope
+    from ..nn.attention import LayerCache
     from ..config_fields import DecoderShape
     import torch
     from pydantic import BaseModel
@@ -216,8 +220,8 @@ class Architecture:
 
     # -- forward ------------------------------------------------------------------
     @classmethod
-    def attention(cls, u: torch.Tensor, pos: torch.Tensor, cache: Any, w: Any, p: str, spec: DecoderShape, rope: Any,
-                  ops: Any, eps: float) -> tuple[torch.Tensor, Any]:
+    def attention(cls, u: torch.Tensor, pos: torch.Tensor, cache: LayerCache | None, w: WeightStore, p: str, spec: DecoderShape, rope: ResolvedRope,
+                  ops: NormOps, eps: float) -> tuple[torch.Tensor, LayerCache]:
         """The reference forward's self-attention of one decoder layer (``p`` = "layers.N.").
 
         ``u`` [B, n, in] (layer 0: cat(embeds, hidden), 2H wide), ``pos`` [n], ``cache`` the layer's
@@ -253,19 +257,19 @@ class Architecture:
         return cls.norm_stored(torch.ones(*shape, dtype=dtype))
 
     @classmethod
-    def rms_norm(cls, ops: Any, x: torch.Tensor, w: Any, name: str, eps: float) -> torch.Tensor:
+    def rms_norm(cls, ops: NormOps, x: torch.Tensor, w: WeightStore, name: str, eps: float) -> torch.Tensor:
         """RMSNorm of ``x`` with the norm stored as ``name``, through the norm ops (``ops.rms_norm``)."""
         return ops.rms_norm(x, cls.norm_scale(w.get(name)), eps)
 
     @classmethod
-    def add_rms_norm(cls, ops: Any, x: torch.Tensor, residual: torch.Tensor, w: Any, name: str,
+    def add_rms_norm(cls, ops: NormOps, x: torch.Tensor, residual: torch.Tensor, w: WeightStore, name: str,
                      eps: float) -> tuple[torch.Tensor, torch.Tensor]:
         """vLLM's fused residual add + RMSNorm: (norm(x + residual), x + residual)."""
         return ops.fused_add_rms_norm(x, residual, cls.norm_scale(w.get(name)), eps)
 
     @classmethod
-    def decoder_layer(cls, u: torch.Tensor, residual: torch.Tensor, pos: torch.Tensor, cache: Any, w: Any, p: str,
-                      spec: DecoderShape, rope: Any, ops: Any, eps: float) -> tuple[torch.Tensor, torch.Tensor, Any]:
+    def decoder_layer(cls, u: torch.Tensor, residual: torch.Tensor, pos: torch.Tensor, cache: LayerCache | None, w: WeightStore, p: str,
+                      spec: DecoderShape, rope: ResolvedRope, ops: NormOps, eps: float) -> tuple[torch.Tensor, torch.Tensor, LayerCache]:
         """One decoder layer after its input norm, as vLLM's: attention over ``cache``, the residual add with
         post_attention_layernorm, the MLP.  Returns (MLP output, residual stream, new cache); the next layer's
         input norm adds the two (:meth:`add_rms_norm`).  The drafter's forward, the native target's, and the
@@ -277,7 +281,7 @@ class Architecture:
         return cls.mlp(h, w, p), residual, cache
 
     @classmethod
-    def mlp(cls, h: torch.Tensor, w: Any, p: str) -> torch.Tensor:
+    def mlp(cls, h: torch.Tensor, w: WeightStore, p: str) -> torch.Tensor:
         """The reference forward's MLP of one decoder layer: SwiGLU, down(silu(gate(h)) * up(h)) (vLLM: LlamaMLP)."""
         import torch.nn.functional as F
 

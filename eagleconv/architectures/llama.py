@@ -16,6 +16,10 @@ from . import register
 from .base import Architecture, Derive, Example, Expected, InLayout, Verdict, exact_div, shape_of
 
 if TYPE_CHECKING:
+    from ..nn.store import WeightStore
+    from ..nn.norm import NormOps
+    from ..rope.rotary import ResolvedRope
+    from ..nn.attention import LayerCache
     from ..config_fields import DecoderShape
     import torch
     from pydantic import BaseModel
@@ -134,15 +138,15 @@ class Llama(Architecture):
     qk_norm: ClassVar[bool] = False  # Qwen3: RMSNorm on each query and key head before RoPE
 
     @classmethod
-    def project_qkv(cls, u: torch.Tensor, w: Any, a: str, spec: DecoderShape) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def project_qkv(cls, u: torch.Tensor, w: WeightStore, a: str, spec: DecoderShape) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q [B, n, heads x head_dim], k and v [B, n, kv_heads x head_dim] of the layer input (``a`` =
         "layers.N.self_attn."): three projections here; a fused family splits one."""
         return (w.linear(u, a + "q_proj.weight", a + "q_proj.bias"), w.linear(u, a + "k_proj.weight", a + "k_proj.bias"),
                 w.linear(u, a + "v_proj.weight", a + "v_proj.bias"))
 
     @classmethod
-    def attention(cls, u: torch.Tensor, pos: torch.Tensor, cache: Any, w: Any, p: str, spec: DecoderShape, rope: Any,
-                  ops: Any, eps: float) -> tuple[torch.Tensor, Any]:
+    def attention(cls, u: torch.Tensor, pos: torch.Tensor, cache: LayerCache | None, w: WeightStore, p: str, spec: DecoderShape, rope: ResolvedRope,
+                  ops: NormOps, eps: float) -> tuple[torch.Tensor, LayerCache]:
         """GQA with neox RoPE over the drafter's KV cache (vLLM: llama_eagle3.py, LlamaAttention)."""
         from ..nn.attention import attend_cache, extend
         from ..rope.rotary import cos_sin, rotate_neox

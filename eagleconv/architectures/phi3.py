@@ -16,6 +16,7 @@ from .base import Derive, Example, Expected, InLayout, Verdict, exact_div, shape
 from .llama import Llama
 
 if TYPE_CHECKING:
+    from ..nn.store import WeightStore
     from ..config_fields import DecoderShape
     import torch
 
@@ -107,12 +108,12 @@ class Phi3(Llama):
 
     # -- forward ------------------------------------------------------------------
     @classmethod
-    def project_qkv(cls, u: torch.Tensor, w: Any, a: str, spec: DecoderShape) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def project_qkv(cls, u: torch.Tensor, w: WeightStore, a: str, spec: DecoderShape) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         q, k, v = w.linear(u, a + "qkv_proj.weight", a + "qkv_proj.bias").split(_qkv_rows(spec), dim=-1)
         return q, k, v
 
     @classmethod
-    def mlp(cls, h: torch.Tensor, w: Any, p: str) -> torch.Tensor:
+    def mlp(cls, h: torch.Tensor, w: WeightStore, p: str) -> torch.Tensor:
         import torch.nn.functional as F
 
         m = p + "mlp."

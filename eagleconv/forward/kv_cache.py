@@ -27,10 +27,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..nn.attention import Cache, Ragged, attend_grouped
+from ..nn.attention import Cache, LayerCache, Ragged, attend_grouped
 
 if TYPE_CHECKING:
     from .native_target import NativeTarget
+    from .protocols import DraftModel
 
 
 class SlotCache:
@@ -183,7 +184,7 @@ class DraftState:
         self.rows = 0  # first-pass rows cached: positions 0..rows-1
 
 
-def propose_batch(model: Any, states: Sequence[DraftState], seqs: Sequence[Sequence[int]],
+def propose_batch(model: DraftModel, states: Sequence[DraftState], seqs: Sequence[Sequence[int]],
                   new_aux: Sequence[torch.Tensor], k: int) -> list[list[int]]:
     """vLLM's proposer for one round of every request at once: k drafts per request.
 
@@ -224,7 +225,7 @@ class RaggedRows:
     def positions(self, step: int) -> torch.Tensor:
         return torch.tensor([T - 2 + step for T in self.ends])
 
-    def cache(self, cache: list[Cache | Ragged]) -> Sequence[Cache | Ragged]:
+    def cache(self, cache: list[LayerCache]) -> Sequence[LayerCache]:
         one = [1] * len(self.ends)
         return [Ragged(one, _entries(c)) for c in cache]
 
@@ -232,6 +233,6 @@ class RaggedRows:
         return x[0]
 
 
-def _entries(cache: Cache | Ragged) -> list[Cache | None]:
+def _entries(cache: LayerCache) -> list[Cache | None]:
     assert isinstance(cache, Ragged), "a pass over a Ragged cache returns one"
     return cache.entries

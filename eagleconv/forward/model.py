@@ -19,7 +19,7 @@ import torch
 from .. import architectures
 from ..drafter import DrafterSpec
 from ..errors import FindingsError
-from ..nn.attention import Cache, Ragged
+from ..nn.attention import LayerCache
 from ..rope.rotary import ResolvedRope, resolve_rope
 from .ops import NormOps, get_ops
 from .weights import BlockCache, TensorSource, Weights, stored_name
@@ -103,7 +103,7 @@ class StepOutput:
     logits: torch.Tensor  # [B, n, V] (the rows of logits_rows), -inf outside the draft vocabulary
     out: torch.Tensor  # [B, n, H] post-norm (lm_head input)
     feedback: torch.Tensor  # [B, n, H]
-    cache: list[Cache | Ragged]
+    cache: list[LayerCache]
 
 
 @dataclass
@@ -128,7 +128,7 @@ class Rows(Protocol):
 
     def positions(self, step: int) -> torch.Tensor: ...  # the step's positions
 
-    def cache(self, cache: list[Cache | Ragged]) -> Sequence[Cache | Ragged]: ...  # the last pass's -> this one's
+    def cache(self, cache: list[LayerCache]) -> Sequence[LayerCache]: ...  # the last pass's -> this one's
 
     def pick(self, x: torch.Tensor) -> torch.Tensor: ...  # a pass's [B, n, ...] -> each sequence's row [S, ...]
 
@@ -148,7 +148,7 @@ class DenseRows:
     def positions(self, step: int) -> torch.Tensor:
         return torch.tensor([self.T - 2 + step])
 
-    def cache(self, cache: list[Cache | Ragged]) -> Sequence[Cache | Ragged]:
+    def cache(self, cache: list[LayerCache]) -> Sequence[LayerCache]:
         return cache
 
     def pick(self, x: torch.Tensor) -> torch.Tensor:
@@ -231,7 +231,7 @@ class Drafter:
         return w.linear(a, "fc.weight", "fc.bias", keep=False)  # once per draft: caching it would crowd out the layers
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, hidden: torch.Tensor,
-                cache: Sequence[Cache | Ragged | None] | None = None,
+                cache: Sequence[LayerCache | None] | None = None,
                 logits_rows: slice | torch.Tensor = slice(None)) -> StepOutput:
         """One drafter pass: ids [B, n], positions [n], hidden [B, n, H] (combined features or fed-back state).
 
@@ -243,7 +243,7 @@ class Drafter:
         spec, w, ops, eps, arch = self.spec, self.w, self.ops, self.eps, self.arch
         hidden = hidden.to(device=self.device, dtype=self.dtype)
         positions = positions.to(self.device)
-        new_cache: list[Cache | Ragged] = []
+        new_cache: list[LayerCache] = []
         m = res = None
         for j in range(spec.num_hidden_layers):
             p = f"layers.{j}."
@@ -282,7 +282,7 @@ class Drafter:
             toks, logits, fbs = self.recurse(r.logits[:, -1], r.feedback[:, -1], r.cache, steps, DenseRows(T), on_step)
         return DraftResult(toks, logits, fbs, r.logits)
 
-    def recurse(self, logits: torch.Tensor, feedback: torch.Tensor, cache: list[Cache | Ragged], steps: int,
+    def recurse(self, logits: torch.Tensor, feedback: torch.Tensor, cache: list[LayerCache], steps: int,
                 rows: Rows, on_step: Callable[[int], None] | None = None
                 ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
         """vLLM's proposer after its first pass: steps 2..``steps``, each embedding the previous draft token at the

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     import torch
 
     from ..drafter import DrafterSpec
-    from ..nn.attention import Cache, Ragged
+    from ..nn.attention import LayerCache
     from .model import DraftInputs, DraftResult, Rows, StepOutput
 
 
@@ -58,10 +58,10 @@ class DraftModel(Protocol):
     def combine(self, aux: torch.Tensor) -> torch.Tensor: ...
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, hidden: torch.Tensor,
-                cache: Sequence[Cache | Ragged | None] | None = None,
+                cache: Sequence[LayerCache | None] | None = None,
                 logits_rows: slice | torch.Tensor = slice(None)) -> StepOutput: ...
 
-    def recurse(self, logits: torch.Tensor, feedback: torch.Tensor, cache: list[Cache | Ragged], steps: int,
+    def recurse(self, logits: torch.Tensor, feedback: torch.Tensor, cache: list[LayerCache], steps: int,
                 rows: Rows, on_step: Callable[[int], None] | None = None
                 ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]: ...
 

@@ -40,10 +40,16 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..engines.llamacpp import EOG_TOKEN_TEXTS
 from . import _accept
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..forward.protocols import TargetModel
+    from . import EngineDrafter, SimulateReport
 
 
 @dataclass
@@ -77,7 +83,8 @@ def eog_ids(target_dir: str | Path) -> set[int]:
     return out
 
 
-def draft_round(d: Any, tokens: Sequence[int], aux: Any, k: int, p_min: float) -> tuple[list[int], list[Any]]:
+def draft_round(d: EngineDrafter, tokens: Sequence[int], aux: Any, k: int, p_min: float
+                ) -> tuple[list[int], list[tuple[int, float, int, float]]]:
     """common_speculative_impl_draft_eagle3::draft: K greedy steps, stopping where top-10 softmax p < p_min."""
     import torch
 
@@ -96,32 +103,32 @@ def draft_round(d: Any, tokens: Sequence[int], aux: Any, k: int, p_min: float) -
     return draft, top2
 
 
-
 class _TargetFeatures:
     """The target for both of llama.cpp's loops: the greedy token after each of ``tokens`` (at positions start..)
     and their captured states.  eagleconv's runtime keeps its KV cache across rounds, as llama.cpp runs its target;
     the transformers runtime re-reads ``seq[:start]`` each time."""
 
-    def __init__(self, tgt: Any, d: Any, ids: tuple[int, ...], capacity: int):
+    def __init__(self, tgt: TargetModel, d: EngineDrafter, ids: tuple[int, ...], capacity: int):
+        from ..forward.kv_cache import SlotCache
+        from ..forward.native_target import NativeTarget
+
         self.tgt, self.d, self.ids = tgt, d, ids
-        self.cache = None
-        if getattr(tgt, "runtime", "") == "eagleconv":
-            from ..forward.kv_cache import SlotCache
+        self.native = tgt if isinstance(tgt, NativeTarget) else None
+        self.cache = SlotCache(tgt.num_layers, capacity) if self.native is not None else None
 
-            self.cache = SlotCache(tgt.num_layers, capacity)
-
-    def __call__(self, seq: list[int], tokens: list[int], start: int) -> tuple[Any, Any]:
+    def __call__(self, seq: list[int], tokens: list[int], start: int) -> tuple[torch.Tensor, torch.Tensor]:
         import torch
 
-        if self.cache is not None:
+        if self.native is not None and self.cache is not None:
             from ..forward.kv_cache import Segment, target_step
 
-            [(greedy, states)] = target_step(self.tgt, [Segment(self.cache, tokens, start)], self.ids)
+            [(greedy, states)] = target_step(self.native, [Segment(self.cache, tokens, start)], self.ids)
             return greedy, states
         greedy, full = self.tgt.forward(seq[:start] + tokens, self.d.capture)
         return greedy[start:], torch.cat([full[i] for i in self.ids], -1)[start:]
 
-def decode(tgt: Any, d: Any, ids: tuple[int, ...], prompt: list[int], K: int, n_predict: int, p_min: float,
+
+def decode(tgt: TargetModel, d: EngineDrafter, ids: tuple[int, ...], prompt: list[int], K: int, n_predict: int, p_min: float,
            eog: set[int], tick: Any) -> tuple[list[int], list[Round]]:
     """llama-speculative-simple's main loop for one prompt: (the emitted tokens, every round).  ``ids``: the
     target layers in the drafter's order (llama.cpp concatenates them in target_layers order, repeats kept)."""
@@ -157,7 +164,7 @@ def decode(tgt: Any, d: Any, ids: tuple[int, ...], prompt: list[int], K: int, n_
             return out, rounds
 
 
-def decode_server(tgt: Any, d: Any, ids: tuple[int, ...], prompt: list[int], K: int, n_predict: int, p_min: float,
+def decode_server(tgt: TargetModel, d: EngineDrafter, ids: tuple[int, ...], prompt: list[int], K: int, n_predict: int, p_min: float,
                   eog: set[int], tick: Any, n_min: int = 0, n_ctx: int | None = None) -> tuple[list[int], list[Round]]:
     """llama-server's slot loop for one prompt (one slot, greedy): (the emitted tokens, every round).  ``n_ctx``:
     the slot's context (None: unbounded, as when prompt + n_predict fit with room to spare)."""
@@ -205,7 +212,8 @@ def decode_server(tgt: Any, d: Any, ids: tuple[int, ...], prompt: list[int], K: 
 LOOPS = ("server", "simple")  # llama-server (default), llama-speculative-simple
 
 
-def llamacpp_drafter(drafter: str | Path, profile: Any, target: Any, target_dir: str | Path) -> Any:
+def llamacpp_drafter(drafter: str | Path, profile: Any, target: TargetModel, target_dir: str | Path
+                     ) -> tuple[EngineDrafter, tuple[int, ...]]:
     """The drafter as llama.cpp holds it once its converter wrote the GGUF: refused where the profile says loading
     fails; the captured layers as the converter writes them; fc_norm/norm_output off (llama.cpp has neither);
     without d2t the draft vocab is the target's; absent embeddings and output projection are the target's."""
@@ -269,8 +277,9 @@ def counters(rounds: Sequence[Round]) -> Counters:
                     n_accept=sum(r.accepted for r in rounds))
 
 
-def simulate_llamacpp(drafter: str | Path, target_dir: str | Path, tgt: Any, prompts: list[list[int]], K: int,
-                      n_predict: int, engine: str, p_min: float, progress: Any, loop: str = "server") -> Any:
+def simulate_llamacpp(drafter: str | Path, target_dir: str | Path, tgt: TargetModel, prompts: list[list[int]], K: int,
+                      n_predict: int, engine: str, p_min: float, progress: Any, loop: str = "server"
+                      ) -> SimulateReport:
     """Every prompt through llama-server's slot loop (``loop="server"``: ``n_predict`` per request,
     ``--spec-draft-n-max K --spec-draft-n-min 0``, greedy) or llama-speculative-simple's (``loop="simple"``:
     ``-n n_predict --spec-draft-n-max K --temp 0``)."""
