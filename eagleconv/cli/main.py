@@ -9,7 +9,7 @@ Nothing here imports torch, so ``--help`` and ``inspect`` stay fast.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 import click
 
@@ -123,13 +123,21 @@ def schema(ctx: click.Context, out: str) -> None:
     run_command(ctx, False, body)
 
 
+class _LayoutRow(TypedDict):
+    name: str
+    producer: str
+    description: str
+    architectures: list[str]
+    aux_layer_convention: str
+
+
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def formats(as_json: bool) -> None:
     """List the checkpoint layouts eagleconv reads and writes."""
     from ..formats import LAYOUTS
 
-    rows: list[dict[str, Any]] = [{"name": layout.name, "producer": layout.producer, "description": layout.description,
+    rows: list[_LayoutRow] = [{"name": layout.name, "producer": layout.producer, "description": layout.description,
              "architectures": sorted(layout.architectures), "aux_layer_convention": layout.aux_convention}
             for layout in LAYOUTS.values()]
     if as_json:
