@@ -119,7 +119,7 @@ class GgufHeader:
 
 
 class _Cursor:
-    def __init__(self, data: Any, path: Path):
+    def __init__(self, data: memoryview, path: Path):
         self.data, self.pos, self.path = data, 0, path
 
     def take(self, fmt: str) -> Any:
@@ -132,7 +132,7 @@ class _Cursor:
         self.pos += size
         return value
 
-    def string(self, decode: bool = True) -> Any:
+    def string(self, decode: bool = True) -> Any:  # str, bytes where not UTF-8, None when not decoded
         n = self.take("<Q")
         if self.pos + n > len(self.data):
             raise FormatError(f"not a readable GGUF file: a string of {n} bytes at byte {self.pos} runs past the end",
@@ -146,12 +146,12 @@ class _Cursor:
         except UnicodeDecodeError:
             return bytes(raw)
 
-    def strings(self, count: int, decode: bool) -> Any:
+    def strings(self, count: int, decode: bool) -> list[str] | list[bytes] | int:
         """``count`` strings (bytes where not UTF-8) in one tight loop: a vocabulary has 10^5 of them."""
         import struct
 
         unpack, data, pos, end = struct.Struct("<Q").unpack_from, self.data, self.pos, len(self.data)
-        out: list[Any] = []
+        out: list[bytes] = []
         for _ in range(count):
             if pos + 8 > end:
                 break
