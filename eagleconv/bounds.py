@@ -18,7 +18,6 @@ import stat
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from .errors import UnsafeInputError
 
@@ -64,7 +63,7 @@ def _is_aux_list(key: str) -> bool:
     return key.endswith("layer_ids") or key in ("aux_hidden_state_layer_ids", "eagle_aux_hidden_state_layer_ids")
 
 
-def _walk(config: Mapping[str, Any], path: str = "") -> Iterator[tuple[str, str, Any]]:
+def _walk(config: Mapping[str, object], path: str = "") -> Iterator[tuple[str, str, object]]:
     """(dotted path, key, value) for every key of ``config`` and its nested objects (depth bounded by jsonio)."""
     for key, value in config.items():
         if not isinstance(key, str):
@@ -88,7 +87,7 @@ class ConfigSizes:
     tensor_names: int = 0
 
 
-def check_config(config: Mapping[str, Any], source: str | Path | None = None) -> ConfigSizes:
+def check_config(config: Mapping[str, object], source: str | Path | None = None) -> ConfigSizes:
     """Refuse a config (drafter or target) whose stated sizes are over the limits; what it implies otherwise.
 
     Every integer field that sizes something is bounded by name at any depth (speculators'
