@@ -46,7 +46,8 @@ class Block:
     @property
     def id(self) -> str:
         slug = re.sub(r"[^a-z0-9]+", "-", self.heading.lower()).strip("-") or "top"
-        return f"{self.page.relative_to(REPO)}:{slug}:{self.nth}"
+        page = self.page.relative_to(REPO) if self.page.is_relative_to(REPO) else self.page.name
+        return f"{page}:{slug}:{self.nth}"
 
 
 def blocks(page: Path) -> list[Block]:
