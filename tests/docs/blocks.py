@@ -6,7 +6,7 @@ The conventions a page follows so that its examples run (docs/README.md states t
   other fence (```text, ```yaml, a bare ```) is output or a file's content and is not run.
 - An HTML comment on the line before the fence, ``<!-- needs: NAME[, NAME...] -->``, names what the block needs
   beyond the suite: ``vllm``, ``llama.cpp``, ``smollm2`` (the real pair, as ``$PAIR``), ``hub`` (the loopback
-  Hub), ``server`` (a served drafter to ask), ``gpu``, ``ci`` (the block is one of ``.ci/run``'s own steps).
+  Hub), ``server`` (starts or asks a long-running server), ``gpu``, ``ci`` (the block is one of ``.ci/run``'s own steps).
   A block with no marker must run everywhere the suite runs.
 - Blocks run in a fresh directory holding ``fixtures/`` (and ``benchmarks/``, ``.ci/``, ``tests/``) of the
   repository; ``/tmp/`` in a block means a ``tmp/`` folder there.  The blocks of one page share that directory

@@ -48,7 +48,7 @@ def _missing(need: str) -> str | None:
     if need == "gpu":
         return None if _gpu() else "needs a CUDA GPU"
     if need == "server":
-        return "needs a running vLLM or llama-server to ask (.ci/measure-servers runs this against real ones)"
+        return "starts or asks a long-running vLLM or llama-server (.ci/measure-servers runs real ones)"
     if need == "ci":
         return "one of .ci/run's own steps: CI runs it there"
     return None  # hub: the loopback Hub of tests/support/fake_hub.py is always here
