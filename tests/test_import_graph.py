@@ -4,7 +4,7 @@ Every ``import`` in eagleconv is read with ``ast`` (top-level and inside functio
 ``if TYPE_CHECKING:`` ones, which never run), resolved to the module it loads, and grouped:
 a subpackage (``eagleconv.io``, ``eagleconv.hub``...) or a top-level module (``eagleconv.drafter``)
 is one group.  A group may import only from its own layer or the layers below it (``LAYERS``,
-written out in the README's "Layout of the code"), and the groups' graph has no cycle.
+written out in docs/architecture.md), and the groups' graph has no cycle.
 
 The same file holds the other structural rule of issue 16: no code classifies a finding by its
 message text (a finding's ``effect`` and ``runner`` are data).
@@ -122,7 +122,7 @@ RANK = {g: i for i, layer in enumerate(LAYERS) for g in layer}
 
 def test_every_group_has_a_layer():
     assert {g for edge in edges() for g in edge} | {group(m) for m in _modules()} <= set(RANK), \
-        "a new package or top-level module: add it to LAYERS (and to the README's layer order)"
+        "a new package or top-level module: add it to LAYERS (and to docs/architecture.md's layer order)"
 
 
 def test_imports_only_look_down():
