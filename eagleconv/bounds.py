@@ -6,7 +6,7 @@ One config line (``"num_hidden_layers": 1000000000``) used to make ``validate`` 
 and every command that allocates from one (``simulate``: :func:`check_decode`; ``upgrade --calibration``, the
 prompts files: :data:`MAX_INPUT_BYTES`) calls in here first.  Over a limit below, or over the memory this machine
 can give the process, is one :class:`~eagleconv.errors.UnsafeInputError` naming the file and the field: exit 2,
-nothing allocated.  The limits are documented in the README's Security section; each is far above any published
+nothing allocated.  The limits are documented in docs/security.md; each is far above any published
 model (noted beside it), so no real checkpoint meets one.
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .errors import UnsafeInputError
 
-# -- the limits (README: Security) --------------------------------------------------------------------------------
+# -- the limits (docs/security.md) --------------------------------------------------------------------------------
 MAX_LAYERS = 1024  # num_hidden_layers and the like; the deepest published decoder has 126 (Llama 3.1 405B)
 MAX_HEADS = 4096  # attention and KV heads; 128 published
 MAX_DIM = 1 << 20  # hidden, intermediate, head and LoRA dims; 53,248 published (Llama 3.1 405B's MLP)
@@ -110,7 +110,7 @@ def check_config(config: Mapping[str, object], source: str | Path | None = None)
             continue
         bound = _limit_of(key)
         if bound is not None and value > bound[0]:
-            raise refuse(f"{where} = {value} is over eagleconv's limit of {bound[0]} {bound[1]} (README: Security)",
+            raise refuse(f"{where} = {value} is over eagleconv's limit of {bound[0]} {bound[1]} (docs/security.md)",
                          source)
         if bound is not None and bound[1] == "layers":
             layers = max(layers, value)
@@ -180,7 +180,7 @@ def check_file_size(path: str | Path, what: str, limit: int = MAX_PROMPTS_BYTES)
     except OSError:
         return 0  # the reader reports it, naming the file
     if stat.S_ISREG(st.st_mode) and st.st_size > limit:
-        raise refuse(f"{what} is {_size(st.st_size)}, over eagleconv's limit of {_size(limit)} (README: Security)", p)
+        raise refuse(f"{what} is {_size(st.st_size)}, over eagleconv's limit of {_size(limit)} (docs/security.md)", p)
     return st.st_size
 
 
@@ -190,7 +190,7 @@ def read_capped(path: str | Path, what: str, limit: int = MAX_PROMPTS_BYTES) -> 
     with open(path, "rb") as fh:
         data = fh.read(limit + 1)
     if len(data) > limit:
-        raise refuse(f"{what} holds more than eagleconv's limit of {_size(limit)} (README: Security)", path)
+        raise refuse(f"{what} holds more than eagleconv's limit of {_size(limit)} (docs/security.md)", path)
     return data
 
 
