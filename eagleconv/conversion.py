@@ -26,7 +26,10 @@ from .drafter import EAGLE31_FLAGS, AuxConvention, AuxLayers, DrafterSpec, Verif
 from .errors import ArgumentTypeError, ConversionError, FindingsError, UsageError
 from .formats import get_layout
 from .canonical import layer_indices
-from .formats.base import MISSING, Layout, get_path, rename, write_config
+from .formats.base import Layout
+from .formats.fields import MISSING, get_path
+from .formats.renames import rename
+from .formats.writing import write_config
 from .io.finite import ValueScan
 from .io.hub_paths import local_path
 from .io.reader import is_state_dict, require_source

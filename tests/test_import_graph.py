@@ -28,7 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("rope", "nn", "config_fields", "target"),  # leaves: RoPE, shared tensor math, config field models; the target's config.json
     ("architectures",),  # one module per decoder family (drafter only for type checking)
     ("drafter",),  # DrafterSpec, which validates itself against the architecture registry
-    ("canonical",),  # canonical tensor names and shapes
+    ("canonical", "config_types"),  # canonical tensor names and shapes; the JSON type rules of config values
     ("vocab", "verifier"),
     ("report",),  # the typed reports and Finding
     ("formats",),  # one module per layout
