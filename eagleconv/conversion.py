@@ -33,7 +33,7 @@ from .formats.writing import write_config
 from .io.finite import ValueScan
 from .io.hub_paths import local_path
 from .io.reader import is_state_dict, require_source
-from .io.staging import write_all
+from .io.durable import write_all
 from .io.gguf_writer import GgufTensor, StagedFile, write_gguf
 from .io.writer import CheckpointWriter, OutputTensor, check_not_overlapping
 from .gguf_output import gguf_tensors, metadata as gguf_metadata, require_target

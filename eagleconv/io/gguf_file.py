@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import FormatError, UnsafeInputError
 from .reader import Checkpoint, TensorInfo, _identity, _Location
-from .staging import write_all
+from .durable import write_all
 
 if TYPE_CHECKING:
     import numpy as np
