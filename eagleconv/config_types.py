@@ -2,7 +2,7 @@
 
 Validation rules, moved out of ``formats/base.py`` (issue 26).  They sit below the layouts rather than in
 :mod:`eagleconv.validation` because a layout's reader applies them while it reads a config
-(:func:`eagleconv.formats.reading.type_problems`: a mistyped value is an EC005 error there, before any
+(:func:`eagleconv.formats.base.reading.type_problems`: a mistyped value is an EC005 error there, before any
 spec is built), and ``unknown_keys`` asks them which fields are integers, flags or id lists.  Data and pure
 functions over a config mapping; no layout, no I/O.
 """
@@ -15,6 +15,7 @@ from typing import Any
 
 from . import architectures
 
+# The fields that size a tensor: integers, and never defaulted silently (formats.base.reading notes each it derives).
 SHAPE_FIELDS = (
     "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size",
     "vocab_size", "draft_vocab_size", "target_hidden_size", "num_aux_hidden_states",

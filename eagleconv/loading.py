@@ -15,7 +15,7 @@ from .drafter import AuxConvention, DrafterSpec
 from .errors import AmbiguousLayoutError, EagleconvError, FindingsError, UsageError
 from .formats import detect_layout, get_layout, read_drafter
 from .formats.base import Layout
-from .formats.reading import ReadResult, read_fields
+from .formats.base.reading import ReadResult, read_fields
 from .io.reader import SAFETENSORS_INDEX, Checkpoint, open_checkpoint, open_source
 from .io.staging import not_a_checkpoint
 from .bounds import check_config

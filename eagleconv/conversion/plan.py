@@ -17,9 +17,9 @@ from ..drafter import EAGLE31_FLAGS, AuxConvention, AuxLayers, DrafterSpec, Veri
 from ..errors import ConversionError, FindingsError, UsageError
 from ..formats import get_layout
 from ..formats.base import Layout
-from ..formats.fields import MISSING, get_path
-from ..formats.renames import rename
-from ..formats.writing import write_config
+from ..formats.base.fields import MISSING, get_path
+from ..formats.base.renames import rename
+from ..formats.base.writing import write_config
 from ..io.durable import write_all
 from ..io.writer import OutputTensor
 from ..loading import LoadedDrafter

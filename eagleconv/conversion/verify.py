@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..errors import ConversionError
 from ..formats import get_layout
-from ..formats.renames import rename
+from ..formats.base.renames import rename
 from ..io.finite import ValueScan
 from ..io.writer import OutputTensor
 from ..loading import load_drafter

@@ -16,9 +16,9 @@ from typing import Any
 from ..errors import AmbiguousLayoutError, FormatError, UsageError
 from ..registry import import_entries, registrar
 from .base import Layout, Seen, bind_architectures
-from .reading import ReadResult, read_drafter
-from .renames import DDP_HINT, ddp_prefixed
-from .writing import write_config
+from .base.reading import ReadResult, read_drafter
+from .base.renames import DDP_HINT, ddp_prefixed
+from .base.writing import write_config
 
 LAYOUTS: dict[str, type[Layout]] = {}
 

@@ -15,7 +15,7 @@ from typing import Any
 from ..drafter import DrafterSpec, Verifier
 from . import register
 from .base import Seen, ConfigField, Layout, SameAs, get_path, hf_fields
-from .speculators_config import (  # noqa: F401 - the config model, importable from here as before issue 26
+from .base.speculators_config import (  # noqa: F401 - the config model, importable from here as before issue 26
     SpeculatorsConfigBlock, SpeculatorsEagle3Config, SpeculatorsProposal, SpeculatorsVerifier,
 )
 

@@ -1,16 +1,16 @@
 """The config model of vLLM speculators' format: the one layout whose config.json has a schema of its own.
 
-Apart from the layout (issue 26) so that reading a config (:func:`eagleconv.formats.reading.config_model_for`)
+Apart from the layout (issue 26) so that reading a config (:func:`eagleconv.formats.base.reading.config_model_for`)
 can check it against this schema without importing the layout module, which registers itself through the
-package and so would close an import cycle.
+package and so would close an import cycle.  Under ``base/`` because every module of ``formats/`` is a layout.
 """
 
 from __future__ import annotations
 
 from pydantic import Field, PositiveInt
 
-from ..architectures.llama import LlamaDecoderFields
-from ..config_fields import _Config, _Eagle3Fields
+from ...architectures.llama import LlamaDecoderFields
+from ...config_fields import _Config, _Eagle3Fields
 
 
 class SpeculatorsVerifier(_Config):

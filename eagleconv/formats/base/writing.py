@@ -1,6 +1,6 @@
 """Writing a :class:`DrafterSpec` back out as a layout's config.json.
 
-Split from ``formats/base.py`` (issue 26): the inverse of :mod:`eagleconv.formats.reading`.  Every synonym
+Split from ``formats/base.py`` (issue 26): the inverse of :mod:`eagleconv.formats.base.reading`.  Every synonym
 path the layout lists is written, aux ids in the layout's numbering, unread keys carried back to the
 decoder location, and the provenance stamp that lets detection recognise eagleconv's own output.
 """
@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .. import architectures
-from ..drafter import DrafterSpec
-from ..io.dtypes import CONFIG_DTYPE_NAMES
+from ... import architectures
+from ...drafter import DrafterSpec
+from ...io.dtypes import CONFIG_DTYPE_NAMES
 from .fields import MISSING, get_path, set_path
 
 if TYPE_CHECKING:
-    from .base import Layout
+    from . import Layout
 
 def spec_values(layout: type[Layout], spec: DrafterSpec) -> dict[str, Any]:
     """Canonical field values of ``spec`` as ``layout`` writes them (aux ids in its convention)."""

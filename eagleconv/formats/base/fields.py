@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .. import architectures
+from ... import architectures
 
 @dataclass(frozen=True)
 class ConfigField:

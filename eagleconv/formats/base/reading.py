@@ -15,20 +15,20 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
-from .. import architectures
-from ..architectures.base import Architecture, exact_div as _exact_div, shape_of as _shape
-from ..canonical import FC_NORM_NAME, layer_indices
-from ..config_types import SHAPE_FIELDS, TOP_LEVEL_TYPES, transformers_type_problems, wanted as _wanted
-from ..drafter import AuxConvention, AuxLayers, DrafterSpec, EagleFlags, Rope
-from ..io.dtypes import CONFIG_DTYPE_NAMES
-from ..io.reader import TensorInfo
-from ..rope import ROPE_KEYS, both_spellings
+from ... import architectures
+from ...architectures.base import Architecture, exact_div as _exact_div, shape_of as _shape
+from ...canonical import FC_NORM_NAME, layer_indices
+from ...config_types import SHAPE_FIELDS, TOP_LEVEL_TYPES, transformers_type_problems, wanted as _wanted
+from ...drafter import AuxConvention, AuxLayers, DrafterSpec, EagleFlags, Rope
+from ...io.dtypes import CONFIG_DTYPE_NAMES
+from ...io.reader import TensorInfo
+from ...rope import ROPE_KEYS, both_spellings
 from .fields import MISSING, FromArchitecture, SameAs, get_path
 from .renames import map_names, rename
 from .speculators_config import SpeculatorsEagle3Config
 
 if TYPE_CHECKING:
-    from .base import Layout
+    from . import Layout
 
 @dataclass
 class ReadResult:

@@ -3,16 +3,18 @@
 A layout (``specforge``, ``vllm``, ``speculators``...) is a subclass of
 :class:`Layout` whose class attributes are data, registered with
 ``@register``.  The generic machinery lives beside it, one job to a module
-(issue 26): tensor renames (:mod:`~eagleconv.formats.renames`), config field
-tables (:mod:`~eagleconv.formats.fields`), reading a config into a
-:class:`DrafterSpec` (:mod:`~eagleconv.formats.reading`: config value, else
+(issue 26): tensor renames (:mod:`~eagleconv.formats.base.renames`), config field
+tables (:mod:`~eagleconv.formats.base.fields`), reading a config into a
+:class:`DrafterSpec` (:mod:`~eagleconv.formats.base.reading`: config value, else
 exactly derived from tensor shapes, else the layout's own documented default;
 each non-config value is reported), writing a spec back out as a config
-(:mod:`~eagleconv.formats.writing`), and the JSON type rules
-(:mod:`eagleconv.config_types`).  This module keeps what a layout module
-imports, so a layout (ours or an entry point's) needs only
-``from eagleconv.formats.base import ...``; every name it held before the
-split stays importable from here.
+(:mod:`~eagleconv.formats.base.writing`), and the JSON type rules
+(:mod:`eagleconv.config_types`).  They are modules of this package, not of
+``formats/``, because every module of ``formats/`` but ``base`` is a layout
+(``registry.entry_modules``: the CLI lists ``--to``/``--from`` from the file
+names).  ``__init__`` keeps what a layout module imports, so a layout (ours or
+an entry point's) needs only ``from eagleconv.formats.base import ...``; every
+name ``formats/base.py`` held before the split stays importable from here.
 """
 
 from __future__ import annotations
@@ -22,12 +24,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from .. import architectures
-from ..drafter import AuxConvention, DrafterSpec, EagleFlags
+from ... import architectures
+from ...drafter import AuxConvention, DrafterSpec, EagleFlags
 from .fields import ConfigField, hf_fields
 
 # The names this module held before issue 26's split, re-exported for their old import path.
-from ..config_types import (  # noqa: F401
+from ...config_types import (  # noqa: F401
     BOOL_FIELDS, HEADS_DIVIDE_HIDDEN, INT_FIELDS, INT_LIST_FIELDS, LAYER_TYPES, SHAPE_FIELDS, TOP_LEVEL_TYPES,
     TORCH_DTYPE_NAMES, TRANSFORMERS_MODEL_TYPES, TRANSFORMERS_TYPES, transformers_type_problems,
 )

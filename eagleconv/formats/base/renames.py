@@ -14,10 +14,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..canonical import CANONICAL_NAME
+from ...canonical import CANONICAL_NAME
 
 if TYPE_CHECKING:
-    from .base import Layout
+    from . import Layout
 
 _PLACEHOLDER = re.compile(r"\{(n|rest)\}")
 
