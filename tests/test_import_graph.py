@@ -1,10 +1,11 @@
-"""The package's import graph: layers that only look down, and no cycle between packages.
+"""The package's import graph: layers that only look down, no cycle between packages or inside one.
 
 Every ``import`` in eagleconv is read with ``ast`` (top-level and inside functions; not the
 ``if TYPE_CHECKING:`` ones, which never run), resolved to the module it loads, and grouped:
 a subpackage (``eagleconv.io``, ``eagleconv.hub``...) or a top-level module (``eagleconv.drafter``)
 is one group.  A group may import only from its own layer or the layers below it (``LAYERS``,
-written out in docs/architecture.md), and the groups' graph has no cycle.
+written out in docs/architecture.md), and the groups' graph has no cycle.  Inside a group,
+the modules' graph has no cycle either (``KNOWN_CYCLES``: the ones issue 26 leaves to other branches).
 
 The same file holds the other structural rule of issue 16: no code classifies a finding by its
 message text (a finding's ``effect`` and ``runner`` are data).
@@ -28,7 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("rope", "nn", "config_fields", "target"),  # leaves: RoPE, shared tensor math, config field models; the target's config.json
     ("architectures",),  # one module per decoder family (drafter only for type checking)
     ("drafter",),  # DrafterSpec, which validates itself against the architecture registry
-    ("canonical",),  # canonical tensor names and shapes
+    ("canonical", "config_types"),  # canonical tensor names and shapes; the JSON type rules of config values
     ("vocab", "verifier"),
     ("report",),  # the typed reports and Finding
     ("formats",),  # one module per layout
@@ -179,6 +180,63 @@ def test_the_checks_see_a_cycle():
         graph[a].add(b)
     graph["nn"].add("forward")  # what forward/attention.py importing architectures used to do, one layer down
     assert any({"nn", "forward", "architectures"} <= set(c) for c in _cycles(graph))
+
+
+# Cycles inside a package that are not this branch's to break (issue 26 deliverable 4: "the import-layer test
+# also checks cycles inside a package").  Each is an exact strongly connected component; the lead removes an
+# entry when the branch that breaks it lands (its owner in the comment), and the test fails on a stale one.
+# Never add an entry: break the cycle (a leaf module both sides import, or the import moved to the caller).
+KNOWN_CYCLES: dict[frozenset[str], str] = {
+    frozenset({"eagleconv.cli.app", "eagleconv.cli.render"}): "issue 26: cli, the lead's",
+    frozenset({"eagleconv.cli.entry", "eagleconv.cli.main"}): "issue 26: cli, the lead's",
+    frozenset({"eagleconv.engines", *(f"eagleconv.engines.{e}" for e in (
+        "llamacpp", "sglang", "speculators", "tokenspeed", "trtllm", "vllm"))}): "issue 26: engines, helper views",
+    frozenset({"eagleconv.forward.model", "eagleconv.forward.weights"}): "issue 26: forward, helper layer",
+    frozenset({"eagleconv.forward.inputs", "eagleconv.forward.native_target"}): "issue 26: forward, helper layer",
+    frozenset({"eagleconv.simulate", "eagleconv.simulate.llamacpp"}): "issue 26: simulate, helper layer",
+}
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Module -> the modules of its own group it imports at runtime (top level or in a function)."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    for importer, imported, _, _ in imports():
+        if importer != imported and group(importer) == group(imported) and group(importer):
+            graph[importer].add(imported)
+    return graph
+
+
+def test_no_cycle_inside_a_package():
+    """No module of a package imports, at runtime, one that imports it back, directly or round a longer loop.
+
+    A package's ``__init__`` counts as a module of it: ``from . import register`` in a layout module and an
+    ``__init__`` that imports that module at the top close a cycle.  ``if TYPE_CHECKING:`` imports never run
+    and do not count; an import inside a function does (it runs, and hides the cycle until it does).
+    """
+    found = {frozenset(c) for c in _cycles(module_graph())}
+    new = found - set(KNOWN_CYCLES)
+    stale = set(KNOWN_CYCLES) - found
+    graph = module_graph()
+    assert not new, "import cycles inside a package:\n" + "\n".join(
+        " <-> ".join(sorted(c)) + ": " + "; ".join(f"{a} -> {b}" for a in sorted(c) for b in sorted(graph[a] & c))
+        for c in new)
+    assert not stale, "broken since (remove from KNOWN_CYCLES): " + "; ".join(KNOWN_CYCLES[c] for c in stale)
+
+
+def test_the_module_check_sees_a_cycle():
+    """The walk resolves relative imports to modules: one real intra-package edge turned round is a cycle."""
+    graph = module_graph()
+    assert "eagleconv.io.checkpoint" in graph["eagleconv.io.reader"]  # a relative import, resolved
+    assert "eagleconv.formats.base" in graph["eagleconv.formats.specforge"]
+    graph["eagleconv.io.checkpoint"].add("eagleconv.io.reader")
+    assert any({"eagleconv.io.reader", "eagleconv.io.checkpoint"} <= set(c) for c in _cycles(graph))
+
+
+def test_no_module_over_500_lines():
+    """One job to a module (issue 26): a file past 500 lines is doing several; split it by job."""
+    long = sorted(f"{path.relative_to(PACKAGE.parent)}: {n} lines" for path in PACKAGE.rglob("*.py")
+                  if (n := len(path.read_text().splitlines())) > 500)
+    assert not long, long
 
 
 def test_io_never_imports_the_hub_or_the_layouts():

@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import FormatError, UnsafeInputError
-from .reader import Checkpoint, TensorInfo, _identity, _Location
-from .staging import write_all
+from .checkpoint import Checkpoint, _identity, _Location
+from .tensor_store import TensorInfo
+from .durable import write_all
 
 if TYPE_CHECKING:
     import numpy as np

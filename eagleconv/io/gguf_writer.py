@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from .gguf_file import DTYPE_TO_GGML, is_gguf
-from .staging import StagedDirectory, fsync_file
+from .durable import fsync_file
+from .staging import StagedDirectory
 from .writer import OutputTensor
 
 if TYPE_CHECKING:

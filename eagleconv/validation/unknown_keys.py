@@ -24,7 +24,9 @@ from pydantic import BaseModel
 
 from .. import architectures
 from ..drafter import EagleFlags
-from ..formats.base import BOOL_FIELDS, INT_FIELDS, INT_LIST_FIELDS, MISSING, Layout, get_path
+from ..config_types import BOOL_FIELDS, INT_FIELDS, INT_LIST_FIELDS
+from ..formats.base import Layout
+from ..formats.base.fields import MISSING, get_path
 from ..formats.modelopt import MODELOPT_EAGLE_KEYS
 from ..report import Finding
 from ..rope import ROPE_KEYS
@@ -125,7 +127,7 @@ def _canonical_by_path() -> dict[str, str]:
 
 def known_paths(layout: type[Layout], config: Mapping[str, object]) -> dict[str, str | None]:
     """Config paths some reader of ``layout`` uses -> the canonical field each sets (None: none)."""
-    from ..formats.base import config_model_for
+    from ..formats.base.reading import config_model_for
 
     prefix = layout.decoder_prefix()
     canonical = _canonical_by_path()
