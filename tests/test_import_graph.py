@@ -187,8 +187,6 @@ def test_the_checks_see_a_cycle():
 # entry when the branch that breaks it lands (its owner in the comment), and the test fails on a stale one.
 # Never add an entry: break the cycle (a leaf module both sides import, or the import moved to the caller).
 KNOWN_CYCLES: dict[frozenset[str], str] = {
-    frozenset({"eagleconv.cli.app", "eagleconv.cli.render"}): "issue 26: cli, the lead's",
-    frozenset({"eagleconv.cli.entry", "eagleconv.cli.main"}): "issue 26: cli, the lead's",
     frozenset({"eagleconv.engines", *(f"eagleconv.engines.{e}" for e in (
         "llamacpp", "sglang", "speculators", "tokenspeed", "trtllm", "vllm"))}): "issue 26: engines, helper views",
     frozenset({"eagleconv.forward.model", "eagleconv.forward.weights"}): "issue 26: forward, helper layer",

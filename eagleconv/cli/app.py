@@ -311,7 +311,7 @@ def _amount_column() -> ProgressColumn:
     from rich.progress import ProgressColumn
     from rich.text import Text
 
-    from .render import human_bytes
+    from .._text import human_bytes
 
     class Amount(ProgressColumn):
         def render(self, task: Task) -> Text:
