@@ -96,10 +96,12 @@ def speculative_simple(build: Path, target: Path, draft: Path, text: str, n: int
     trace = parse(proc.stderr)
     if proc.returncode != 0 or not trace["rounds"]:
         lines = proc.stderr.splitlines()
-        telling = [ln for ln in lines if any(k in ln for k in ("error loading model", "GGML_ASSERT", "GGML_ABORT",
-                                                                  "EAGLE3", "what()", "exception"))]
-        other = [ln for ln in lines if " E " in ln or "error" in ln.lower()]
-        pick = (telling or other or [f"exit {proc.returncode}"])[0]
+        # the line that says why, by rank: a load error or an assert/abort, then any error line (an info line that
+        # merely names EAGLE3, e.g. load_arch_hparams' extract_layers, says nothing about the failure)
+        ranked = [[ln for ln in lines if any(k in ln for k in keys)] for keys in (
+            ("error loading model", "GGML_ASSERT", "GGML_ABORT", "exceeds target", "what()"),
+            (" E ", "exception", "failed"))]
+        pick = next((group[0] for group in ranked if group), f"exit {proc.returncode}")
         return {"error": pick[-400:], "rc": proc.returncode}
     return trace
 
@@ -301,11 +303,11 @@ def main() -> int:
         report["quantised_target"] = quantised(args.build, pair, work, bases_run, texts, prompts, args.max_tokens)
     (work / "llamacpp-parity.json").write_text(json.dumps(report, indent=1) + "\n")
     if args.record:  # with --only, the named cases replace theirs in the existing record
-        if args.only and RECORD.exists():
-            old = json.loads(RECORD.read_text())
+        old = json.loads(RECORD.read_text()) if RECORD.exists() else {}
+        if args.only and old:
             report["outcomes"] = {**old["outcomes"], **results}
-            if "quantised_target" in old and "quantised_target" not in report:
-                report["quantised_target"] = old["quantised_target"]
+        if "quantised_target" in old and "quantised_target" not in report:  # kept unless --quantised reran it
+            report["quantised_target"] = old["quantised_target"]
         RECORD.write_text(json.dumps(report, indent=1) + "\n")
     print(f"llamacpp-parity: {'FAILED' if failed else 'ok'}; {work / 'llamacpp-parity.json'}")
     return 1 if failed else 0
