@@ -106,6 +106,7 @@ class EngineProfile:
     shares_from_target: dict[str, str] = field(default_factory=dict)  # canonical -> "absent" | "always" | "same_width"
     tensor_parallel: bool = False
     reads_gguf: bool = False  # loads llama.cpp's one-file GGUF drafter (else its checks do not apply to one)
+    gguf_checks: tuple[Callable[..., list[Finding]], ...] = ()  # run instead of ``checks`` on a GGUF drafter
     checks: tuple[Callable[..., list[Finding]], ...] = ()
     history: tuple[str, ...] = ()  # what changed around this release, for the findings reference
 

@@ -26,6 +26,7 @@ from . import register
 from .base import CaptureRules, DrafterClass, EngineProfile, EngineView, FlagRule, KeyRules, Subject, Translation, lookup
 from .checks import (check_architecture, check_capture, check_flags, check_keys, check_sharing, checkpoint_aux_count,
                      emits, finding)
+from .llamacpp_gguf import GGUF_CHECKS
 
 BUILD = "b11434"
 # src/llama-vocab.cpp marks these token texts end-of-generation (with eos/eot); the loop stops at one
@@ -174,7 +175,9 @@ LLAMACPP_B11434 = register(EngineProfile(
     classes={name: LLAMA for name in ARCHITECTURES},
     capture=CAPTURE,
     keys=KEYS,
-    speculators_view=flattened,  # reads_gguf stays False: these checks model the safetensors -> GGUF path
+    speculators_view=flattened,
+    reads_gguf=True,  # ``checks`` model the safetensors -> GGUF path; a GGUF drafter gets llamacpp_gguf's
+    gguf_checks=GGUF_CHECKS,
     shares_from_target={"embed_tokens.weight": "absent", "lm_head.weight": "absent"},
     checks=(check_architecture, check_three_aux, check_capture, check_flags, check_nested_only,
             check_keys, check_gguf_shapes, check_sharing, check_converter),

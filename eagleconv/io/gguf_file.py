@@ -36,6 +36,9 @@ DTYPE_TO_GGML = {v: k for k, v in GGML_TO_DTYPE.items()}
 # Tensor names whose rows llama.cpp's converter reorders for ggml's RoPE, and the metadata key of their head count.
 ROPE_ROWS = {"blk.{n}.attn_q.weight": "{arch}.attention.head_count", "blk.{n}.attn_k.weight": "{arch}.attention.head_count_kv"}
 ABSOLUTE_IDS = "d2t"  # stored as absolute target ids: d2t[i] + i
+# d2t's integer types read back: llama.cpp writes I64 and aborts on any other at the first draft, which
+# ``validate --engine llama.cpp`` reports (an I32 d2t is read, not refused, so that it can say so)
+ID_DTYPES = {"I64": "<i8", "I32": "<i4"}
 # Token arrays of the target's tokenizer: kept out of the config view, counted in ``metadata`` instead.
 BULKY_KEYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type", "tokenizer.ggml.merges")
 
@@ -275,8 +278,8 @@ class GgufCheckpoint(Checkpoint):
         info = self.tensors[name]
         data = self._raw(name, 0, info.nbytes)
         if name == ABSOLUTE_IDS:
-            ids = np.frombuffer(data, dtype="<i8")
-            return (ids - np.arange(ids.size, dtype=np.int64)).astype("<i8").tobytes()
+            ids = np.frombuffer(data, dtype=ID_DTYPES[info.dtype])
+            return (ids - np.arange(ids.size, dtype=ids.dtype)).astype(ids.dtype).tobytes()
         if name in self.rope_heads:
             row = info.nbytes // info.shape[0]
             block = np.frombuffer(data, dtype=np.uint8).reshape(info.shape[0], row)
@@ -352,7 +355,7 @@ def open_gguf(path: str | Path, *, config_from_kv: Callable[[Mapping[str, Any], 
         info = TensorInfo(name, dtype, shape, path.name)
         if info.nbytes != nbytes or start + nbytes > size:
             raise FormatError(f"tensor {name!r} ({ggml_type}, shape {list(shape)}) does not fit the file", path)
-        if name == ABSOLUTE_IDS and dtype != "I64":
+        if name == ABSOLUTE_IDS and dtype not in ID_DTYPES:
             raise FormatError(f"d2t is {dtype}; llama.cpp stores it as I64 absolute target ids", path)
         for template, key in ROPE_ROWS.items():
             if _template_match(name, template):

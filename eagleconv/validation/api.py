@@ -148,7 +148,7 @@ def check(config: dict[str, Any], store: TensorStore | None, *, path: str | None
                 "(`eagleconv convert SRC DST --to vllm`) to check what it will do")))
             continue
         view = engine_view(profile, subject)
-        for run in profile.checks:
+        for run in profile.gguf_checks if weights_kind == "gguf" else profile.checks:
             findings += run(subject, view)
     flags = _flags_of(read, layout, config)
     findings += semantics_findings(layout.name, flags)
