@@ -40,9 +40,15 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..engines.llamacpp import EOG_TOKEN_TEXTS
+
+if TYPE_CHECKING:
+    from ..forward.inputs import Target
+    from ..forward.native_target import NativeTarget
+    from ..forward.run import StepProgress
+    from . import SimulateReport
 
 
 @dataclass
@@ -225,8 +231,9 @@ def counters(rounds: Sequence[Round]) -> Counters:
                     n_accept=sum(r.accepted for r in rounds))
 
 
-def simulate_llamacpp(drafter: str | Path, target_dir: str | Path, tgt: Any, prompts: list[list[int]], K: int,
-                      n_predict: int, engine: str, p_min: float, progress: Any, loop: str = "server") -> Any:
+def simulate_llamacpp(drafter: str | Path, target_dir: str | Path, tgt: NativeTarget | Target, prompts: list[list[int]],
+                      K: int, n_predict: int, engine: str, p_min: float, progress: StepProgress,
+                      loop: str = "server") -> SimulateReport:
     """Every prompt through llama-server's slot loop (``loop="server"``: ``n_predict`` per request,
     ``--spec-draft-n-max K --spec-draft-n-min 0``, greedy) or llama-speculative-simple's (``loop="simple"``:
     ``-n n_predict --spec-draft-n-max K --temp 0``)."""
