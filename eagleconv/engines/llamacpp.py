@@ -188,7 +188,7 @@ def serve(view: DrafterView) -> DrafterView:
         view.notes.append("no d2t: llama.cpp drafts over the target's whole vocabulary")
     if "lm_head.weight" not in names:
         rows = target.vocab_size if target is not None else spec.vocab_size
-        view.fills["lm_head.weight"] = Fill("target_lm_head", (rows, spec.hidden_size))
+        view.fills["lm_head.weight"] = Fill("target_lm_head", shape=(rows, spec.hidden_size))
         view.notes.append("no lm_head: llama.cpp uses the target's output projection")
     view.spec = spec.model_copy(update=update)
     view.capture = tuple(sorted(set(view.layers)))

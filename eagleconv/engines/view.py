@@ -10,7 +10,7 @@ borrows or defaults.  The tensors themselves are made by the forward (``forward.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from .. import architectures
@@ -34,6 +34,7 @@ class Fill:
     """A tensor the engine supplies itself: what it holds, and its shape."""
 
     kind: FillKind
+    _: KW_ONLY
     shape: tuple[int, ...]
 
 
@@ -70,7 +71,7 @@ def missing_norms(spec: DrafterSpec, names: set[str]) -> dict[str, Fill]:
         want |= {f"fc_norm.{i}.weight": Ht for i in range(K)}
     if spec.flags.norm_before_fc and architectures.get(spec.architecture).reads_norm_before_fc:
         want["input_norm.weight"] = K * Ht
-    return {n: Fill("unit_norm", (w,)) for n, w in want.items() if n not in names}
+    return {n: Fill("unit_norm", shape=(w,)) for n, w in want.items() if n not in names}
 
 
 def _captured(view: EngineView, intended_ids: tuple[int, ...], target_layers: int | None,
@@ -158,5 +159,5 @@ def serving_view(profile: EngineProfile, loaded: LoadedDrafter, intended_ids: tu
     return profile.serve(view_drafter(profile, loaded, intended_ids, target_layers, target=target))
 
 
-__all__ = ["DrafterView", "Fill", "FillKind", "engine_findings", "load_failures", "missing_norms", "serving_view", "subject_of",
-           "view_drafter"]
+__all__ = ["DrafterView", "Fill", "FillKind", "engine_findings", "load_failures", "missing_norms", "serving_view",
+           "subject_of", "view_drafter"]

@@ -201,13 +201,13 @@ def serve(view: DrafterView) -> DrafterView:
             continue
         if name == "d2t":
             if Vd != V:
-                fills[name] = Fill("zero_offsets", (Vd,))
+                fills[name] = Fill("zero_offsets", shape=(Vd,))
                 view.notes.append("d2t missing: vLLM keeps an all-zero offset vector (draft id i = target id i)")
         elif "norm" in name:
-            fills[name] = Fill("unit_norm", exp.shape)
+            fills[name] = Fill("unit_norm", shape=exp.shape)
             view.notes.append(f"{name} missing: vLLM keeps its initial weight 1.0, and so does simulate")
         elif name == "lm_head.weight":
-            fills[name] = Fill("target_lm_head", (Vd, spec.hidden_size))
+            fills[name] = Fill("target_lm_head", shape=(Vd, spec.hidden_size))
             if Vd != V:
                 view.notes.append(f"lm_head missing with draft vocab {Vd} < vocab {V}: vLLM shares the target's "
                                   f"lm_head and keeps its first {Vd} logits")

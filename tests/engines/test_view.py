@@ -60,10 +60,11 @@ def test_vllm_fills_what_its_loader_leaves_and_names_it(tmp_path):
 
     view = vllm(variant(tmp_path, "eagle3", strip))
     assert view.refused is None
-    assert view.fills == {"norm.weight": Fill("unit_norm", (256,)), "lm_head.weight": Fill("target_lm_head", (256, 256)),
-                          "d2t": Fill("zero_offsets", (256,))}
-    assert [n.split(":")[0] for n in view.notes] == ["norm.weight missing", "lm_head missing with draft vocab 256 < vocab 512",
-                                                     "d2t missing"]
+    assert view.fills == {"norm.weight": Fill("unit_norm", shape=(256,)),
+                          "lm_head.weight": Fill("target_lm_head", shape=(256, 256)),
+                          "d2t": Fill("zero_offsets", shape=(256,))}
+    assert [n.split(":")[0] for n in view.notes] == [
+        "norm.weight missing", "lm_head missing with draft vocab 256 < vocab 512", "d2t missing"]
     head = torch.arange(512 * 256, dtype=torch.float64).reshape(512, 256)
     made = fill_tensors(view.spec, view.fills, head)
     assert torch.equal(made["norm.weight"], torch.ones(256)) and made["d2t"].dtype == torch.int64
@@ -93,7 +94,8 @@ def test_llamacpp_runs_without_the_switches_it_lacks_and_with_the_targets_vocab(
     assert forward.spec is not None and forward.spec.flags.norm_output  # the forward view keeps what it cannot read
     view = llamacpp(path)
     assert view.refused is None and view.spec is not None and not view.spec.flags.norm_output
-    assert view.spec.draft_vocab_size == 512 and view.fills == {"lm_head.weight": Fill("target_lm_head", (512, 256))}
+    assert view.spec.draft_vocab_size == 512
+    assert view.fills == {"lm_head.weight": Fill("target_lm_head", shape=(512, 256))}
     assert view.notes[1:] == ["no d2t: llama.cpp drafts over the target's whole vocabulary",
                               "no lm_head: llama.cpp uses the target's output projection"]
 
