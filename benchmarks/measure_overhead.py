@@ -80,7 +80,7 @@ def main() -> int:
               "median_in_run_ratio": statistics.median(IN_RUN), "goal": "median ratio <= 1.05"}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H%M")
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")  # one file per benchmark and date
     path = out / f"measure-overhead-{args.engine}-{stamp}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
     print(f"median ratio {result['median_ratio']:.4f} (spread {result['min_ratio']:.4f}-{result['max_ratio']:.4f}), "

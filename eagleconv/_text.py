@@ -43,3 +43,13 @@ def without_surrogates(value: object) -> object:
     if isinstance(value, list | tuple):
         return [without_surrogates(v) for v in value]
     return value
+
+
+def human_bytes(n: int) -> str:
+    """A byte count as people read it: 512 B, 1.5 KiB ... GiB (the CLI's sizes and progress)."""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"

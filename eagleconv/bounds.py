@@ -6,7 +6,7 @@ One config line (``"num_hidden_layers": 1000000000``) used to make ``validate`` 
 and every command that allocates from one (``simulate``: :func:`check_decode`; ``upgrade --calibration``, the
 prompts files: :data:`MAX_INPUT_BYTES`) calls in here first.  Over a limit below, or over the memory this machine
 can give the process, is one :class:`~eagleconv.errors.UnsafeInputError` naming the file and the field: exit 2,
-nothing allocated.  The limits are documented in the README's Security section; each is far above any published
+nothing allocated.  The limits are documented in docs/security.md; each is far above any published
 model (noted beside it), so no real checkpoint meets one.
 """
 
@@ -18,11 +18,10 @@ import stat
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from .errors import UnsafeInputError
 
-# -- the limits (README: Security) --------------------------------------------------------------------------------
+# -- the limits (docs/security.md) --------------------------------------------------------------------------------
 MAX_LAYERS = 1024  # num_hidden_layers and the like; the deepest published decoder has 126 (Llama 3.1 405B)
 MAX_HEADS = 4096  # attention and KV heads; 128 published
 MAX_DIM = 1 << 20  # hidden, intermediate, head and LoRA dims; 53,248 published (Llama 3.1 405B's MLP)
@@ -64,7 +63,7 @@ def _is_aux_list(key: str) -> bool:
     return key.endswith("layer_ids") or key in ("aux_hidden_state_layer_ids", "eagle_aux_hidden_state_layer_ids")
 
 
-def _walk(config: Mapping[str, Any], path: str = "") -> Iterator[tuple[str, str, Any]]:
+def _walk(config: Mapping[str, object], path: str = "") -> Iterator[tuple[str, str, object]]:
     """(dotted path, key, value) for every key of ``config`` and its nested objects (depth bounded by jsonio)."""
     for key, value in config.items():
         if not isinstance(key, str):
@@ -88,7 +87,7 @@ class ConfigSizes:
     tensor_names: int = 0
 
 
-def check_config(config: Mapping[str, Any], source: str | Path | None = None) -> ConfigSizes:
+def check_config(config: Mapping[str, object], source: str | Path | None = None) -> ConfigSizes:
     """Refuse a config (drafter or target) whose stated sizes are over the limits; what it implies otherwise.
 
     Every integer field that sizes something is bounded by name at any depth (speculators'
@@ -111,7 +110,7 @@ def check_config(config: Mapping[str, Any], source: str | Path | None = None) ->
             continue
         bound = _limit_of(key)
         if bound is not None and value > bound[0]:
-            raise refuse(f"{where} = {value} is over eagleconv's limit of {bound[0]} {bound[1]} (README: Security)",
+            raise refuse(f"{where} = {value} is over eagleconv's limit of {bound[0]} {bound[1]} (docs/security.md)",
                          source)
         if bound is not None and bound[1] == "layers":
             layers = max(layers, value)
@@ -181,7 +180,7 @@ def check_file_size(path: str | Path, what: str, limit: int = MAX_PROMPTS_BYTES)
     except OSError:
         return 0  # the reader reports it, naming the file
     if stat.S_ISREG(st.st_mode) and st.st_size > limit:
-        raise refuse(f"{what} is {_size(st.st_size)}, over eagleconv's limit of {_size(limit)} (README: Security)", p)
+        raise refuse(f"{what} is {_size(st.st_size)}, over eagleconv's limit of {_size(limit)} (docs/security.md)", p)
     return st.st_size
 
 
@@ -191,7 +190,7 @@ def read_capped(path: str | Path, what: str, limit: int = MAX_PROMPTS_BYTES) -> 
     with open(path, "rb") as fh:
         data = fh.read(limit + 1)
     if len(data) > limit:
-        raise refuse(f"{what} holds more than eagleconv's limit of {_size(limit)} (README: Security)", path)
+        raise refuse(f"{what} holds more than eagleconv's limit of {_size(limit)} (docs/security.md)", path)
     return data
 
 

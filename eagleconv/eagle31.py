@@ -9,8 +9,9 @@ writer of :func:`eagleconv.conversion.convert`, and builds the report.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from ._extras import need
 from ._process import start_worker_pools
@@ -130,6 +131,13 @@ def _calibration_inputs(calibration: Calibration, vocab_size: int, seed: int,
                     f"{calibration.origin}")
 
 
+class _Borrowed(TypedDict, total=False):
+    """The target's rows a drafter that ships none borrows (``Drafter``'s keyword arguments of those names)."""
+
+    target_embed: torch.Tensor
+    target_lm_head: torch.Tensor
+
+
 class _Measurer:
     """Source and transformed drafter on identical inputs (eagleconv.forward, float32), compared per draft step.
 
@@ -148,7 +156,7 @@ class _Measurer:
         spec = loaded.require_spec()
         tgt, prompt_list, layers = _target_and_prompts(target, None if calibration is not None else prompts)
         self.loaded, self.seed, self.progress = loaded, seed, progress
-        self.borrowed: dict[str, Any] = {}
+        self.borrowed: _Borrowed = {}
         if tgt is not None:
             if spec.embed_tokens == "target":
                 self.borrowed["target_embed"] = tgt.embed
@@ -166,7 +174,7 @@ class _Measurer:
         self.reference = run_all(source, self.inputs, MEASURE_STEPS, progress, "divergence: the source drafter")
         self.notes = source.borrowed()  # rows the drafter borrows that no --target supplied: seeded synthetic
 
-    def divergence(self, spec: DrafterSpec, tensors: dict[str, Any], what: str) -> list[StepDivergence]:
+    def divergence(self, spec: DrafterSpec, tensors: dict[str, torch.Tensor], what: str) -> list[StepDivergence]:
         from .forward.model import Drafter
         from .forward.run import OverlaySource, compare, run_all
         from .forward.weights import CheckpointSource
@@ -193,7 +201,7 @@ def _source_feedback(loaded: LoadedDrafter, target: _OneTarget, calibration: Cal
     if calibration.tokens is None:
         return None, (f"norm_output not compensated: the calibration has no {TOKENS_KEY}, so the source's pre-norm "
                       "states cannot be computed")
-    borrowed: dict[str, Any] = {}
+    borrowed: _Borrowed = {}
     if spec.embed_tokens == "target":
         if target.path is None:
             return None, ("norm_output not compensated: embed_tokens is the target's and no --target was given, so "
@@ -214,13 +222,24 @@ def _source_feedback(loaded: LoadedDrafter, target: _OneTarget, calibration: Cal
 Built = tuple[Plan, "Calibration | None", "str | None"]
 
 
+@dataclass
+class _Outcome:
+    """What the transform leaves for the report (convert calls it once the destination is checked)."""
+
+    plan: Plan | None = None
+    before: DrafterSpec | None = None
+    calibration: str | None = None  # where the calibration states came from
+    compute_dtype: str | None = None  # the divergence's, when measured
+    unit: list[StepDivergence] = field(default_factory=list)  # the divergence with unit norm weights (upgrade)
+
+
 def _run(source: str | Path | Mapping[str, Any], destination: str | Path, *, operation: str, to: str | None,
          build: Callable[[LoadedDrafter], Built], target: _OneTarget, prompts: str | Path | None,
          seed: int, measure_unit: bool, progress: StepProgress | None, sets: tuple[str, ...] = (),
          **convert_kwargs: Any) -> TransformReport:
     """``sets``: the flags the operation turns on, so a destination layout that cannot hold them is refused before
     torch is even imported (the check after ``build`` stays: it sees every flag the plan really set)."""
-    state: dict[str, Any] = {}
+    state = _Outcome()
     need("torch", operation)  # find_spec only: imports nothing
 
     def refuse_unsupported(loaded: LoadedDrafter, flags: EagleFlags | None, also: tuple[str, ...] = ()) -> None:
@@ -239,16 +258,16 @@ def _run(source: str | Path | Mapping[str, Any], destination: str | Path, *, ope
         plan, calibration, label = build(loaded)
         new = plan.transform.spec
         refuse_unsupported(loaded, new.flags)
-        state.update(plan=plan, before=spec, calibration=label)
+        state.plan, state.before, state.calibration = plan, spec, label
         if not plan.transform.exact:
             measurer = _Measurer(loaded, target.loaded_or_path(), prompts, seed, calibration=calibration,
                                  progress=progress)
             plan.transform.divergence = measurer.divergence(new, plan.new_tensors, f"divergence: the {operation}d drafter")
-            state["compute_dtype"] = measurer.compute_dtype
+            state.compute_dtype = measurer.compute_dtype
             plan.transform.notes.append(f"divergence measured over {MEASURE_STEPS} draft steps on {measurer.description}")
             plan.transform.notes += measurer.notes
             if measure_unit and plan.unit_variant is not None:
-                state["unit"] = measurer.divergence(new, plan.unit_variant,
+                state.unit = measurer.divergence(new, plan.unit_variant,
                                                     "divergence: unit norm weights")
         return plan.transform
 
@@ -256,8 +275,9 @@ def _run(source: str | Path | Mapping[str, Any], destination: str | Path, *, ope
     # ``target`` here is the model aux states are captured from)
     gguf_target = convert_kwargs.pop("gguf_target", None)
     report = convert(source, destination, to, transform=transform, target=gguf_target, **convert_kwargs)
-    plan: Plan = state["plan"]
-    before: DrafterSpec = state["before"]
+    plan, before = state.plan, state.before
+    if plan is None or before is None:
+        raise RuntimeError(f"{operation}: convert returned without calling the transform")
     after = plan.transform.spec
     return TransformReport(
         **report.model_dump(),
@@ -267,9 +287,9 @@ def _run(source: str | Path | Mapping[str, Any], destination: str | Path, *, ope
         changes=[TransformChange(change=what, exact=exact) for what, exact in plan.changes],
         refits=[RefitRow(**vars(r)) for r in plan.refits],
         initialisation=plan.initialisation,
-        calibration=state.get("calibration"),
-        divergence_unit_weights=state.get("unit", []),
-        compute_dtype=state.get("compute_dtype"),
+        calibration=state.calibration,
+        divergence_unit_weights=state.unit,
+        compute_dtype=state.compute_dtype,
         output_dtype=after.dtype,
     )
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .drafter import DrafterSpec
 from .errors import ConversionError, UsageError
@@ -31,6 +31,7 @@ from .io.writer import OutputTensor
 from .report import ConvertReport
 
 if TYPE_CHECKING:
+    import gguf
     import numpy as np
 
     from .loading import LoadedDrafter
@@ -208,7 +209,7 @@ def target_layers(spec: DrafterSpec, target: TargetMeta, notes: list[str]) -> li
 
 
 def metadata(loaded: LoadedDrafter, spec: DrafterSpec, tensors: Sequence[GgufTensor], target: TargetMeta,
-             notes: list[str]) -> Any:
+             notes: list[str]) -> gguf.GGUFWriter:
     """A gguf.GGUFWriter holding the keys llama.cpp's converter writes, in its order, and the tensor table."""
     import gguf
 

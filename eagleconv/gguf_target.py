@@ -4,14 +4,17 @@ llama.cpp's converter reads them from ``--target-model-dir``; eagleconv reads th
 
 - a GGUF file (the target as llama.cpp serves it): every ``tokenizer.*`` key is copied verbatim, so the
   draft's vocab is exactly the one ``common_speculative_are_compatible`` compares against;
-- an HF model directory: ``config.json`` (``text_config`` merged, as the converter does) and a SentencePiece
-  ``tokenizer.model``, written as the converter's ``_set_vocab_sentencepiece`` writes it.  A directory with
-  only ``tokenizer.json`` is refused with the way out (its GPT-2 vocab needs the converter's pre-tokenizer
-  hash table): pass the target's GGUF instead.
+- an HF model directory: ``config.json`` (``text_config`` merged, as the converter does) and its tokenizer, in
+  the converter's order (``conversion/llama.py`` ``set_vocab``): a SentencePiece ``tokenizer.model``
+  (``_set_vocab_sentencepiece``), else a ``tokenizer.json`` that gguf's ``LlamaHfVocab`` reads (a byte-fallback
+  llama BPE: ``_set_vocab_llama_hf``), else a GPT-2 BPE ``tokenizer.json`` (``_set_vocab_gpt2``: the vocab through
+  transformers' AutoTokenizer, the pre-tokenizer named from llama.cpp's hash table in ``gguf_bpe_pre``, merges
+  and special tokens by gguf's ``SpecialVocab``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,9 +36,22 @@ class TargetMeta:
     tokenizer: list[KeyValue] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     sentencepiece_dir: Path | None = None  # an HF target: its tokenizer keys depend on the drafter's vocab_size
+    vocab_kind: str = "sentencepiece"  # an HF target's tokenizer: "sentencepiece" | "llama_hf" | "gpt2"
 
     def tokenizer_keys(self, vocab_size: int) -> list[KeyValue]:
-        return sentencepiece_keys(self.sentencepiece_dir, vocab_size) if self.sentencepiece_dir else self.tokenizer
+        if self.sentencepiece_dir is None:
+            return self.tokenizer
+        read = {"sentencepiece": sentencepiece_keys, "llama_hf": llama_hf_keys, "gpt2": gpt2_keys}[self.vocab_kind]
+        keys = read(self.sentencepiece_dir, vocab_size)
+        if vocab_size == GRANITE_VOCAB:  # conversion/llama.py set_vocab: "Apply to granite small models only"
+            import gguf
+
+            keys = [k for k in keys if k.key != "tokenizer.ggml.add_bos_token"]
+            keys.append(KeyValue("tokenizer.ggml.add_bos_token", False, gguf.GGUFValueType.BOOL))
+        return keys
+
+
+GRANITE_VOCAB = 49152  # llama.cpp's converter writes add_bos_token = false for a llama drafter of this vocab size
 
 
 def read_target(path: str | Path) -> TargetMeta:
@@ -88,12 +104,127 @@ def _from_hf_dir(path: Path) -> TargetMeta:
         layers, vocab, hidden = (int(config[k]) for k in ("num_hidden_layers", "vocab_size", "hidden_size"))
     except (KeyError, TypeError, ValueError) as exc:
         raise FormatError(f"config.json lacks a usable {exc}", config_path) from None
-    if not (path / "tokenizer.model").is_file():
-        raise UsageError("--target directory has no SentencePiece tokenizer.model; eagleconv writes a GPT-2 "
-                         "(tokenizer.json) vocab only from the target's GGUF, which carries llama.cpp's own: pass "
-                         "--target TARGET.gguf (convert the target with llama.cpp's convert_hf_to_gguf.py first)", path)
-    return TargetMeta(str(path), layers, vocab, hidden, sentencepiece_dir=path, notes=[
-        f"target metadata from {path}: {layers} layers, vocab {vocab}; SentencePiece vocab from tokenizer.model"])
+    kind, what = _vocab_kind(path)
+    return TargetMeta(str(path), layers, vocab, hidden, sentencepiece_dir=path, vocab_kind=kind, notes=[
+        f"target metadata from {path}: {layers} layers, vocab {vocab}; {what}"])
+
+
+def _vocab_kind(path: Path) -> tuple[str, str]:
+    """Which of llama.cpp's converter's readers takes this directory's tokenizer (its order), and a note."""
+    if (path / "tokenizer.model").is_file():
+        return "sentencepiece", "SentencePiece vocab from tokenizer.model"
+    file = path / "tokenizer.json"
+    if not file.is_file():
+        raise UsageError("--target directory has neither tokenizer.model nor tokenizer.json: pass the target's "
+                         "tokenizer, or --target TARGET.gguf", path)
+    from .jsonio import load_json
+
+    tokenizer = load_json(file)
+    model = tokenizer.get("model") if isinstance(tokenizer, dict) else None
+    decoder = tokenizer.get("decoder") if isinstance(tokenizer, dict) else None
+    if not isinstance(model, dict):
+        raise FormatError("tokenizer.json has no model object", file)
+    # gguf.LlamaHfVocab's own test: a byte-fallback BPE with a Sequence decoder (llama 3's is refused: GPT-2 path)
+    if model.get("type") == "BPE" and model.get("byte_fallback", False) and not model.get("ignore_merges", False) \
+            and isinstance(decoder, dict) and decoder.get("type") == "Sequence":
+        return "llama_hf", "llama BPE vocab from tokenizer.json (gguf's LlamaHfVocab)"
+    if model.get("type") != "BPE":
+        raise UsageError(f"--target's tokenizer.json is a {model.get('type')} model, which llama.cpp's llama "
+                         "converter does not read: pass --target TARGET.gguf", path)
+    return "gpt2", "GPT-2 BPE vocab from tokenizer.json (pre-tokenizer from llama.cpp b11434's hash table)"
+
+
+def _auto_tokenizer(path: Path) -> Any:
+    from ._extras import need
+
+    need("transformers", "reading a tokenizer.json target as llama.cpp's converter does", path)
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+
+
+def gpt2_keys(path: Path, vocab_size: int) -> list[KeyValue]:
+    """tokenizer.* as llama.cpp's ``_set_vocab_gpt2`` writes them (``get_vocab_base`` + ``SpecialVocab``)."""
+    import gguf
+
+    from .gguf_bpe_pre import BPE_PRE, CHKTXT
+
+    T = gguf.TokenType
+    tokenizer = _auto_tokenizer(path)
+    vocab: dict[str, int] = tokenizer.vocab
+    if max(vocab.values()) >= vocab_size:
+        raise FormatError(f"tokenizer.json has token id {max(vocab.values())}, past the drafter's vocab_size "
+                          f"{vocab_size}", path / "tokenizer.json")
+    digest = hashlib.sha256(str(tokenizer.encode(CHKTXT)).encode()).hexdigest()
+    pre = BPE_PRE.get(digest)
+    if pre is None:
+        raise UsageError(f"tokenizer.json's BPE pre-tokenizer (hash {digest[:12]}...) is not one llama.cpp b11434's "
+                         "converter knows, and it refuses such a target too: pass --target TARGET.gguf", path)
+    reverse = {i: text for text, i in vocab.items()}
+    added, decoder = tokenizer.get_added_vocab(), tokenizer.added_tokens_decoder
+    tokens: list[str] = []
+    types: list[int] = []
+    for i in range(vocab_size):
+        if i not in reverse:
+            tokens.append(f"[PAD{i}]")
+            types.append(int(T.UNUSED))
+            continue
+        text = reverse[i]
+        if text in added:
+            if not decoder[i].normalized:  # llama.cpp assumes CONTROL/USER_DEFINED tokens are pre-normalised
+                text = tokenizer.decode(tokenizer.encode(text, add_special_tokens=False))
+            if decoder[i].special or _looks_special(text):
+                types.append(int(T.CONTROL))
+            else:
+                text = text.replace("\u2581", " ")
+                types.append(int(T.USER_DEFINED))
+        else:
+            types.append(int(T.NORMAL))
+        tokens.append(text)
+    V = gguf.GGUFValueType
+    return [*_prefix_space(path), KeyValue("tokenizer.ggml.model", "gpt2", V.STRING),
+            KeyValue("tokenizer.ggml.pre", pre, V.STRING),
+            KeyValue("tokenizer.ggml.tokens", tokens, V.ARRAY, V.STRING),
+            KeyValue("tokenizer.ggml.token_type", types, V.ARRAY, V.INT32),
+            *special_keys(path, None, load_merges=True)]
+
+
+def _looks_special(text: str) -> bool:
+    """The converter's ``does_token_look_special``: added tokens it marks CONTROL though not flagged special."""
+    return (text in ("<pad>", "<mask>", "<2mass>", "[@BOS@]") or (text.startswith("<|") and text.endswith("|>"))
+            or (text.startswith("<\uff5c") and text.endswith("\uff5c>"))
+            or (text.startswith("<unused") and text.endswith(">")))
+
+
+def llama_hf_keys(path: Path, vocab_size: int) -> list[KeyValue]:
+    """tokenizer.* as llama.cpp's ``_set_vocab_llama_hf`` writes them (gguf's own ``LlamaHfVocab``)."""
+    import gguf
+
+    _auto_tokenizer(path)  # the extra check, with its message; LlamaHfVocab imports transformers itself
+    vocab = gguf.LlamaHfVocab(path)
+    tokens, scores, types = [], [], []
+    for text, score, kind in vocab.all_tokens():
+        tokens.append(text)
+        scores.append(score)
+        types.append(int(kind))
+    V = gguf.GGUFValueType
+    return [*_prefix_space(path), KeyValue("tokenizer.ggml.model", "llama", V.STRING),
+            KeyValue("tokenizer.ggml.pre", "default", V.STRING),
+            KeyValue("tokenizer.ggml.tokens", tokens, V.ARRAY, V.STRING),
+            KeyValue("tokenizer.ggml.scores", scores, V.ARRAY, V.FLOAT32),
+            KeyValue("tokenizer.ggml.token_type", types, V.ARRAY, V.INT32), *special_keys(path, len(tokens))]
+
+
+def _prefix_space(path: Path) -> list[KeyValue]:
+    """conversion/llama.py set_vocab: tokenizer_config.json's add_prefix_space, written first whatever the vocab."""
+    import gguf
+
+    config_file = path / "tokenizer_config.json"
+    if config_file.is_file():
+        prefix = json.loads(config_file.read_text(encoding="utf-8")).get("add_prefix_space")
+        if prefix is not None:
+            return [KeyValue("tokenizer.ggml.add_space_prefix", bool(prefix), gguf.GGUFValueType.BOOL)]
+    return []
 
 
 def sentencepiece_keys(path: Path, vocab_size: int) -> list[KeyValue]:
@@ -122,12 +253,7 @@ def sentencepiece_keys(path: Path, vocab_size: int) -> list[KeyValue]:
             if i < vocab_size:
                 tokens[i], scores[i], types[i] = text.encode(), -1000.0, int(T.USER_DEFINED)
     V = gguf.GGUFValueType
-    keys = []
-    config_file = path / "tokenizer_config.json"
-    if config_file.is_file():
-        prefix = json.loads(config_file.read_text(encoding="utf-8")).get("add_prefix_space")
-        if prefix is not None:
-            keys.append(KeyValue("tokenizer.ggml.add_space_prefix", bool(prefix), V.BOOL))
+    keys = _prefix_space(path)
     keys += [KeyValue("tokenizer.ggml.model", "llama", V.STRING), KeyValue("tokenizer.ggml.pre", "default", V.STRING),
             KeyValue("tokenizer.ggml.tokens", tokens, V.ARRAY, V.STRING),
             KeyValue("tokenizer.ggml.scores", scores, V.ARRAY, V.FLOAT32),
@@ -135,12 +261,12 @@ def sentencepiece_keys(path: Path, vocab_size: int) -> list[KeyValue]:
     return keys + special_keys(path, len(tokens))
 
 
-def special_keys(path: Path, n_vocab: int) -> list[KeyValue]:
-    """gguf.SpecialVocab's keys (bos/eos ids, add_bos, chat template...), captured in its order."""
+def special_keys(path: Path, n_vocab: int | None, *, load_merges: bool = False) -> list[KeyValue]:
+    """gguf.SpecialVocab's keys (bos/eos ids, add_bos, chat template, merges...), captured in its order."""
     import gguf
 
     capture = _Capture()
-    gguf.SpecialVocab(path, n_vocab=n_vocab).add_to_gguf(capture)  # type: ignore[arg-type]
+    gguf.SpecialVocab(path, load_merges=load_merges, n_vocab=n_vocab).add_to_gguf(capture)  # type: ignore[arg-type]
     return capture.keys
 
 

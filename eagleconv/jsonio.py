@@ -25,7 +25,7 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from .errors import ArgumentTypeError, FormatError, UnsafeInputError
 
@@ -38,6 +38,10 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
 _FLOAT_TAGS = frozenset({"NaN", "Infinity", "-Infinity"})  # transformers' PretrainedConfig._decode_special_floats
 
+# What JSON text parses into: the type of a config, a report or a server's reply before it is checked field by field.
+JSONValue: TypeAlias = "None | bool | int | float | str | list[JSONValue] | dict[str, JSONValue]"
+JSONObject: TypeAlias = "dict[str, JSONValue]"
+
 
 class DuplicateKeyError(ValueError):
     def __init__(self, key: str):
@@ -45,8 +49,8 @@ class DuplicateKeyError(ValueError):
         self.key = key
 
 
-def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _reject_duplicates(pairs: list[tuple[str, JSONValue]]) -> JSONObject:
+    out: JSONObject = {}
     for key, value in pairs:
         if key in out:
             raise DuplicateKeyError(key)
@@ -54,9 +58,9 @@ def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _recording_duplicates(found: list[str]) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
-    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+def _recording_duplicates(found: list[str]) -> Callable[[list[tuple[str, JSONValue]]], JSONObject]:
+    def hook(pairs: list[tuple[str, JSONValue]]) -> JSONObject:
+        out: JSONObject = {}
         for key, value in pairs:
             if key in out:
                 found.append(key)
@@ -96,26 +100,26 @@ def _decode(data: bytes, source: str | Path) -> str:
         raise UnsafeInputError(f"invalid JSON: not UTF-8 at byte {exc.start}", source) from exc
 
 
-def _portable_scalar(item: Any) -> bool:
+def _portable_scalar(item: object) -> bool:
     if type(item) is str:
         return item.isascii() or not _SURROGATE.search(item)
     return type(item) is not float or math.isfinite(item)
 
 
-def _float_tag(item: dict[str, Any]) -> str | None:
+def _float_tag(item: Mapping[str, object]) -> str | None:
     tag = item.get("__float__") if len(item) == 1 else None
     return tag if isinstance(tag, str) and tag in _FLOAT_TAGS else None
 
 
-def _is_portable(value: Any) -> bool:
+def _is_portable(value: JSONObject | list[JSONValue]) -> bool:
     """No lone surrogate, no inf, at most MAX_DEPTH deep: the fast check, which builds no paths."""
-    stack = [(0, value)]
+    stack: list[tuple[int, JSONObject | list[JSONValue]]] = [(0, value)]
     while stack:
         depth, item = stack.pop()
         if depth >= MAX_DEPTH:
             return False
-        values = item.values() if type(item) is dict else item
-        if type(item) is dict and (not all(_portable_scalar(key) for key in item) or _float_tag(item)):
+        values = item.values() if isinstance(item, dict) else item
+        if isinstance(item, dict) and (not all(_portable_scalar(key) for key in item) or _float_tag(item)):
             return False
         for child in values:
             if type(child) is dict or type(child) is list:
@@ -125,11 +129,11 @@ def _is_portable(value: Any) -> bool:
     return True
 
 
-def _refuse_unportable(value: Any, source: str | Path) -> None:
+def _refuse_unportable(value: JSONValue, source: str | Path) -> None:
     """Refuse what Python's json accepts and other readers do not: lone surrogates, inf, deep nesting."""
     if _is_portable(value) if type(value) is dict or type(value) is list else _portable_scalar(value):
         return  # the common case; the walk below, which names the path, runs only for a refusal
-    stack: list[tuple[tuple[str | int, ...], Any]] = [((), value)]
+    stack: list[tuple[tuple[str | int, ...], JSONValue]] = [((), value)]
     while stack:
         path, item = stack.pop()
         if isinstance(item, dict | list):
@@ -155,33 +159,37 @@ def _refuse_unportable(value: Any, source: str | Path) -> None:
 
 def _depth_path(text: str) -> tuple[str | int, ...]:
     """Where ``text`` first nests deeper than MAX_DEPTH: for text too deep for ``json`` itself to parse."""
-    frames: list[list[Any]] = []  # per open container: its bracket and the current key or index in it
+    brackets: list[str] = []  # per open container: its bracket,
+    keys: list[str | int] = []  # and the current key or index in it
     path: list[str | int] = []
     for token in re.finditer(r'"(?:[^"\\]|\\.)*"|[\[\]{},]', text):
         t = token.group()
         if t in "[{":
-            if frames:
-                path.append(frames[-1][1])
+            if brackets:
+                path.append(keys[-1])
             if len(path) >= MAX_DEPTH:
                 break
-            frames.append([t, 0 if t == "[" else ""])
+            brackets.append(t)
+            keys.append(0 if t == "[" else "")
         elif t in "]}":
-            frames.pop()
-            if frames and path:
+            brackets.pop()
+            keys.pop()
+            if brackets and path:
                 path.pop()
         elif t == ",":
-            if frames and frames[-1][0] == "[":
-                frames[-1][1] += 1
-        elif frames and frames[-1][0] == "{":  # a key (or a value, which the next key replaces)
+            index = keys[-1] if brackets and brackets[-1] == "[" else None
+            if isinstance(index, int):
+                keys[-1] = index + 1
+        elif brackets and brackets[-1] == "{":  # a key (or a value, which the next key replaces)
             try:
-                frames[-1][1] = json.loads(t)
+                keys[-1] = json.loads(t)
             except ValueError:
-                frames[-1][1] = t
+                keys[-1] = t
     return tuple(path)
 
 
 def loads_strict(text: str | bytes, source: str | Path = "<json>", duplicates: list[str] | None = None,
-                 parse_int: Callable[[str], Any] | None = None) -> Any:
+                 parse_int: Callable[[str], object] | None = None) -> Any:
     """Parse JSON text, refusing what other readers would read differently or not at all (see the module doc).
 
     Duplicate keys are refused (EC001) or recorded into ``duplicates``.  ``parse_int`` is
@@ -252,14 +260,14 @@ def config_dict(config: Any, *, argument: str = "config", duplicates: list[str] 
 _JSON_SCALARS = (str, int, float, bool, type(None))
 
 
-def _checked_like_a_file(config: Mapping[str, Any], argument: str) -> dict[str, Any]:
+def _checked_like_a_file(config: Mapping[str, object], argument: str) -> dict[str, Any]:
     """A config the caller built in memory, held to what its config.json would be, and read as that file:
     only JSON values (a torch.dtype, a set or bytes is an ArgumentTypeError naming the field), no cycle and at
     most MAX_DEPTH levels and MAX_CONFIG_VALUES values (a shared sub-dict counts each time it is referenced), at
     most MAX_JSON_BYTES once written, then :func:`loads_strict`'s checks (no lone surrogate, no inf or NaN), each
     refusal one line naming the argument and the field."""
     budget = MAX_CONFIG_VALUES
-    stack: list[tuple[tuple[str | int, ...], Any]] = [((), config)]
+    stack: list[tuple[tuple[str | int, ...], object]] = [((), config)]
     while stack:
         path, item = stack.pop()
         budget -= 1
@@ -286,7 +294,7 @@ def _checked_like_a_file(config: Mapping[str, Any], argument: str) -> dict[str, 
     return value
 
 
-def _plain(item: Any) -> Any:
+def _plain(item: object) -> object:
     """Dicts and lists for any Mapping and sequence (depth already bounded by the caller)."""
     if isinstance(item, Mapping):
         return {key: _plain(child) for key, child in item.items()}
@@ -295,6 +303,6 @@ def _plain(item: Any) -> Any:
     return item
 
 
-def dump_json(obj: Any) -> str:
+def dump_json(obj: object) -> str:
     """The one JSON style eagleconv writes: indented, keys in insertion order."""
     return json.dumps(obj, indent=2, ensure_ascii=False) + "\n"

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 from .drafter import AuxConvention, DrafterSpec
 from .errors import AmbiguousLayoutError, EagleconvError, FindingsError, UsageError
 from .formats import detect_layout, get_layout, read_drafter
-from .formats.base import Layout, ReadResult, read_fields
+from .formats.base import Layout
+from .formats.base.reading import ReadResult, read_fields
 from .io.reader import SAFETENSORS_INDEX, Checkpoint, open_checkpoint, open_source
 from .io.staging import not_a_checkpoint
 from .bounds import check_config

@@ -12,10 +12,14 @@ import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
+
+from .jsonio import JSONObject, JSONValue
 from .validation.api import validate
 
 if TYPE_CHECKING:
+    import torch
+
     from .report import Finding
 
 # "unverified": it loads, and runs as intended only if a value the engine guesses (the checkpoint does not state it)
@@ -33,7 +37,7 @@ def agrees(predicted: str, observed: str) -> bool:
 REPO = Path(__file__).resolve().parent.parent
 TINY_PAIR = REPO / "fixtures" / "tiny-pair"
 
-Edit = Callable[[dict[str, Any], dict[str, Any]], None]  # (config, tensors) -> None, in place
+Edit = Callable[[JSONObject, "dict[str, torch.Tensor]"], object]  # (config, tensors), edited in place; returns ignored
 
 
 @dataclass(frozen=True)
@@ -48,41 +52,48 @@ class Variant:
     undefined: bool = False  # what vLLM does is not determined (uninitialised memory): the gap shows on some runs
 
 
-def _pop_aux(config: dict[str, Any], *, top: bool = True, nested: bool = True) -> None:
+def _eagle_config(config: JSONObject) -> JSONObject:
+    nested = config["eagle_config"]
+    if not isinstance(nested, dict):
+        raise TypeError(f"eagle_config is a {type(nested).__name__}, not an object")
+    return nested
+
+
+def _pop_aux(config: JSONObject, *, top: bool = True, nested: bool = True) -> None:
     if top:
         config.pop("eagle_aux_hidden_state_layer_ids", None)
-    if nested:
-        (config.get("eagle_config") or {}).pop("eagle_aux_hidden_state_layer_ids", None)
+    if nested and config.get("eagle_config"):
+        _eagle_config(config).pop("eagle_aux_hidden_state_layer_ids", None)
 
 
-def _rename(tensors: dict[str, Any], old: str, new: str) -> None:
+def _rename(tensors: dict[str, torch.Tensor], old: str, new: str) -> None:
     for name in [n for n in tensors if n.startswith(old)]:
         tensors[new + name[len(old):]] = tensors.pop(name)
 
 
-def _marked_midlayer(config: dict[str, Any], tensors: dict[str, Any]) -> None:
+def _marked_midlayer(config: JSONObject, tensors: dict[str, torch.Tensor]) -> None:
     _rename(tensors, "layers.0.", "midlayer.")
     config["eagleconv"] = {"layout": "vllm"}
 
 
-def _drop(tensors: dict[str, Any], prefix: str) -> None:
+def _drop(tensors: dict[str, torch.Tensor], prefix: str) -> None:
     for name in [n for n in tensors if n.startswith(prefix)]:
         del tensors[name]
 
 
-def _prefix_model(tensors: dict[str, Any]) -> None:
+def _prefix_model(tensors: dict[str, torch.Tensor]) -> None:
     for name in [n for n in tensors if not n.startswith(("lm_head", "d2t", "t2d"))]:
         tensors["model." + name] = tensors.pop(name)
 
 
-def _set_aux(config: dict[str, Any], ids: list[int]) -> None:
-    config["eagle_aux_hidden_state_layer_ids"] = list(ids)
-    config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = list(ids)
+def _set_aux(config: JSONObject, ids: list[int]) -> None:
+    config["eagle_aux_hidden_state_layer_ids"] = list[JSONValue](ids)
+    _eagle_config(config)["eagle_aux_hidden_state_layer_ids"] = list[JSONValue](ids)
 
 
-def _four_aux(config: dict[str, Any]) -> None:
+def _four_aux(config: JSONObject) -> None:
     config["eagle_aux_hidden_state_layer_ids"] = [0, 1, 2, 3]
-    config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [0, 1, 2, 3]
+    _eagle_config(config)["eagle_aux_hidden_state_layer_ids"] = [0, 1, 2, 3]
     config["num_aux_hidden_states"] = 4
 
 
@@ -124,7 +135,7 @@ VARIANTS: tuple[Variant, ...] = (
                       "accepted); eagleconv's 'behaves differently' is right whenever the memory is not zero, and "
                       "simulate refuses to guess", undefined=True),
     Variant("norm_before_fc together with fc_norm", "eagle31", "norm_before_fc: true on the fc_norm drafter",
-            lambda c, t: c.update(norm_before_fc=True) or c["eagle_config"].update(norm_before_fc=True)),
+            lambda c, t: c.update(norm_before_fc=True) or _eagle_config(c).update(norm_before_fc=True)),
 )
 
 

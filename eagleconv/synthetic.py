@@ -12,12 +12,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import architectures
 from ._extras import need
+from .jsonio import JSONObject, JSONValue
+
+if TYPE_CHECKING:
+    import torch
 
 PRODUCERS = ("eagle", "specforge", "torchspec", "vllm", "speculators", "automodel", "modelopt")
 
@@ -68,7 +72,7 @@ class DrafterRecipe:
     seed: int = 0
 
 
-def canonical_tensors(recipe: DrafterRecipe) -> dict[str, Any]:
+def canonical_tensors(recipe: DrafterRecipe) -> dict[str, torch.Tensor]:
     """The drafter's tensors under canonical (vLLM) names, as torch tensors, seeded."""
     need("torch", "eagleconv.synthetic")
     import torch
@@ -86,7 +90,7 @@ def canonical_tensors(recipe: DrafterRecipe) -> dict[str, Any]:
     def norm(n: int) -> torch.Tensor:  # around the stored weight of a unit scale (1.0, or 0.0 for a (1 + w) norm)
         return (arch.unit_norm(n) + 0.1 * torch.randn(n, generator=g)).to(dtype)
 
-    t: dict[str, Any] = {}
+    t: dict[str, torch.Tensor] = {}
     t["embed_tokens.weight"] = w(d.vocab, d.hidden, scale=0.5)
     t["fc.weight"] = w(d.hidden, K * d.target_hidden)
     if recipe.norm_before_fc:
@@ -112,9 +116,9 @@ def canonical_tensors(recipe: DrafterRecipe) -> dict[str, Any]:
     return t
 
 
-def _decoder_config(recipe: DrafterRecipe) -> dict[str, Any]:
+def _decoder_config(recipe: DrafterRecipe) -> JSONObject:
     d = recipe.dims
-    cfg: dict[str, Any] = {
+    cfg: JSONObject = {
         "model_type": architectures.get(recipe.architecture).synthetic_model_type,
         "hidden_size": d.hidden,
         "intermediate_size": d.intermediate,
@@ -147,7 +151,7 @@ def check_recipe(recipe: DrafterRecipe) -> None:
         raise ValueError(_CANNOT_WRITE[(recipe.producer, "eagle31")])
 
 
-def producer_config(recipe: DrafterRecipe) -> dict[str, Any]:
+def producer_config(recipe: DrafterRecipe) -> JSONObject:
     """config.json as the recipe's producer writes it (each layout module's docstring says which exporter that is)."""
     check_recipe(recipe)
     d, p = recipe.dims, recipe.producer
@@ -158,7 +162,7 @@ def producer_config(recipe: DrafterRecipe) -> dict[str, Any]:
     base = _decoder_config(recipe)
     if "model_type" in overrides:
         base["model_type"] = overrides["model_type"]
-    layer_output_ids = [i - 1 for i in d.aux_ids]
+    layer_output_ids: list[JSONValue] = [i - 1 for i in d.aux_ids]
     if p == "eagle":  # the hand-copied SafeAILab template: no ids, no head_dim
         base.pop("head_dim", None)
         return {"architectures": ["LlamaForCausalLM"], **base, "draft_vocab_size": d.draft_vocab,
@@ -168,15 +172,16 @@ def producer_config(recipe: DrafterRecipe) -> dict[str, Any]:
                 "target_hidden_size": d.target_hidden, **flags31, "torch_dtype": recipe.dtype,
                 "eagle_config": {"eagle_aux_hidden_state_layer_ids": layer_output_ids}}
     if p == "torchspec":
-        ids = layer_output_ids if overrides.get("layer_output_ids") else list(d.aux_ids)
-        eagle_config: dict[str, Any] = {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True,
+        ids: list[JSONValue] = layer_output_ids if overrides.get("layer_output_ids") else list(d.aux_ids)
+        eagle_config: JSONObject = {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True,
                                         **overrides.get("eagle_config", {})}
         return {"architectures": [arch_name], **base, "draft_vocab_size": d.draft_vocab,
                 "target_hidden_size": d.target_hidden, "num_aux_hidden_states": len(d.aux_ids), **flags31,
                 "eagle_config": eagle_config, "torch_dtype": recipe.dtype, "_torchspec_version": "0.2.0"}
     if p == "vllm":
-        cfg = {"architectures": [arch_name], **base, "draft_vocab_size": d.draft_vocab, "target_hidden_size": d.target_hidden,
-               "eagle_aux_hidden_state_layer_ids": list(d.aux_ids), **flags31, "torch_dtype": recipe.dtype}
+        cfg: JSONObject = {"architectures": [arch_name], **base, "draft_vocab_size": d.draft_vocab,
+                           "target_hidden_size": d.target_hidden, "eagle_aux_hidden_state_layer_ids": list(d.aux_ids),
+                           **flags31, "torch_dtype": recipe.dtype}
         if recipe.norm_before_fc:
             cfg["norm_before_fc"] = True
         return cfg
@@ -221,7 +226,7 @@ def producer_config(recipe: DrafterRecipe) -> dict[str, Any]:
 _DEFAULT_EMBED = {"torchspec": True, "speculators": True, "automodel": True}
 
 
-def producer_tensors(recipe: DrafterRecipe) -> dict[str, Any]:
+def producer_tensors(recipe: DrafterRecipe) -> dict[str, torch.Tensor]:
     """The canonical tensors renamed and filtered the way the producer stores them."""
     t = canonical_tensors(recipe)
     p = recipe.producer

@@ -11,9 +11,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
-from .bounds import check_config
+from .bounds import ModelDims, check_config
 from .errors import FormatError, UnsafeInputError
 from .jsonio import load_json
 
@@ -33,7 +34,7 @@ class TargetInfo:
     num_hidden_layers: int
 
 
-def _from_transformers(directory: Path, raw: dict[str, Any]) -> Any:
+def _from_transformers(directory: Path, raw: Mapping[str, object]) -> object:
     """The text config transformers builds for this target, or None when it does not know the model_type."""
     try:
         from transformers import AutoConfig
@@ -85,7 +86,7 @@ def load_target(path: str | Path) -> TargetInfo:
     file, raw = read_target_config(path)
     config = _from_transformers(file.parent, raw) if file.name == "config.json" else None
     text_config = raw.get("text_config")
-    text: dict[str, Any] = text_config if isinstance(text_config, dict) else raw
+    text: dict[str, object] = text_config if isinstance(text_config, dict) else raw
 
     def number(key: str) -> int:
         value = getattr(config, key, None) if config is not None else None
@@ -137,10 +138,8 @@ def check_target_weights(directory: str | Path, raw: dict[str, Any]) -> None:
         store.close()
 
 
-def target_dims(path: str | Path) -> Any:
+def target_dims(path: str | Path) -> ModelDims:
     """What sizes the target's KV cache and logits (eagleconv.bounds.ModelDims), from its checked config."""
-    from .bounds import ModelDims
-
     file, raw = read_target_config(path)
     text = raw["text_config"] if isinstance(raw.get("text_config"), dict) else raw
 

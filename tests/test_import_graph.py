@@ -1,10 +1,11 @@
-"""The package's import graph: layers that only look down, and no cycle between packages.
+"""The package's import graph: layers that only look down, no cycle between packages or inside one.
 
 Every ``import`` in eagleconv is read with ``ast`` (top-level and inside functions; not the
 ``if TYPE_CHECKING:`` ones, which never run), resolved to the module it loads, and grouped:
 a subpackage (``eagleconv.io``, ``eagleconv.hub``...) or a top-level module (``eagleconv.drafter``)
 is one group.  A group may import only from its own layer or the layers below it (``LAYERS``,
-written out in the README's "Layout of the code"), and the groups' graph has no cycle.
+written out in docs/architecture.md), and the groups' graph has no cycle.  Inside a group,
+the modules' graph has no cycle either (``KNOWN_CYCLES``: the ones issue 26 leaves to other branches).
 
 The same file holds the other structural rule of issue 16: no code classifies a finding by its
 message text (a finding's ``effect`` and ``runner`` are data).
@@ -28,7 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("rope", "nn", "config_fields", "target"),  # leaves: RoPE, shared tensor math, config field models; the target's config.json
     ("architectures",),  # one module per decoder family (a spec read as config_fields.DecoderShape)
     ("drafter",),  # DrafterSpec, which validates itself against the architecture registry
-    ("canonical",),  # canonical tensor names and shapes
+    ("canonical", "config_types"),  # canonical tensor names and shapes; the JSON type rules of config values
     ("vocab", "verifier"),
     ("report",),  # the typed reports and Finding
     ("formats",),  # one module per layout
@@ -38,7 +39,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("engines",),  # engine profiles and their checks
     ("forward",),  # the reference forward
     ("validation",),  # validate(), lint(): engine-independent checks + engines + forward
-    ("inspection", "conversion", "gguf_output", "gguf_target"),  # gguf_*: llama.cpp's draft GGUF
+    ("inspection", "conversion", "gguf_output", "gguf_target", "gguf_bpe_pre"),  # gguf_*: llama.cpp's draft GGUF
     ("transforms",),  # the EAGLE-3 <-> 3.1 math
     ("eagle31", "simulate", "parity", "hub", "measure"),  # upgrade/downgrade, simulate, the parity tier, push/pull, measure
     ("cli", "__main__", ""),  # the click layer; "" is eagleconv/__init__.py, the lazy public facade
@@ -122,7 +123,7 @@ RANK = {g: i for i, layer in enumerate(LAYERS) for g in layer}
 
 def test_every_group_has_a_layer():
     assert {g for edge in edges() for g in edge} | {group(m) for m in _modules()} <= set(RANK), \
-        "a new package or top-level module: add it to LAYERS (and to the README's layer order)"
+        "a new package or top-level module: add it to LAYERS (and to docs/architecture.md's layer order)"
 
 
 def test_imports_only_look_down():
@@ -192,6 +193,61 @@ def test_architectures_never_name_the_drafter_spec():
             if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[-1] == "drafter":
                 offenders.append(f"{name}:{node.lineno}")
     assert not offenders
+
+
+# Cycles inside a package that are not this branch's to break (issue 26 deliverable 4: "the import-layer test
+# also checks cycles inside a package").  Each is an exact strongly connected component; the lead removes an
+# entry when the branch that breaks it lands (its owner in the comment), and the test fails on a stale one.
+# Never add an entry: break the cycle (a leaf module both sides import, or the import moved to the caller).
+KNOWN_CYCLES: dict[frozenset[str], str] = {
+    frozenset({"eagleconv.engines", *(f"eagleconv.engines.{e}" for e in (
+        "llamacpp", "sglang", "speculators", "tokenspeed", "trtllm", "vllm"))}): "issue 26: engines, helper views",
+    frozenset({"eagleconv.forward.model", "eagleconv.forward.weights"}): "issue 26: forward, helper layer",
+    frozenset({"eagleconv.forward.inputs", "eagleconv.forward.native_target"}): "issue 26: forward, helper layer",
+    frozenset({"eagleconv.simulate", "eagleconv.simulate.llamacpp"}): "issue 26: simulate, helper layer",
+}
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Module -> the modules of its own group it imports at runtime (top level or in a function)."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    for importer, imported, _, _ in imports():
+        if importer != imported and group(importer) == group(imported) and group(importer):
+            graph[importer].add(imported)
+    return graph
+
+
+def test_no_cycle_inside_a_package():
+    """No module of a package imports, at runtime, one that imports it back, directly or round a longer loop.
+
+    A package's ``__init__`` counts as a module of it: ``from . import register`` in a layout module and an
+    ``__init__`` that imports that module at the top close a cycle.  ``if TYPE_CHECKING:`` imports never run
+    and do not count; an import inside a function does (it runs, and hides the cycle until it does).
+    """
+    found = {frozenset(c) for c in _cycles(module_graph())}
+    new = found - set(KNOWN_CYCLES)
+    stale = set(KNOWN_CYCLES) - found
+    graph = module_graph()
+    assert not new, "import cycles inside a package:\n" + "\n".join(
+        " <-> ".join(sorted(c)) + ": " + "; ".join(f"{a} -> {b}" for a in sorted(c) for b in sorted(graph[a] & c))
+        for c in new)
+    assert not stale, "broken since (remove from KNOWN_CYCLES): " + "; ".join(KNOWN_CYCLES[c] for c in stale)
+
+
+def test_the_module_check_sees_a_cycle():
+    """The walk resolves relative imports to modules: one real intra-package edge turned round is a cycle."""
+    graph = module_graph()
+    assert "eagleconv.io.checkpoint" in graph["eagleconv.io.reader"]  # a relative import, resolved
+    assert "eagleconv.formats.base" in graph["eagleconv.formats.specforge"]
+    graph["eagleconv.io.checkpoint"].add("eagleconv.io.reader")
+    assert any({"eagleconv.io.reader", "eagleconv.io.checkpoint"} <= set(c) for c in _cycles(graph))
+
+
+def test_no_module_over_500_lines():
+    """One job to a module (issue 26): a file past 500 lines is doing several; split it by job."""
+    long = sorted(f"{path.relative_to(PACKAGE.parent)}: {n} lines" for path in PACKAGE.rglob("*.py")
+                  if (n := len(path.read_text().splitlines())) > 500)
+    assert not long, long
 
 
 def test_io_never_imports_the_hub_or_the_layouts():

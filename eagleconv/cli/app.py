@@ -11,14 +11,18 @@ import errno
 import os
 import sys
 import traceback
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, TextIO
 
 import click
 
 from .. import __version__
 from .._text import printable
 from ..errors import EagleconvError, Interrupted
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, ProgressColumn, Task, TaskID
+    from rich.segment import Segment
 
 
 def _layout_names() -> tuple[str, ...]:
@@ -71,7 +75,7 @@ def _console(stderr: bool = False):
     from rich.console import Console
 
     class _Plain(Console):
-        def _render_buffer(self, buffer: Any) -> str:  # rows padded to the widest one end in spaces: drop them
+        def _render_buffer(self, buffer: Iterable[Segment]) -> str:  # rows padded to the widest one end in spaces: drop them
             return "\n".join(line.rstrip(" ") for line in super()._render_buffer(buffer).split("\n"))
 
     plain = not stderr and plain_layout()
@@ -84,7 +88,7 @@ def _console(stderr: bool = False):
     return console
 
 
-def run_command(ctx: click.Context, as_json: bool, body: Callable[[], tuple[Any, int]]) -> None:
+def run_command(ctx: click.Context, as_json: bool, body: Callable[[], tuple[object, int]]) -> None:
     """Run ``body`` (returning (report, exit code)) with eagleconv's error policy."""
     state = ctx.find_object(Context)
     debug = state.debug if state is not None else False
@@ -243,9 +247,9 @@ class _progress:
     def __init__(self, enabled: bool = True, label: str = "writing"):
         self.enabled = enabled and _is_terminal(sys.stderr)
         self.label = label
-        self.bar: Any = None  # rich.progress.Progress, imported only when shown
-        self.task: Any = None
-        self.steps: dict[str, Any] = {}
+        self.bar: Progress | None = None  # imported only when shown
+        self.task: TaskID | None = None
+        self.steps: dict[str, TaskID] = {}
         self.on_total: Callable[[int], None] | None = None
         self.on_bytes: Callable[[int], None] | None = None
         self.step: Callable[[str, int, int], None] | None = None
@@ -260,24 +264,31 @@ class _progress:
             return self
         from rich.progress import BarColumn, Progress, SpinnerColumn, TimeElapsedColumn
 
-        self.bar = Progress(SpinnerColumn(), "[progress.description]{task.description}", BarColumn(), _amount_column(),
-                            TimeElapsedColumn(), console=_console(stderr=True), transient=True)
-        self.bar.start()
+        self.bar = bar = Progress(SpinnerColumn(), "[progress.description]{task.description}", BarColumn(),
+                                  _amount_column(), TimeElapsedColumn(), console=_console(stderr=True), transient=True)
+        bar.start()
         self.on_total, self.on_bytes, self.step = self._on_total, self._on_bytes, self._step
         self.byte_step = self._byte_step
         return self
 
+    def _shown(self) -> Progress:
+        """The bar; the callbacks that use it are installed only once it exists (``__enter__``)."""
+        if self.bar is None:
+            raise RuntimeError("progress callback used outside its 'with' block")
+        return self.bar
+
     def _on_total(self, total: int) -> None:
-        self.task = self.bar.add_task(self.label, total=total, bytes=True)
+        self.task = self._shown().add_task(self.label, total=total, bytes=True)
 
     def _on_bytes(self, n: int) -> None:
         if self.task is not None:
-            self.bar.advance(self.task, n)
+            self._shown().advance(self.task, n)
 
     def _step(self, what: str, done: int, total: int, in_bytes: bool = False) -> None:
+        bar = self._shown()
         if what not in self.steps:
-            self.steps[what] = self.bar.add_task(what, total=total, bytes=in_bytes)
-        self.bar.update(self.steps[what], completed=done, total=total)
+            self.steps[what] = bar.add_task(what, total=total, bytes=in_bytes)
+        bar.update(self.steps[what], completed=done, total=total)
 
     def _byte_step(self, what: str, done: int, total: int) -> None:
         self._step(what, done, total, in_bytes=True)
@@ -287,7 +298,7 @@ class _progress:
             self.bar.stop()
 
 
-def _is_terminal(stream: Any) -> bool:
+def _is_terminal(stream: TextIO | None) -> bool:
     """Whether ``stream`` is a terminal; a stream Python left None (stderr closed at start-up) or closed is not."""
     try:
         return bool(stream is not None and stream.isatty())
@@ -295,15 +306,15 @@ def _is_terminal(stream: Any) -> bool:
         return False
 
 
-def _amount_column() -> Any:
+def _amount_column() -> ProgressColumn:
     """'1.2 GiB/3.4 GiB 210.0 MiB/s' for a bar over bytes, '3/8' for one over counted units."""
     from rich.progress import ProgressColumn
     from rich.text import Text
 
-    from .render import human_bytes
+    from .._text import human_bytes
 
     class Amount(ProgressColumn):
-        def render(self, task: Any) -> Text:
+        def render(self, task: Task) -> Text:
             total = int(task.total) if task.total is not None else 0
             if not task.fields.get("bytes"):
                 return Text(f"{int(task.completed)}/{total}", style="progress.download")

@@ -62,7 +62,7 @@ def _run() -> int | str | None:
     """The command's exit status; an Interrupted from anywhere (an import, click's parsing, a command) is one line."""
     try:
         try:
-            from .main import cli
+            from .commands import cli
 
             cli.main(prog_name="eagleconv")  # standalone: always ends in SystemExit
         except SystemExit as done:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .._text import printable
+from .._text import human_bytes, printable
 from ..report import ConvertReport, InspectReport
 
 if TYPE_CHECKING:
@@ -39,15 +39,6 @@ def grid(*styles: str) -> Table:
     for style in styles:
         out.add_column(style=style, overflow="fold")
     return out
-
-
-def human_bytes(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"
 
 
 def render_inspect(report: InspectReport, console: Console) -> None:

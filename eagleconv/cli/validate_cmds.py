@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from .app import FORMATS, _console, _progress, cli, run_command
 from .options import STRICT_HELP, engines_option, hide_info_option, ignore_option
+
+if TYPE_CHECKING:
+    from rich.status import Status
 
 
 def _passive_omp() -> None:
@@ -31,7 +34,7 @@ class _status:
 
     def __init__(self, label: str):
         self.enabled, self.label = sys.stderr.isatty(), label
-        self._s: Any = None
+        self._s: Status | None = None
 
     def __enter__(self) -> _status:
         if self.enabled:

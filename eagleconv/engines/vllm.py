@@ -18,10 +18,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..canonical import expected_tensors
 from ..report import Finding
 from . import register
 from .base import CaptureRules, DrafterClass, EngineProfile, EngineView, FlagRule, KeyRules, Subject, Translation
 from .checks import COMMON_CHECKS, check_tensor_parallel, emits, finding
+from .view import DrafterView, Fill
 
 K_PATHS = ("num_aux_hidden_states", "eagle_config.eagle_aux_hidden_state_layer_ids")
 
@@ -169,6 +171,54 @@ def check_method_detection(subject: Subject, view: EngineView) -> list[Finding]:
     return []
 
 
+def serve(view: DrafterView) -> DrafterView:
+    """The drafter as vLLM 0.32 holds it (V1 runner): refused where loading fails, where the runner captures fewer
+    states than fc takes, or where the loader leaves a parameter uninitialised; else what it keeps in the
+    parameters the checkpoint does not fill (llama_eagle3.py load_weights)."""
+    spec, read = view.spec, view.subject.read
+    if spec is None or not view.report.runs or read is None:
+        view.refused = f"vLLM fails at load: {view.report.reason}"
+        return view
+    L = view.target_layers
+    if view.guessed:
+        view.notes.append(f"aux layers: no ids in the config, vLLM captures {list(view.layers)}")
+    view.capture = tuple(sorted({i for i in view.layers if L is None or 0 <= i <= L}))
+    K = spec.aux.count
+    if len(view.capture) != K:
+        view.refused = (f"vLLM captures {len(view.capture)} target hidden states (layers {list(view.capture)}) but "
+                        f"builds fc for {K}: the first request fails in combine_hidden_states")
+        return view
+    names, Vd, V = set(read.canonical), spec.draft_vocab_size, spec.vocab_size
+    fills: dict[str, Fill] = {}
+    for name, exp in expected_tensors(spec).items():
+        if name in names and name not in ("d2t", "t2d"):
+            shape = tuple(read.tensors[name].shape)
+            if shape != exp.shape:
+                view.refused = (f"vLLM fails at load: AssertionError: {name} is {list(shape)}, the parameter is "
+                                f"{list(exp.shape)}")
+                return view
+        if name in names or name in ("t2d", "embed_tokens.weight"):  # t2d dropped; embed shared from the target
+            continue
+        if name == "d2t":
+            if Vd != V:
+                fills[name] = Fill("zero_offsets", shape=(Vd,))
+                view.notes.append("d2t missing: vLLM keeps an all-zero offset vector (draft id i = target id i)")
+        elif "norm" in name:
+            fills[name] = Fill("unit_norm", shape=exp.shape)
+            view.notes.append(f"{name} missing: vLLM keeps its initial weight 1.0, and so does simulate")
+        elif name == "lm_head.weight":
+            fills[name] = Fill("target_lm_head", shape=(Vd, spec.hidden_size))
+            if Vd != V:
+                view.notes.append(f"lm_head missing with draft vocab {Vd} < vocab {V}: vLLM shares the target's "
+                                  f"lm_head and keeps its first {Vd} logits")
+        else:
+            view.refused = (f"{name} is missing; vLLM leaves it uninitialised (torch.empty) and reports nothing, so "
+                            "what it drafts cannot be predicted")
+            return view
+    view.fills = fills
+    return view
+
+
 def _profile(version: str, summary: str, *, qwen3: bool, propagates_eagle31: bool, deepseek_unknown: str,
              history: tuple[str, ...], keys: KeyRules = KEYS, capture: CaptureRules = CAPTURE) -> EngineProfile:
     classes = {n: LLAMA for n in LLAMA_NAMES}
@@ -185,6 +235,8 @@ def _profile(version: str, summary: str, *, qwen3: bool, propagates_eagle31: boo
         shares_from_target={"embed_tokens.weight": "absent", "lm_head.weight": "absent"},
         tensor_parallel=True,
         checks=(*COMMON_CHECKS, check_tensor_parallel, check_method_detection),
+        serve=serve,
+        packs_linears=True,
         history=history,
     )
 

@@ -15,7 +15,10 @@ from typing import Any
 
 from ..errors import AmbiguousLayoutError, FormatError, UsageError
 from ..registry import import_entries, registrar
-from .base import DDP_HINT, Layout, ReadResult, Seen, bind_architectures, ddp_prefixed, read_drafter, write_config
+from .base import Layout, Seen, bind_architectures
+from .base.reading import ReadResult, read_drafter
+from .base.renames import DDP_HINT, ddp_prefixed
+from .base.writing import write_config
 
 LAYOUTS: dict[str, type[Layout]] = {}
 

@@ -12,40 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, PositiveInt
-
-from ..architectures.llama import LlamaDecoderFields
 from ..drafter import DrafterSpec, Verifier
-from ..config_fields import _Config, _Eagle3Fields
 from . import register
 from .base import Seen, ConfigField, Layout, SameAs, get_path, hf_fields
-
-
-class SpeculatorsVerifier(_Config):
-    name_or_path: str | None = None
-    architectures: list[str] = Field(default_factory=list)
-
-
-class SpeculatorsProposal(_Config):
-    proposal_type: str
-    speculative_tokens: PositiveInt | None = None
-
-
-class SpeculatorsConfigBlock(_Config):
-    algorithm: str
-    proposal_methods: list[SpeculatorsProposal] = Field(default_factory=list)
-    default_proposal_method: str | None = None
-    verifier: SpeculatorsVerifier | None = None
-
-
-class SpeculatorsEagle3Config(_Eagle3Fields):
-    """vLLM speculators format: ``speculators_model_type: eagle3`` with a nested transformer_layer_config."""
-
-    architectures: list[str] | None = None
-    speculators_model_type: str
-    speculators_version: str | None = None
-    speculators_config: SpeculatorsConfigBlock | None = None
-    transformer_layer_config: LlamaDecoderFields  # always a LlamaConfig
+from .base.speculators_config import (  # noqa: F401 - the config model, importable from here as before issue 26
+    SpeculatorsConfigBlock, SpeculatorsEagle3Config, SpeculatorsProposal, SpeculatorsVerifier,
+)
 
 
 @register

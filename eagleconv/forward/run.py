@@ -8,19 +8,17 @@ from typing import Any
 
 import torch
 
-from .. import architectures
-from ..drafter import DrafterSpec, EagleFlags
 from ..engines import resolve_engines
-from ..engines.base import Subject, engine_view
-from ..engines.checks import check_architecture, check_aux_count, check_keys
+from ..engines.view import DrafterView, view_drafter
 from ..errors import UsageError
 from ..loading import load_drafter
-from ..report import DiffReport, DiffStep, EngineForward, Finding, ForwardReport, ForwardStep
+from ..report import DiffReport, DiffStep, Finding, ForwardReport, ForwardStep
 from ..target import load_target
 from .api import default_aux_ids, load
+from .engine import OverlaySource, fill_tensors, with_fills
 from .inputs import InputFactory, Target, read_prompts
 from .model import DraftInputs, DraftResult, Drafter
-from .weights import CheckpointSource, DictSource, TensorSource, stored_name
+from .weights import CheckpointSource, DictSource
 
 
 def _rows(r: DraftResult, a: int, b: int) -> DraftResult:
@@ -107,90 +105,6 @@ def _target_and_prompts(target: Target | str | Path | None,
     return None, None, load_target(target).num_hidden_layers
 
 
-class OverlaySource:
-    """A checkpoint's tensors plus the unit norm weights an engine initialises for tensors it expects but lacks."""
-
-    def __init__(self, base: TensorSource, extra: dict[str, torch.Tensor]):
-        self.base, self.extra = base, extra
-
-    def names(self) -> set[str]:
-        return self.base.names() | set(self.extra)
-
-    def raw(self, name: str) -> torch.Tensor:
-        return self.extra[name] if name in self.extra else self.base.raw(name)
-
-    def label(self, name: str) -> str:
-        return name if name in self.extra else stored_name(self.base, name)
-
-    def release(self) -> None:
-        self.base.release()
-
-
-def _missing_norms(spec: DrafterSpec, names: set[str]) -> dict[str, torch.Tensor]:
-    K, Ht = spec.aux.count, spec.target_hidden_size
-    want: dict[str, int] = {}
-    if spec.flags.fc_norm:
-        want |= {f"fc_norm.{i}.weight": Ht for i in range(K)}
-    if spec.flags.norm_before_fc and architectures.get(spec.architecture).reads_norm_before_fc:
-        want["input_norm.weight"] = K * Ht
-    return {n: spec.arch.unit_norm(w) for n, w in want.items() if n not in names}
-
-
-def engine_forward_view(profile: Any, loaded: Any, intended: DrafterSpec, intended_ids: tuple[int, ...],
-                        target_layers: int | None) -> tuple[EngineForward, DrafterSpec | None, tuple[int, ...]]:
-    """How ``profile`` will run this checkpoint: its flags, its captured layers, whether it loads at all."""
-    subject = Subject(dict(loaded.store.config or {}), layout=loaded.layout, read=loaded.read,
-                      names=set(loaded.store.tensors), has_tensors=True, path=str(loaded.store.path))
-    view = engine_view(profile, subject)
-    report = EngineForward(engine=profile.label, runs=False, aux_layer_ids=None)
-    fatal = [f.message for check in (check_architecture, check_aux_count) for f in check(subject, view)
-             if f.severity == "error"]
-    if fatal:
-        report.reason = fatal[0]
-        return report, None, intended_ids
-    # only names the loader raises on stop it; a missing or skipped tensor leaves a value in place (reported below)
-    rejected = [f for f in check_keys(subject, view) if f.severity == "error" and f.effect == "load_fails"]
-    flags = intended.flags.model_dump()
-    for flag in flags:
-        if flag in view.flags:
-            flags[flag] = view.flags[flag][0]
-    report.flags = flags
-    for flag, value in flags.items():
-        if value != getattr(intended.flags, flag):
-            report.differs.append(f"{flag} = {str(value).lower()} ({view.flags[flag][1]}), "
-                                  f"the checkpoint means {str(getattr(intended.flags, flag)).lower()}")
-    rules = profile.capture
-    ids: tuple[int, ...] | None = None
-    if rules.from_runtime:
-        ids = intended_ids  # the user passes them at launch; assumed right (validate reports it as EC010)
-    else:
-        for path in (*rules.paths, *(p for p, *_ in rules.some_runners)):
-            value = view.config
-            for part in path.split("."):
-                value = value.get(part) if isinstance(value, dict) else None
-            if isinstance(value, list) and value:
-                ids = tuple(rules.shift(tuple(value)))
-                break
-        if ids is None:
-            if target_layers is not None and rules.default_ids is not None:
-                ids = tuple(rules.default_ids(target_layers))
-                report.differs.append(f"no aux ids in the config: the engine guesses {list(ids)}")
-            else:
-                ids = intended_ids
-                report.differs.append(f"no aux ids in the config: the engine guesses {rules.default}; without "
-                                      "--target the layer count is unknown, so the intended layers are used")
-    if tuple(sorted(ids)) != tuple(sorted(intended_ids)):
-        report.differs.append(f"captures target layers {sorted(ids)}, the checkpoint means {sorted(intended_ids)}")
-    report.aux_layer_ids = sorted(ids)
-    spec = intended.model_copy(update={"flags": EagleFlags(**flags)})
-    if rejected:  # the loader raises on these names; the steps show what it computes were they skipped
-        report.reason = rejected[0].message
-        report.differs.append(f"the loader rejects {len(rejected)} tensor(s) and the engine would not start; the "
-                              "steps show what it would compute if they were skipped")
-    report.runs = not rejected
-    return report, spec, tuple(sorted(ids))
-
-
 def _findings_for(results: list[DraftResult], path: str) -> list[Finding]:
     bad = []
     for k in range(len(results[0].logits)):
@@ -264,19 +178,13 @@ def validate_forward(path: str | Path, *, engines: Any = (), steps: int = 4, tar
                      + ("" if L is not None else " for an assumed 32-layer target (pass --target)"))
     # Engine views first: a view that differs only in the target layers it captures runs in the same
     # batch as the intended drafter (same weights, one pass over them per step).
-    planned: list[tuple[EngineForward, DrafterSpec | None, tuple[int, ...], dict[str, torch.Tensor]]] = []
+    planned: list[DrafterView] = []
     loaded = None
     if engines:
         loaded = load_drafter(path, layout=layout, allow_pickle=allow_pickle)
         loaded.store.close()
-        names = CheckpointSource(loaded).names()
-        for profile in resolve_engines(engines):
-            view, espec, eids = engine_forward_view(profile, loaded, spec, ids, L)
-            extra = _missing_norms(espec, names) if espec is not None else {}
-            if extra:
-                view.differs.append(f"initialises {', '.join(sorted(extra))} to ones (absent from the checkpoint)")
-            planned.append((view, espec, eids, extra))
-    batched = sorted({eids for _, espec, eids, extra in planned if espec == spec and not extra and eids != ids})
+        planned = [view_drafter(profile, loaded, ids, L) for profile in resolve_engines(engines)]
+    batched = sorted({v.layers for v in planned if v.spec == spec and not v.fills and v.layers != ids})
     groups = [ids, *batched]
     per_group = [factory.make(g) for g in groups]
     combined = [DraftInputs(torch.cat([g[i].tokens for g in per_group]), torch.cat([g[i].aux for g in per_group]),
@@ -299,19 +207,19 @@ def validate_forward(path: str | Path, *, engines: Any = (), steps: int = 4, tar
         reference = load(path, dtype=dtype, recipe=recipe, backend="torch", seed=seed, target=tgt,
                          allow_pickle=allow_pickle, layout=layout, device=device)
         report.against_torch, _ = compare(run_all(reference, factory.make(ids), steps), results)
-    for view, espec, eids, extra in planned:
-        if espec is not None:  # run it (also when the loader rejects tensors: what it would compute)
-            if espec == spec and not extra:  # the intended math on the layers this engine captures
-                view.steps, _ = compare(results, by_group[eids])
+    for view in planned:
+        if view.spec is not None:  # run it (also when the loader rejects tensors: what it would compute)
+            if view.spec == spec and not view.fills:  # the intended math on the layers this engine captures
+                view.report.steps, _ = compare(results, by_group[view.layers])
             else:
                 assert loaded is not None
-                base = CheckpointSource(loaded)
-                engine_drafter = Drafter(espec, OverlaySource(base, extra) if extra else base, dtype=dtype,
+                extra = fill_tensors(view.spec, view.fills)
+                engine_drafter = Drafter(view.spec, with_fills(CheckpointSource(loaded), extra), dtype=dtype,
                                          recipe=recipe, backend=backend, seed=seed, target_embed=drafter.w.target_embed,
                                          target_lm_head=drafter.w.target_lm_head, device=device,
                                          cache=drafter.w.cache)
-                view.steps, _ = compare(results, run_all(engine_drafter, factory.make(eids), steps))
-        report.engines.append(view)
+                view.report.steps, _ = compare(results, run_all(engine_drafter, factory.make(view.layers), steps))
+        report.engines.append(view.report)
     return report
 
 
@@ -339,4 +247,4 @@ def diff(a: str | Path, b: str | Path, *, steps: int = 4, target: str | Path | N
                       notes=notes)
 
 
-__all__ = ["DictSource", "InputFactory", "StepProgress", "compare", "diff", "engine_forward_view", "validate_forward"]
+__all__ = ["DictSource", "InputFactory", "OverlaySource", "StepProgress", "compare", "diff", "validate_forward"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ..report import InspectReport
 
 
-def verifier_of(config: dict[str, Any], inspected: InspectReport | None) -> str | None:
+def verifier_of(config: Mapping[str, object], inspected: InspectReport | None) -> str | None:
     """The target model the config names, if any (speculators' verifier.name_or_path)."""
     if inspected is not None and inspected.spec.verifier is not None and inspected.spec.verifier.name_or_path:
         return inspected.spec.verifier.name_or_path
@@ -34,7 +34,7 @@ TARGET_KEYS = ("base_model", "base_model_name_or_path", "target_model", "target_
                "target_model_path", "verifier_name_or_path")
 
 
-def _target_fields(value: Any, where: str = "") -> Iterable[tuple[str, str]]:
+def _target_fields(value: object, where: str = "") -> Iterable[tuple[str, str]]:
     if isinstance(value, dict):
         for key, item in value.items():
             at = f"{where}.{key}" if where else str(key)
@@ -44,7 +44,7 @@ def _target_fields(value: Any, where: str = "") -> Iterable[tuple[str, str]]:
                 yield from _target_fields(item, at)
 
 
-def publish_findings(config: dict[str, Any], inspected: InspectReport | None) -> list[Finding]:
+def publish_findings(config: Mapping[str, object], inspected: InspectReport | None) -> list[Finding]:
     """Checks that matter only for a config about to be published: a target model named by a local path (EC080)."""
     named: dict[str, str] = {}
     verifier = verifier_of(config, inspected)
@@ -61,7 +61,7 @@ def publish_findings(config: dict[str, Any], inspected: InspectReport | None) ->
             for key, name in named.items() if is_local_path(name)]
 
 
-def speculative_tokens(config: dict[str, Any]) -> int:
+def speculative_tokens(config: Mapping[str, object]) -> int:
     """The number of draft tokens the trainer recorded (speculators' proposal method), else vLLM's common 3."""
     sc = config.get("speculators_config")
     methods = sc.get("proposal_methods") if isinstance(sc, dict) else None

@@ -5,12 +5,15 @@ behind it) and, given a simulate or measure report, the acceptance as huggingfac
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
 from ..errors import FormatError
 from ..report import Finding, ValidationReport, _Report
+
+if TYPE_CHECKING:
+    from huggingface_hub import EvalResult
 
 Verdict = Literal["runs as intended", "loads", "runs differently", "fails"]
 # the worst effect among an engine's findings decides its verdict (report.Effect)
@@ -89,7 +92,7 @@ def read_acceptance(path: str | Path) -> Acceptance:
         raise FormatError(f"malformed report: {type(exc).__name__}: {str(exc).splitlines()[0]}", path) from None
 
 
-def eval_results(acceptance: Acceptance) -> list[Any]:
+def eval_results(acceptance: Acceptance) -> list[EvalResult]:
     """The acceptance as huggingface_hub EvalResults: the AL, then one rate per draft position."""
     from huggingface_hub import EvalResult
 

@@ -242,7 +242,7 @@ def _stat(directory: Path) -> dict[str, tuple[int, int]]:
     return seen
 
 
-def _config_of(source: Path) -> dict[str, Any]:
+def _config_of(source: Path) -> dict[str, object]:
     from ..bounds import check_config
 
     config = load_json(source / "config.json")
@@ -375,7 +375,7 @@ def _upload(result: PushReport, staged: Path, entries: Sequence[ManifestEntry], 
     result.parent_commit = parent
     uploading = {e.path for e in entries} | {MANIFEST}
     result.deleted = sorted(f.path for f in before if f.path not in uploading and f.path.endswith(WEIGHT_SUFFIXES))
-    operations: list[Any] = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(staged / name))
+    operations: list[CommitOperationAdd | CommitOperationDelete] = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(staged / name))
                              for name in sorted(uploading)]
     operations += [CommitOperationDelete(path_in_repo=name) for name in result.deleted]
     message = commit_message or f"eagleconv {__version__}: validated drafter ({', '.join(result.validation.engines)})"

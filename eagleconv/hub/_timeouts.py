@@ -8,12 +8,28 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import UsageError
 from ._base import CONNECT_TIMEOUT, DEFAULT_TIMEOUT, HubError, HubTimeoutError, TIMEOUT_ENV
+
+if TYPE_CHECKING:
+    import requests
+
+
+class _HttpxClient(Protocol):
+    """What the factory copies from huggingface_hub's own httpx (or httpx2) client."""
+
+    @property
+    def event_hooks(self) -> dict[str, list[Callable[..., object]]]: ...
+
+
+class _ByteStream(Iterable[bytes], Protocol):
+    """httpx's SyncByteStream as a download's response holds it."""
+
+    def close(self) -> None: ...
 
 
 _limit: float | None = None
@@ -45,16 +61,16 @@ def hub_timeout(seconds: float | None = None) -> float:
     return float(seconds)
 
 
-def _limited(existing: Any, limit: float) -> float:
+def _limited(existing: float | None, limit: float) -> float:
     return limit if existing is None else min(float(existing), limit)
 
 
-def _timed_out(method: str, url: Any, limit: float) -> HubTimeoutError:
+def _timed_out(method: str, url: str, limit: float) -> HubTimeoutError:
     return HubTimeoutError(f"no answer within {limit:g} s ({method} {url}); --timeout SECONDS or "
                            f"{TIMEOUT_ENV} sets the limit")
 
 
-def _bound_retries(status: int, reason: str, method: str, url: Any, limit: float) -> None:
+def _bound_retries(status: int, reason: str, method: str, url: str, limit: float) -> None:
     """Let huggingface_hub retry a 5xx/429 only until ``limit`` seconds after the first one: then HubError, which
     it does not retry (it retries network errors and statuses only)."""
     global _failing_since, _last_failure
@@ -74,7 +90,7 @@ def server_failure() -> str | None:
     return _last_failure
 
 
-def _httpx_client_factory(template: Any) -> Callable[[], Any]:
+def _httpx_client_factory(template: _HttpxClient) -> Callable[[], Any]:  # httpx or httpx2, as the Hub uses
     """huggingface_hub >= 1.0: an httpx(2) Client subclass like its default one (same event hooks) with limits."""
     http = sys.modules[type(template).__module__.split(".")[0]]
     hooks = template.event_hooks
@@ -82,7 +98,7 @@ def _httpx_client_factory(template: Any) -> Callable[[], Any]:
     class Stream(http.SyncByteStream):  # type: ignore[name-defined]
         """A streamed body (downloads) whose read timeout is eagleconv's error too."""
 
-        def __init__(self, inner: Any, method: str, url: Any, limit: float):
+        def __init__(self, inner: _ByteStream, method: str, url: str, limit: float):
             self.inner, self.what = inner, (method, url, limit)
 
         def __iter__(self) -> Iterator[bytes]:
@@ -117,12 +133,12 @@ def _httpx_client_factory(template: Any) -> Callable[[], Any]:
     return lambda: Client(event_hooks=hooks, follow_redirects=True, timeout=None)
 
 
-def _requests_session_factory() -> Callable[[], Any]:
+def _requests_session_factory() -> type[requests.Session]:
     """huggingface_hub 0.x (requests): a Session whose every request has eagleconv's limits."""
     import requests
 
     class Session(requests.Session):
-        def send(self, request: Any, **kwargs: Any) -> Any:
+        def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
             limit = _limit
             if limit is None:
                 return super().send(request, **kwargs)

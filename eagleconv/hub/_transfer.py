@@ -12,7 +12,7 @@ from ..io.staging import fsync_file
 from ._base import CARD, DOWNLOADING, MANIFEST, Progress, Step
 
 
-def _takes(function: Callable[..., Any], parameter: str) -> bool:
+def _takes(function: Callable[..., object], parameter: str) -> bool:
     """Whether ``function`` accepts ``parameter`` (huggingface_hub grew keywords between 0.30 and 1.x)."""
     import inspect
 

@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import FormatError, UnsafeInputError
-from .reader import Checkpoint, TensorInfo, _identity, _Location
-from .staging import write_all
+from .checkpoint import Checkpoint, _identity, _Location
+from .tensor_store import TensorInfo
+from .durable import write_all
 
 if TYPE_CHECKING:
     import numpy as np
@@ -35,6 +36,9 @@ DTYPE_TO_GGML = {v: k for k, v in GGML_TO_DTYPE.items()}
 # Tensor names whose rows llama.cpp's converter reorders for ggml's RoPE, and the metadata key of their head count.
 ROPE_ROWS = {"blk.{n}.attn_q.weight": "{arch}.attention.head_count", "blk.{n}.attn_k.weight": "{arch}.attention.head_count_kv"}
 ABSOLUTE_IDS = "d2t"  # stored as absolute target ids: d2t[i] + i
+# d2t's integer types read back: llama.cpp writes I64 and aborts on any other at the first draft, which
+# ``validate --engine llama.cpp`` reports (an I32 d2t is read, not refused, so that it can say so)
+ID_DTYPES = {"I64": "<i8", "I32": "<i4"}
 # Token arrays of the target's tokenizer: kept out of the config view, counted in ``metadata`` instead.
 BULKY_KEYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type", "tokenizer.ggml.merges")
 
@@ -119,7 +123,7 @@ class GgufHeader:
 
 
 class _Cursor:
-    def __init__(self, data: Any, path: Path):
+    def __init__(self, data: memoryview, path: Path):
         self.data, self.pos, self.path = data, 0, path
 
     def take(self, fmt: str) -> Any:
@@ -132,7 +136,7 @@ class _Cursor:
         self.pos += size
         return value
 
-    def string(self, decode: bool = True) -> Any:
+    def string(self, decode: bool = True) -> Any:  # str, bytes where not UTF-8, None when not decoded
         n = self.take("<Q")
         if self.pos + n > len(self.data):
             raise FormatError(f"not a readable GGUF file: a string of {n} bytes at byte {self.pos} runs past the end",
@@ -146,12 +150,12 @@ class _Cursor:
         except UnicodeDecodeError:
             return bytes(raw)
 
-    def strings(self, count: int, decode: bool) -> Any:
+    def strings(self, count: int, decode: bool) -> list[str] | list[bytes] | int:
         """``count`` strings (bytes where not UTF-8) in one tight loop: a vocabulary has 10^5 of them."""
         import struct
 
         unpack, data, pos, end = struct.Struct("<Q").unpack_from, self.data, self.pos, len(self.data)
-        out: list[Any] = []
+        out: list[bytes] = []
         for _ in range(count):
             if pos + 8 > end:
                 break
@@ -274,8 +278,8 @@ class GgufCheckpoint(Checkpoint):
         info = self.tensors[name]
         data = self._raw(name, 0, info.nbytes)
         if name == ABSOLUTE_IDS:
-            ids = np.frombuffer(data, dtype="<i8")
-            return (ids - np.arange(ids.size, dtype=np.int64)).astype("<i8").tobytes()
+            ids = np.frombuffer(data, dtype=ID_DTYPES[info.dtype])
+            return (ids - np.arange(ids.size, dtype=ids.dtype)).astype(ids.dtype).tobytes()
         if name in self.rope_heads:
             row = info.nbytes // info.shape[0]
             block = np.frombuffer(data, dtype=np.uint8).reshape(info.shape[0], row)
@@ -351,7 +355,7 @@ def open_gguf(path: str | Path, *, config_from_kv: Callable[[Mapping[str, Any], 
         info = TensorInfo(name, dtype, shape, path.name)
         if info.nbytes != nbytes or start + nbytes > size:
             raise FormatError(f"tensor {name!r} ({ggml_type}, shape {list(shape)}) does not fit the file", path)
-        if name == ABSOLUTE_IDS and dtype != "I64":
+        if name == ABSOLUTE_IDS and dtype not in ID_DTYPES:
             raise FormatError(f"d2t is {dtype}; llama.cpp stores it as I64 absolute target ids", path)
         for template, key in ROPE_ROWS.items():
             if _template_match(name, template):

@@ -12,12 +12,16 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from .gguf_file import DTYPE_TO_GGML, is_gguf
-from .staging import StagedDirectory, fsync_file
+from .durable import fsync_file
+from .staging import StagedDirectory
 from .writer import OutputTensor
+
+if TYPE_CHECKING:
+    import gguf
 
 class StagedFile(StagedDirectory):
     """:class:`StagedDirectory`'s staging, publishing and clean-up for one file (a ``.gguf``).
@@ -65,12 +69,12 @@ GgufTensor = OutputTensor
 @dataclass(frozen=True)
 class KeyValue:
     key: str
-    value: Any
-    type: Any  # gguf.GGUFValueType
-    sub_type: Any = None
+    value: object  # what gguf.GGUFWriter.add_key_value packs as ``type``
+    type: gguf.GGUFValueType
+    sub_type: gguf.GGUFValueType | None = None  # an array's element type
 
 
-def _writer_class() -> Any:
+def _writer_class() -> type[gguf.GGUFWriter]:
     """gguf.GGUFWriter, packing typed arrays in one pass (its own loop packs 10^5 tokens one call at a time: 1.7 s)."""
     import struct
 
@@ -82,7 +86,8 @@ def _writer_class() -> Any:
                V.FLOAT32: "<f4", V.UINT64: "<u8", V.INT64: "<i8", V.FLOAT64: "<f8", V.BOOL: "|b1"}
 
     class Writer(gguf.GGUFWriter):
-        def _pack_val(self, val: Any, vtype: Any, add_vtype: bool, sub_type: Any = None) -> bytes:
+        def _pack_val(self, val: Any, vtype: gguf.GGUFValueType, add_vtype: bool,
+                      sub_type: gguf.GGUFValueType | None = None) -> bytes:
             if vtype != V.ARRAY or sub_type is None or not len(val) or self.endianess != gguf.GGUFEndian.LITTLE:
                 return bytes(super()._pack_val(val, vtype, add_vtype, sub_type))
             head = (struct.pack("<I", vtype) if add_vtype else b"") + struct.pack("<IQ", sub_type, len(val))
@@ -96,7 +101,7 @@ def _writer_class() -> Any:
     return Writer
 
 
-def header_writer(arch: str, kv: Sequence[KeyValue], tensors: Sequence[GgufTensor]) -> Any:
+def header_writer(arch: str, kv: Sequence[KeyValue], tensors: Sequence[GgufTensor]) -> gguf.GGUFWriter:
     """A ``gguf.GGUFWriter`` holding the metadata and the tensor table (no data), in this order."""
     import gguf
     import numpy as np
@@ -111,7 +116,7 @@ def header_writer(arch: str, kv: Sequence[KeyValue], tensors: Sequence[GgufTenso
     return writer
 
 
-def write_gguf(staged_file: StagedFile, writer: Any, tensors: Sequence[GgufTensor], *,
+def write_gguf(staged_file: StagedFile, writer: gguf.GGUFWriter, tensors: Sequence[GgufTensor], *,
                on_bytes: Callable[[int], None] | None = None,
                verify: Callable[[Path], None] | None = None,
                check_values: Callable[[Any, Any], None] | None = None) -> int:

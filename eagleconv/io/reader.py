@@ -1,371 +1,38 @@
-"""Reading checkpoints lazily: headers first, tensor bytes only on request.
+"""Opening checkpoints lazily: headers first, tensor bytes only on request.
 
-A :class:`TensorStore` is anything that can list tensors and hand out their raw
-bytes: an on-disk :class:`Checkpoint` (safetensors, single or sharded, or an
-opt-in pickle) or an in-memory :class:`StateDictTensors` from a training loop.
-Validation and conversion work on this interface and never need a state dict.
+:func:`open_checkpoint` opens a drafter directory (config.json plus safetensors, single or sharded, or an
+opt-in pickle) or llama.cpp's one-file GGUF, validating every header (and the index against the headers)
+without reading tensor data; :func:`open_state_dict` and :func:`open_source` take a training loop's
+in-memory ``{name: tensor}`` with its config instead.  What they return lives one job to a module (issue 26):
+the :class:`~eagleconv.io.tensor_store.TensorStore` interface, an on-disk checkpoint's bytes
+(:mod:`~eagleconv.io.checkpoint`) and an in-memory state dict (:mod:`~eagleconv.io.state_dict`); every
+name this module held before the split stays importable from here.
 """
 
 from __future__ import annotations
 
-import math
 import os
-import sys
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..errors import ArgumentTypeError, FormatError, UnsafeInputError
+from ..errors import FormatError, UnsafeInputError
 from ..bounds import check_config
 from ..jsonio import config_dict, load_json
-from .dtypes import DTYPE_SIZES, NUMPY_TO_SAFETENSORS, TORCH_TO_SAFETENSORS, raw_numpy_dtype
+from .checkpoint import _SWAPPED, Checkpoint, _identity, _Location
 from .hub_paths import is_hf_url, local_path
 from .paths import resolve_inside, validate_shard_name
 from .safetensors_header import read_header
+from .state_dict import StateDictTensors, is_state_dict, require_source
+from .tensor_store import TensorInfo
 
-if TYPE_CHECKING:
-    import numpy as np
+# The names this module held before issue 26's split, re-exported for their old import path.
+from .checkpoint import advise_sequential, copy_range  # noqa: F401
+from .state_dict import STATE_DICT  # noqa: F401
+from .tensor_store import CHUNK_BYTES, TensorStore  # noqa: F401
 
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 PICKLE_INDEX = "pytorch_model.bin.index.json"
-# Streaming chunk for reads that enter Python (numeric scans, the pread/write copy
-# fallback).  Small on purpose: a 1 MiB chunk and its numpy temporaries stay in
-# the CPU caches and the allocator reuses them, which made the NaN/Inf scan of a
-# 2.4 GB drafter 4x faster than 64 MiB chunks (0.6 s vs 2.4 s, warm) at a fifth
-# of the peak RSS (41 MB vs 260 MB).  Kernel copies (copy_file_range/sendfile)
-# do not use it.
-CHUNK_BYTES = 1024 * 1024
-
-
-@dataclass(frozen=True)
-class TensorInfo:
-    """What is known about a tensor without reading it."""
-
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-    file: str | None = None  # file name inside the checkpoint directory
-
-    @property
-    def nbytes(self) -> int:
-        return math.prod(self.shape) * DTYPE_SIZES[self.dtype]
-
-    @property
-    def numel(self) -> int:
-        return math.prod(self.shape)
-
-
-class TensorStore:
-    """Interface shared by on-disk checkpoints and in-memory state dicts."""
-
-    tensors: dict[str, TensorInfo]
-    metadata: dict[str, str]
-
-    def read_bytes(self, name: str) -> bytes:
-        """The whole tensor's exact stored bytes.  For small tensors (d2t, t2d, norms)."""
-        raise NotImplementedError
-
-    def read_raw(self, name: str) -> np.ndarray:
-        """The whole tensor as a raw numpy array (BF16 as uint16 bits).  For small tensors."""
-        import numpy as np
-
-        info = self.tensors[name]
-        return np.frombuffer(self.read_bytes(name), dtype=raw_numpy_dtype(info.dtype)).reshape(info.shape)
-
-    def iter_raw_chunks(self, name: str, chunk_bytes: int = CHUNK_BYTES) -> Iterator[np.ndarray]:
-        """The tensor's elements, flattened, in chunks of at most ``chunk_bytes``.
-
-        Each chunk may reuse the previous chunk's buffer: consume it before
-        asking for the next.
-        """
-        yield self.read_raw(name).reshape(-1)
-
-    def copy_into(self, name: str, out_fd: int) -> None:
-        """Append the tensor's exact bytes to ``out_fd``."""
-        from .staging import write_all
-
-        write_all(out_fd, self.read_bytes(name))
-
-    def close(self) -> None:
-        pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-@dataclass(frozen=True)
-class _Location:
-    path: Path
-    start: int
-    end: int
-    identity: tuple[int, ...] | None = None  # _identity() of the file whose header gave start/end
-
-
-def _identity(file: Path | int, shown: Path) -> tuple[int, ...]:
-    """Which file (a path or an open fd), and which version: one renamed, replaced or rewritten since differs."""
-    try:
-        st = os.stat(file)
-    except OSError:  # resolve_inside (or the open) found it a moment ago
-        raise UnsafeInputError(_SWAPPED, shown) from None
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
-
-
-_SWAPPED = "changed while being read: renamed, replaced or rewritten since its header was read"
-
-
-class Checkpoint(TensorStore):
-    """A drafter checkpoint directory: config.json plus weights.
-
-    Construction validates every header (and the index against the headers)
-    but reads no tensor data.  At most one weight file is open at a time.
-    """
-
-    def __init__(self, directory: Path, config: dict[str, Any] | None, weights_kind: str,
-                 files: list[str], tensors: dict[str, TensorInfo], locations: dict[str, _Location],
-                 metadata: dict[str, str], notes: list[str], memory: StateDictTensors | None = None):
-        self.path = directory
-        self.config = config
-        self.weights_kind = weights_kind
-        self.files = files
-        self.tensors = tensors
-        self.metadata = metadata
-        self.notes = notes
-        self._locations = locations
-        self._memory = memory  # pickle checkpoints are loaded whole, under --allow-pickle only
-        self._fd: int | None = None
-        self._fd_path: Path | None = None
-
-    # -- raw access ---------------------------------------------------------
-    def _fd_for(self, loc: _Location) -> int:
-        """The open shard ``loc`` is in: the very file its header came from, or UnsafeInputError naming it."""
-        if self._fd_path != loc.path:
-            self.close()
-            try:
-                fd = os.open(loc.path, os.O_RDONLY)
-            except (FileNotFoundError, NotADirectoryError):
-                raise UnsafeInputError(_SWAPPED, loc.path) from None
-            if loc.identity is not None and _identity(fd, loc.path) != loc.identity:
-                os.close(fd)
-                raise UnsafeInputError(_SWAPPED, loc.path)
-            self._fd, self._fd_path = fd, loc.path
-            advise_sequential(fd)
-        assert self._fd is not None
-        return self._fd
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-        self._fd, self._fd_path = None, None
-
-    def _pread_exact(self, fd: int, size: int, offset: int, path: Path) -> bytes:
-        data = os.pread(fd, size, offset)
-        if len(data) != size:
-            raise UnsafeInputError(f"file shrank while reading ({len(data)} of {size} bytes)", path)
-        return data
-
-    def read_bytes(self, name: str) -> bytes:
-        if self._memory is not None:
-            return self._memory.read_bytes(name)
-        loc = self._locations[name]
-        return self._pread_exact(self._fd_for(loc), loc.end - loc.start, loc.start, loc.path)
-
-    def read_range(self, name: str, offset: int, size: int) -> bytes:
-        """``size`` of the tensor's stored bytes from ``offset`` (streaming a tensor in blocks)."""
-        if self._memory is not None:
-            return self._memory.read_bytes(name)[offset:offset + size]
-        loc = self._locations[name]
-        if offset < 0 or offset + size > loc.end - loc.start:
-            raise ValueError(f"range {offset}+{size} outside tensor {name!r}")
-        return self._pread_exact(self._fd_for(loc), size, loc.start + offset, loc.path)
-
-    def copy_range_into(self, name: str, offset: int, size: int, out_fd: int) -> None:
-        """Append ``size`` of the tensor's stored bytes from ``offset`` to ``out_fd`` (a kernel copy from a file)."""
-        if self._memory is not None:
-            from .staging import write_all
-
-            write_all(out_fd, self.read_range(name, offset, size))
-            return
-        loc = self._locations[name]
-        if offset < 0 or offset + size > loc.end - loc.start:
-            raise ValueError(f"range {offset}+{size} outside tensor {name!r}")
-        copy_range(self._fd_for(loc), loc.start + offset, size, out_fd, loc.path)
-
-    def iter_raw_chunks(self, name: str, chunk_bytes: int = CHUNK_BYTES) -> Iterator[np.ndarray]:
-        if self._memory is not None:
-            yield from self._memory.iter_raw_chunks(name, chunk_bytes)
-            return
-        import numpy as np
-
-        info, loc = self.tensors[name], self._locations[name]
-        itemsize = DTYPE_SIZES[info.dtype]
-        step = max(itemsize, chunk_bytes - chunk_bytes % itemsize)
-        buffer = bytearray(min(step, loc.end - loc.start))
-        fd = self._fd_for(loc)
-        offset = loc.start
-        while offset < loc.end:
-            size = min(step, loc.end - offset)
-            view = memoryview(buffer)[:size]
-            got = os.preadv(fd, [view], offset)
-            if got != size:
-                raise UnsafeInputError(f"file shrank while reading ({got} of {size} bytes)", loc.path)
-            yield np.frombuffer(view, dtype=raw_numpy_dtype(info.dtype))
-            offset += size
-
-    def copy_into(self, name: str, out_fd: int) -> None:
-        if self._memory is not None:
-            self._memory.copy_into(name, out_fd)
-            return
-        loc = self._locations[name]
-        copy_range(self._fd_for(loc), loc.start, loc.end - loc.start, out_fd, loc.path)
-
-
-def advise_sequential(fd: int) -> None:
-    """Tell the kernel a file is read front to back (doubles readahead, as ``cp`` does).
-
-    Tensors are read in offset order or close to it; on a cold page cache this
-    roughly halves the time copy_file_range spends waiting for reads.  Advisory
-    only: ignored where unsupported.
-    """
-    advise = getattr(os, "posix_fadvise", None)
-    if advise is not None:
-        try:
-            advise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
-        except OSError:
-            pass
-
-
-def copy_range(src_fd: int, offset: int, count: int, out_fd: int, src_path: Path) -> None:
-    """Copy ``count`` bytes from ``src_fd`` at ``offset`` to the current position of ``out_fd``.
-
-    Uses the kernel (copy_file_range, then sendfile) so the bytes never enter
-    Python; falls back to a bounded pread/write loop.
-    """
-    remaining = count
-    for copier in (_copy_file_range, _sendfile):
-        try:
-            while remaining:
-                done = copier(src_fd, offset, remaining, out_fd)
-                if done == 0:
-                    raise UnsafeInputError("file shrank while copying", src_path)
-                offset += done
-                remaining -= done
-            return
-        except (OSError, AttributeError) as exc:
-            if isinstance(exc, OSError) and exc.errno not in _FALLBACK_ERRNOS:
-                raise
-    while remaining:
-        data = os.pread(src_fd, min(remaining, CHUNK_BYTES), offset)
-        if not data:
-            raise UnsafeInputError("file shrank while copying", src_path)
-        os.write(out_fd, data)
-        offset += len(data)
-        remaining -= len(data)
-
-
-def _copy_file_range(src_fd: int, offset: int, count: int, out_fd: int) -> int:
-    return os.copy_file_range(src_fd, out_fd, min(count, 1 << 30), offset)
-
-
-def _sendfile(src_fd: int, offset: int, count: int, out_fd: int) -> int:
-    return os.sendfile(out_fd, src_fd, offset, min(count, 1 << 30))
-
-
-import errno as _errno  # noqa: E402
-
-_FALLBACK_ERRNOS = {_errno.EXDEV, _errno.ENOSYS, _errno.EOPNOTSUPP, _errno.EINVAL, _errno.EBADF, _errno.ENOTSUP}
-
-
-def _is_ndarray(value: object) -> bool:
-    """Whether ``value`` is a numpy array (numpy is not imported for it: an array means it already is)."""
-    numpy = sys.modules.get("numpy")
-    return numpy is not None and isinstance(value, numpy.ndarray)
-
-
-class StateDictTensors(TensorStore):
-    """An in-memory ``{name: torch.Tensor or numpy.ndarray}`` seen through the TensorStore interface (a core
-    install, without torch, holds numpy arrays)."""
-
-    def __init__(self, state_dict: Mapping[str, Any], metadata: dict[str, str] | None = None):
-        self._tensors = dict(state_dict)
-        self.metadata = dict(metadata or {})
-        self.tensors = {}
-        for name, tensor in self._tensors.items():
-            if _is_ndarray(tensor):
-                dtype = NUMPY_TO_SAFETENSORS.get(tensor.dtype.name)
-            elif type(tensor).__module__.partition(".")[0] == "torch":
-                dtype = TORCH_TO_SAFETENSORS.get(str(getattr(tensor, "dtype", None)))
-            else:
-                raise FormatError(f"tensor {name!r} is a {type(tensor).__name__}, not a torch tensor or a numpy array")
-            if dtype is None:
-                raise FormatError(f"tensor {name!r} has dtype {tensor.dtype}, which safetensors cannot store")
-            self.tensors[name] = TensorInfo(name, dtype, tuple(int(d) for d in tensor.shape))
-
-    def read_bytes(self, name: str) -> bytes:
-        return self._byte_view(name).tobytes()
-
-    def _byte_view(self, name: str):
-        """The tensor's storage as a flat little-endian uint8 numpy array, without copying where it can."""
-        import numpy as np
-
-        value = self._tensors[name]
-        if _is_ndarray(value):
-            if value.dtype.byteorder == ">":
-                value = value.astype(value.dtype.newbyteorder("<"))
-            return np.ascontiguousarray(value).reshape(-1).view(np.uint8)
-        import torch
-
-        flat = value.detach().to("cpu").contiguous().reshape(-1)
-        return flat.view(torch.uint8).numpy()
-
-    def read_raw(self, name: str) -> np.ndarray:
-        info = self.tensors[name]
-        return self._byte_view(name).view(raw_numpy_dtype(info.dtype)).reshape(info.shape)
-
-    def iter_raw_chunks(self, name: str, chunk_bytes: int = CHUNK_BYTES) -> Iterator[np.ndarray]:
-        flat = self.read_raw(name).reshape(-1)
-        step = max(1, chunk_bytes // max(1, flat.itemsize))
-        for start in range(0, flat.size, step):
-            yield flat[start:start + step]
-
-    def copy_into(self, name: str, out_fd: int) -> None:
-        from .staging import write_all
-
-        write_all(out_fd, memoryview(self._byte_view(name)))
-
-
-# -- an in-memory source -----------------------------------------------------
-
-# How reports and errors name an in-memory source: it has no path (compare "<stdin>").
-STATE_DICT = "<state_dict>"
-
-
-def is_state_dict(source: object) -> bool:
-    """Whether a library ``source`` argument is an in-memory ``{name: tensor}`` rather than a path."""
-    return isinstance(source, Mapping)
-
-
-def require_source(source: object, config: object, argument: str = "source") -> None:
-    """Refuse a ``source`` that is neither a path nor a state dict, and a ``config`` that does not go with it.
-
-    A state dict needs its config; a checkpoint directory has its own config.json, so a ``config`` beside
-    one would be silently unused: both are the caller's mistake (ArgumentTypeError, also a TypeError).
-    """
-    if is_state_dict(source):
-        if config is None:
-            raise ArgumentTypeError("config is required with an in-memory state dict (a dict, a config.json path "
-                                    "or a transformers PretrainedConfig)")
-        return
-    if not isinstance(source, str | os.PathLike):
-        raise ArgumentTypeError(f"{argument} must be a str or os.PathLike, not {type(source).__name__} "
-                                f"({source!r:.80}): a checkpoint directory, or an in-memory state dict "
-                                "{name: tensor} with its config")
-    if config is not None:
-        raise ArgumentTypeError(f"config goes with an in-memory state dict; {argument} {str(source)!r} is a "
-                                "checkpoint directory, whose own config.json is read")
 
 
 def open_state_dict(state_dict: Mapping[str, Any], config: Any, *, duplicates: list[str] | None = None) -> Checkpoint:

@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ArgumentTypeError, FormatError
 from .dtypes import DTYPE_SIZES, TORCH_TO_SAFETENSORS
-from .reader import Checkpoint, StateDictTensors, TensorInfo, TensorStore
+from .checkpoint import Checkpoint
+from .state_dict import StateDictTensors
+from .tensor_store import TensorInfo, TensorStore
 
 if TYPE_CHECKING:
     import torch

@@ -30,7 +30,8 @@ from .finite import SCANNED_DTYPES, ValueScan, scan_file_range
 from .paths import resolve_path
 from .reader import SAFETENSORS_INDEX, Checkpoint
 from .safetensors_header import build_header
-from .staging import StagedDirectory, fsync_file, write_all, write_new_file
+from .durable import fsync_file, write_all, write_new_file
+from .staging import StagedDirectory
 
 SINGLE_FILE = "model.safetensors"
 

@@ -19,6 +19,17 @@ NEAR_TIE = 0.05  # nats: a top-2 margin under this is called a near-tie in the m
 
 
 @dataclass
+class PromptReference:
+    """One prompt of the reference report: its counters and, from a simulate report, where each round starts."""
+
+    num_drafts: int | None
+    accepted: int | None
+    exact: bool  # False where max_tokens cut a round short (the engine may have accepted more)
+    per_pos: list[int] | None
+    rounds: list[tuple[int, int]] | None  # (first token of the round, drafts accepted)
+
+
+@dataclass
 class Reference:
     kind: str
     tokens: list[list[int]]
@@ -28,7 +39,7 @@ class Reference:
     accepted_per_position: list[int] | None
     max_tokens: int | None
     k: int | None
-    prompts: list[dict[str, Any]]  # per prompt: num_drafts, accepted, exact, per_pos, rounds [(start, accepted)]
+    prompts: list[PromptReference]
 
 
 def load_reference(path: str | Path, n_prompts: int) -> Reference:
@@ -58,7 +69,7 @@ def _from_simulate(data: dict[str, Any], tokens: list[list[int]]) -> Reference:
     K = int(data["num_speculative_tokens"])
     prompts = []
     for out, drafts in zip(tokens, data["drafts"]):
-        cursor, rounds, per_pos, exact = 1, [], [0] * K, True
+        cursor, rounds, per_pos, exact = 1, list[tuple[int, int]](), [0] * K, True
         for proposal in drafts[:-1]:  # the last proposal is made after the last round, never verified
             visible = out[cursor:cursor + K]
             accepted = 0
@@ -70,16 +81,15 @@ def _from_simulate(data: dict[str, Any], tokens: list[list[int]]) -> Reference:
                 exact = False
             rounds.append((cursor, accepted))
             cursor += accepted + 1
-        prompts.append({"num_drafts": len(drafts) - 1, "accepted": sum(a for _, a in rounds), "exact": exact,
-                        "per_pos": per_pos, "rounds": rounds})
+        prompts.append(PromptReference(len(drafts) - 1, sum(a for _, a in rounds), exact, per_pos, rounds))
     return Reference("simulate", tokens, int(data["num_drafts"]), int(data["num_draft_tokens"]),
                      int(data["num_accepted_tokens"]), [int(x) for x in data["accepted_per_position"]],
                      int(data["max_tokens"]), K, prompts)
 
 
 def _from_measure(data: dict[str, Any], tokens: list[list[int]]) -> Reference:
-    prompts = [{"num_drafts": p.get("num_drafts"), "accepted": p.get("num_accepted_tokens"), "exact": True,
-                "per_pos": p.get("accepted_per_position"), "rounds": None} for p in data["prompts"]]
+    prompts = [PromptReference(p.get("num_drafts"), p.get("num_accepted_tokens"), True, p.get("accepted_per_position"),
+                               None) for p in data["prompts"]]
     return Reference("measure", tokens, data.get("num_drafts"), data.get("num_draft_tokens"),
                      data.get("num_accepted_tokens"), data.get("accepted_per_position") or None,
                      data.get("max_tokens"), data.get("num_speculative_tokens"), prompts)
@@ -110,18 +120,18 @@ def compare(report: MeasureReport, ref: Reference, where: str) -> Comparison:
     return out
 
 
-def _differ(out: Comparison, line: str, **first: Any) -> None:
+def _differ(out: Comparison, line: str, *, prompt: int | None = None, round: int | None = None,
+            position: int | None = None, margin: float | None = None) -> None:
+    """Record a difference; the first one also says where (the prompt, round and position) and the margin there."""
     out.same = False
     out.differences.append(line)
     if out.first is None:
-        out.first = line
-        for key, value in first.items():
-            setattr(out, key, value)
+        out.first, out.prompt, out.round, out.position, out.margin = line, prompt, round, position, margin
 
 
 def _token_differs(out: Comparison, report: MeasureReport, ref: Reference, n: int, i: int) -> None:
     got, want = report.tokens[n], ref.tokens[n]
-    rounds = ref.prompts[n]["rounds"]
+    rounds = ref.prompts[n].rounds
     where, rnd, pos = f"prompt {n}, token {i}", None, None
     if rounds is not None:
         if i == 0:
@@ -145,17 +155,17 @@ def _counters_differ(out: Comparison, report: MeasureReport, ref: Reference, n: 
     mine, theirs = report.prompts[n], ref.prompts[n]
     if mine.num_drafts is None and mine.num_accepted_tokens is None:
         return  # not attributable (--concurrency): the totals are compared
-    if theirs["num_drafts"] is not None and mine.num_drafts is not None and mine.num_drafts != theirs["num_drafts"]:
-        _differ(out, f"prompt {n}: {mine.num_drafts} rounds on the server, {theirs['num_drafts']} in the {ref.kind} "
+    if theirs.num_drafts is not None and mine.num_drafts is not None and mine.num_drafts != theirs.num_drafts:
+        _differ(out, f"prompt {n}: {mine.num_drafts} rounds on the server, {theirs.num_drafts} in the {ref.kind} "
                      "report", prompt=n)
         return
-    a, b = mine.accepted_per_position, theirs["per_pos"]
+    a, b = mine.accepted_per_position, theirs.per_pos
     if a is not None and b is not None:
-        j = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y and (theirs["exact"] or x < y)), None)
+        j = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y and (theirs.exact or x < y)), None)
         if j is not None:
             _differ(out, f"prompt {n}, position {j}: {a[j]} drafts accepted on the server, {b[j]} in the {ref.kind} "
                          "report (the server counts per request, not per round)", prompt=n, position=j)
             return
-    acc, want = mine.num_accepted_tokens, theirs["accepted"]
-    if acc is not None and want is not None and (acc != want if theirs["exact"] else acc < want):
+    acc, want = mine.num_accepted_tokens, theirs.accepted
+    if acc is not None and want is not None and (acc != want if theirs.exact else acc < want):
         _differ(out, f"prompt {n}: {acc} drafts accepted on the server, {want} in the {ref.kind} report", prompt=n)

@@ -6,9 +6,13 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Literal, overload
 
 from ..errors import EagleconvError
+from ..jsonio import JSONValue
+
+if TYPE_CHECKING:
+    import requests
 
 CONNECT_TIMEOUT = 10.0
 
@@ -37,7 +41,7 @@ class Client:
         self.timeout = timeout
         self._local = threading.local()
 
-    def _session(self) -> Any:
+    def _session(self) -> requests.Session:
         import requests
 
         session = getattr(self._local, "session", None)
@@ -45,8 +49,16 @@ class Client:
             session = self._local.session = requests.Session()
         return session
 
-    def request(self, method: str, path: str, body: Any = None, *, want_json: bool = True,
-                missing_ok: bool = False) -> Any:
+    @overload
+    def request(self, method: str, path: str, body: JSONValue = None, *, want_json: Literal[True] = True,
+                missing_ok: bool = False) -> JSONValue: ...
+
+    @overload
+    def request(self, method: str, path: str, body: JSONValue = None, *, want_json: Literal[False],
+                missing_ok: bool = False) -> str | None: ...
+
+    def request(self, method: str, path: str, body: JSONValue = None, *, want_json: bool = True,
+                missing_ok: bool = False) -> JSONValue:
         """The reply's JSON (or text); None for a 404 when ``missing_ok``.  Failures: MeasureError."""
         import requests
 

@@ -10,12 +10,11 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 from ..errors import FormatError, UsageError
 from .client import Client, Counters, MeasureError
 from .report import MeasureReport, PromptMeasure
-from .servers import PROFILES, ServerProfile, version_of
+from .servers import PROFILES, ServerProfile, items, version_of
 
 Progress = Callable[[str, int, int], None]
 SETTLE_S = 5.0  # how long the counters may lag the reply (vLLM records its stats after answering)
@@ -98,7 +97,8 @@ def measure(url: str, prompts: Sequence[Sequence[int]] | str | Path, *, max_toke
 def _served(client: Client, profile: ServerProfile, model: str | None) -> str | None:
     """The model id the server serves; a MeasureError when ``model`` is given and it serves another."""
     data = client.request("GET", profile.models, missing_ok=True)
-    ids = [str(m.get("id")) for m in data.get("data", []) if isinstance(m, dict)] if isinstance(data, dict) else []
+    models = items(data.get("data", [])) if isinstance(data, dict) else []
+    ids = [str(m.get("id")) for m in models if isinstance(m, dict)]
     if model is not None and ids and not any(i == model or i.rstrip("/").endswith("/" + model.strip("/"))
                                              for i in ids):
         raise MeasureError(f"{client.url} serves {', '.join(ids)}, not {model} (the model the prompts are for)")

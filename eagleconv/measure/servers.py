@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+
+from ..jsonio import JSONObject, JSONValue
+
+Reply = tuple[list[int], list[float | None] | None, dict[str, float] | None]  # tokens, top-2 margins, timings
 
 
 @dataclass(frozen=True)
@@ -17,19 +20,51 @@ class ServerProfile:
     prefix: str  # Prometheus metric prefix of the speculative counters
     generated: str  # counter of generated tokens (another client's traffic shows there)
     running: str  # gauge of requests in flight
-    body: Callable[[list[int], int, str | None, bool], dict[str, Any]]
-    reply: Callable[[Any], tuple[list[int], list[float | None] | None, dict[str, float] | None]]
+    body: Callable[[list[int], int, str | None, bool], JSONObject]
+    reply: Callable[[JSONValue], Reply]  # raises KeyError, IndexError, TypeError or ValueError for another shape
     conversion: str
 
 
-def _vllm_body(prompt: list[int], max_tokens: int, model: str | None, margins: bool) -> dict[str, Any]:
-    body: dict[str, Any] = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
-                            "return_token_ids": True, "stream": False}
+def _vllm_body(prompt: list[int], max_tokens: int, model: str | None, margins: bool) -> JSONObject:
+    body: JSONObject = {"prompt": list[JSONValue](prompt), "max_tokens": max_tokens, "temperature": 0,
+                        "ignore_eos": True, "return_token_ids": True, "stream": False}
     if model is not None:
         body["model"] = model
     if margins:  # keyed by token id: two tokens that decode to the same text stay two entries
         body["logprobs"], body["return_tokens_as_token_ids"] = 2, True
     return body
+
+
+def _object(value: JSONValue) -> JSONObject:
+    if not isinstance(value, dict):
+        raise TypeError(f"{type(value).__name__} where the reply has an object")
+    return value
+
+
+def items(value: JSONValue) -> Iterable[JSONValue]:
+    """What iterating ``value`` gives (a TypeError for a number, bool or null, as ``for`` raises)."""
+    if not isinstance(value, list | dict | str):
+        raise TypeError(f"{type(value).__name__} is not iterable")
+    return value
+
+
+def _int(value: JSONValue) -> int:
+    if not isinstance(value, int | float | str):
+        raise TypeError(f"int() of {type(value).__name__}")
+    return int(value)
+
+
+def _float(value: JSONValue) -> float:
+    if not isinstance(value, int | float | str):
+        raise TypeError(f"float() of {type(value).__name__}")
+    return float(value)
+
+
+def _real(value: JSONValue) -> float:
+    """A logprob as the server wrote it (a JSON number)."""
+    if not isinstance(value, int | float):
+        raise TypeError(f"a logprob that is a {type(value).__name__}")
+    return value
 
 
 def _margin(top: list[float]) -> float | None:
@@ -38,28 +73,35 @@ def _margin(top: list[float]) -> float | None:
     return top[0] - top[1] if len(top) > 1 else None
 
 
-def _vllm_reply(data: Any) -> tuple[list[int], list[float | None] | None, dict[str, float] | None]:
-    choice = data["choices"][0]
-    tokens = [int(t) for t in choice["token_ids"]]
+def _vllm_reply(data: JSONValue) -> Reply:
+    choices = _object(data)["choices"]
+    if not isinstance(choices, list):
+        raise TypeError("choices is not a list")
+    choice = _object(choices[0])
+    tokens = [_int(t) for t in items(choice["token_ids"])]
     lp = choice.get("logprobs")
-    margins = [_margin(list(top.values())) for top in lp["top_logprobs"]] if lp and lp.get("top_logprobs") else None
+    top_logprobs = _object(lp).get("top_logprobs") if lp else None
+    margins = [_margin([_real(v) for v in _object(top).values()]) for top in items(top_logprobs)] \
+        if top_logprobs else None
     return tokens, margins, None
 
 
-def _llama_body(prompt: list[int], max_tokens: int, model: str | None, margins: bool) -> dict[str, Any]:
-    body: dict[str, Any] = {"prompt": prompt, "n_predict": max_tokens, "temperature": 0, "ignore_eos": True,
-                            "return_tokens": True, "cache_prompt": False, "stream": False}
+def _llama_body(prompt: list[int], max_tokens: int, model: str | None, margins: bool) -> JSONObject:
+    body: JSONObject = {"prompt": list[JSONValue](prompt), "n_predict": max_tokens, "temperature": 0,
+                        "ignore_eos": True, "return_tokens": True, "cache_prompt": False, "stream": False}
     if margins:
         body["n_probs"] = 2
     return body
 
 
-def _llama_reply(data: Any) -> tuple[list[int], list[float | None] | None, dict[str, float] | None]:
-    tokens = [int(t) for t in data["tokens"]]
-    probs = data.get("completion_probabilities")
-    margins = [_margin([float(t["logprob"]) for t in p["top_logprobs"]]) for p in probs] if probs else None
-    timings = data.get("timings") or {}
-    drafted = {k: float(timings[k]) for k in ("draft_n", "draft_n_accepted") if k in timings}
+def _llama_reply(data: JSONValue) -> Reply:
+    reply = _object(data)
+    tokens = [_int(t) for t in items(reply["tokens"])]
+    probs = reply.get("completion_probabilities")
+    margins = [_margin([_float(_object(t)["logprob"]) for t in items(_object(p)["top_logprobs"])])
+               for p in items(probs)] if probs else None
+    timings = _object(reply.get("timings") or {})
+    drafted: dict[str, float] = {k: _float(timings[k]) for k in ("draft_n", "draft_n_accepted") if k in timings}
     return tokens, margins, drafted or None
 
 
@@ -79,7 +121,7 @@ PROFILES: dict[str, ServerProfile] = {
 }
 
 
-def version_of(profile: ServerProfile, data: Any) -> str | None:
+def version_of(profile: ServerProfile, data: object) -> str | None:
     """The engine version from its version endpoint's JSON."""
     if not isinstance(data, dict):
         return None

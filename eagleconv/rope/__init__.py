@@ -15,12 +15,12 @@ from typing import Any
 ROPE_KEYS = ("rope_theta", "rope_scaling", "rope_parameters")
 
 
-def rope_kind(block: Mapping[str, Any]) -> Any:
+def rope_kind(block: Mapping[str, object]) -> Any:  # any JSON value a config states; callers compare it
     """The rope type a rope_scaling or rope_parameters block states (``type`` is the older spelling)."""
     return block.get("rope_type", block.get("type", "default"))
 
 
-def both_spellings(stated: Mapping[str, Any]) -> dict[str, Any]:
+def both_spellings(stated: Mapping[str, object]) -> dict[str, object]:
     """``rope_theta`` (+ ``rope_scaling`` when not default) and ``rope_parameters``, from whichever the config stated.
 
     ``rope_parameters`` wins where the source stated both differently (what transformers 5 reads); a stated
@@ -37,14 +37,14 @@ def both_spellings(stated: Mapping[str, Any]) -> dict[str, Any]:
             scaling = {k: v for k, v in params.items() if k != "rope_theta"}
         elif not isinstance(scaling, Mapping) or rope_kind(scaling) in ("default", None):
             scaling = None
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     if theta is not None:
         out["rope_theta"] = theta
     if isinstance(scaling, Mapping):
         out["rope_scaling"] = dict(scaling)
     if theta is None and not isinstance(scaling, Mapping):
         return {k: stated[k] for k in ROPE_KEYS if k in stated}  # nothing typed to restate: pass through
-    rebuilt: dict[str, Any] = {"rope_type": "default"}
+    rebuilt: dict[str, object] = {"rope_type": "default"}
     if isinstance(scaling, Mapping):
         rebuilt = {"rope_type": rope_kind(scaling), **{k: v for k, v in scaling.items() if k not in ("type", "rope_type")}}
     if theta is not None:

@@ -10,9 +10,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
 
 import torch
+
+
+class TypedRope(Protocol):
+    """What :func:`resolve_rope` reads of a typed RoPE (:class:`eagleconv.drafter.Rope`); its scaling
+    parameters (``factor``, ``beta_fast``, ...) are read by name, each a number or None."""
+
+    @property
+    def theta(self) -> float | None: ...
+    @property
+    def scaling(self) -> str: ...
+    @property
+    def interleaved(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -21,11 +33,11 @@ class ResolvedRope:
 
     theta: float
     kind: str = "default"  # default | linear | llama3 | yarn | deepseek_yarn
-    params: dict[str, Any] = field(default_factory=dict)
+    params: dict[str, float] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
 
 
-def resolve_rope(typed: Any, architecture: str, default_theta: float) -> ResolvedRope:
+def resolve_rope(typed: TypedRope, architecture: str, default_theta: float) -> ResolvedRope:
     """The spec's typed RoPE (``DrafterSpec.rope``) as vLLM will run it; an absent theta gets vLLM's default
     for the architecture (``Architecture.default_rope_theta``)."""
     notes: list[str] = []

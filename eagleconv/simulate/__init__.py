@@ -5,7 +5,7 @@ config field and tensor eagleconv understands) in eagleconv's own forward of the
 transformers and vLLM; the drafter runs as the engine profile reads it (flags as the profile resolves
 them, aux layers as vLLM's V1 runner captures them, tensors as its loader renames, drops, defaults or shares
 them), through eagleconv's reference forward (``eagleconv.forward``: vLLM's drafter math, every architecture
-it registers) over the engine view ``forward.run.engine_forward_view`` resolves, with vLLM's proposer semantics
+it registers) over the engine's view of the checkpoint (``engines.view``), with vLLM's proposer semantics
 (vllm/v1/spec_decode/llm_base_proposer.py):
 
 * prefill: the target samples x_P; the drafter's first pass sees row p = (token x_{p+1}, position p, hidden
@@ -77,31 +77,33 @@ class SimulateError(EagleconvError):
 
 @dataclass(kw_only=True)
 class EngineDrafter:
-    """The drafter as vLLM holds it: the reference forward over the engine's view, and the layers it captures."""
+    """The drafter as the engine holds it: the reference forward over the engine's view, and the layers it captures."""
 
-    model: DraftModel  # eagleconv.forward.Drafter with the engine's flags, over the tensors its loader leaves
+    model: DraftModel  # the engine's spec (flags, draft vocab), over the checkpoint's tensors and those the engine fills
     capture: tuple[int, ...]  # target layers captured, ascending and deduplicated (set membership in the runner)
+    layers: tuple[int, ...]  # the same in the engine's order, repeats kept (llama.cpp concatenates them so)
     notes: list[str]
 
 
-def engine_drafter(drafter: str | Path, engine: str, target: TargetModel, device: str = "cpu") -> EngineDrafter:
-    """Read ``drafter`` the way ``engine``'s loader does (vLLM 0.32 rules, V1 runner); raise where it raises.
+def engine_drafter(drafter: str | Path, engine: str, target: TargetModel, device: str = "cpu", *,
+                   target_dir: str | Path | None = None) -> EngineDrafter:
+    """Read ``drafter`` the way ``engine`` serves it (``engines.view.serving_view``: vLLM 0.32 rules with the V1
+    runner, or llama.cpp's converter and runtime); raise where the engine fails, or drafts unpredictably.
 
-    Flags and captured layers come from the engine view (``forward.run.engine_forward_view``); tensors the
-    loader expects but the checkpoint lacks get the values vLLM leaves in them, or the drafter is refused.
+    ``target_dir``: the target's directory, for the checks that read its config (llama.cpp's).
     """
-    import torch
-
-    from ..canonical import expected_tensors
+    from ..bounds import check_memory
     from ..engines import resolve_engines
+    from ..engines.view import serving_view
     from ..forward.api import default_aux_ids
+    from ..forward.engine import fill_tensors, with_fills
     from ..forward.model import Drafter
-    from ..forward.run import OverlaySource, engine_forward_view
     from ..forward.weights import BlockCache, CheckpointSource, ResidentSource
     from ..loading import load_drafter
+    from ..target import load_target
 
     profile = resolve_engines([engine])[0]
-    if profile.engine != "vllm":
+    if profile.serve is None:
         raise SimulateError(f"simulate models vLLM's proposer and llama.cpp's loop only, not {profile.label}",
                             code=None)
     path = Path(drafter)
@@ -109,57 +111,20 @@ def engine_drafter(drafter: str | Path, engine: str, target: TargetModel, device
         raise SimulateError(f"{path}: no *.safetensors file (simulate reads safetensors only)", code=None)
     loaded = load_drafter(path)
     loaded.store.close()  # the source maps the files itself
-    from ..bounds import check_memory
-
     check_memory(sum(i.numel for i in loaded.store.tensors.values()) * 4, "the drafter's weights in float32 (read "
                  "into memory for every round)", path, "its safetensors")
     intended = loaded.require_spec()
     L = target.num_layers
-    view, spec, ids = engine_forward_view(profile, loaded, intended, default_aux_ids(intended, L), L)
-    if spec is None or not view.runs:
-        raise SimulateError(f"{path}: vLLM fails at load: {view.reason}", code=None)
-    notes: list[str] = []
-    if any(d.startswith("no aux ids in the config") for d in view.differs):
-        notes.append(f"aux layers: no ids in the config, vLLM captures {list(ids)}")
-    capture = tuple(sorted({int(i) for i in ids if 0 <= int(i) <= L}))
-    K = spec.aux.count
-    if len(capture) != K:
-        raise SimulateError(f"{path}: vLLM captures {len(capture)} target hidden states (layers {list(capture)}) but "
-                            f"builds fc for {K}: the first request fails in combine_hidden_states", code=None)
-
-    # What the loader leaves in parameters the checkpoint does not fill (vLLM 0.32: llama_eagle3.py load_weights).
-    base = CheckpointSource(loaded)
-    names = base.names()
-    Vd, V = spec.draft_vocab_size, spec.vocab_size
-    extra: dict[str, torch.Tensor] = {}
-    for name, exp in expected_tensors(spec).items():
-        if name in names and name not in ("d2t", "t2d"):
-            shape = tuple(base.raw(name).shape)
-            if shape != exp.shape:
-                raise SimulateError(f"{path}: vLLM fails at load: AssertionError: {name} is {list(shape)}, the "
-                                    f"parameter is {list(exp.shape)}", code=None)
-        if name in names or name in ("t2d", "embed_tokens.weight"):  # t2d dropped; embed shared from the target
-            continue
-        if name == "d2t":
-            if Vd != V:
-                extra[name] = torch.zeros(Vd, dtype=torch.int64)
-                notes.append("d2t missing: vLLM keeps an all-zero offset vector (draft id i = target id i)")
-        elif "norm" in name:
-            extra[name] = spec.arch.unit_norm(*exp.shape)
-            notes.append(f"{name} missing: vLLM keeps its initial weight 1.0, and so does simulate")
-        elif name == "lm_head.weight":
-            extra[name] = target.lm_head[:Vd].float()
-            if Vd != V:
-                notes.append(f"lm_head missing with draft vocab {Vd} < vocab {V}: vLLM shares the target's lm_head "
-                             f"and keeps its first {Vd} logits")
-        else:
-            raise SimulateError(f"{path}: {name} is missing; vLLM leaves it uninitialised (torch.empty) and reports "
-                                f"nothing, so what it drafts cannot be predicted", code=None)
+    view = serving_view(profile, loaded, default_aux_ids(intended, L), L,
+                        target=load_target(target_dir) if target_dir is not None else None)
+    if view.refused is not None or view.spec is None:
+        raise SimulateError(f"{path}: {view.refused}", code=None)
+    extra = fill_tensors(view.spec, view.fills, target.lm_head)
     # run every round: the checkpoint read into memory once, its blocks upcast (or uploaded to a GPU) once and kept
-    model = Drafter(spec, ResidentSource(OverlaySource(base, extra) if extra else base), dtype="float32",
+    model = Drafter(view.spec, ResidentSource(with_fills(CheckpointSource(loaded), extra)), dtype="float32",
                     target_embed=target.embed.float(), path=str(path), device=device, cache=BlockCache(1 << 40),
-                    pack=True)  # on the CPU: oneDNN with weights reordered once, as vLLM runs its linears
-    return EngineDrafter(model=model, capture=capture, notes=notes)
+                    pack=profile.packs_linears)  # on the CPU: oneDNN with weights reordered once, as vLLM runs its linears
+    return EngineDrafter(model=model, capture=view.capture, layers=view.layers, notes=view.notes)
 
 
 def propose(d: EngineDrafter, tokens: Sequence[int], aux: torch.Tensor, k: int) -> list[int]:

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     import torch
 
     from ..forward.protocols import TargetModel
+    from ..forward.run import StepProgress
     from . import EngineDrafter, SimulateReport
 
 
@@ -212,57 +213,6 @@ def decode_server(tgt: TargetModel, d: EngineDrafter, ids: tuple[int, ...], prom
 LOOPS = ("server", "simple")  # llama-server (default), llama-speculative-simple
 
 
-def llamacpp_drafter(drafter: str | Path, profile: Any, target: TargetModel, target_dir: str | Path
-                     ) -> tuple[EngineDrafter, tuple[int, ...]]:
-    """The drafter as llama.cpp holds it once its converter wrote the GGUF: refused where the profile says loading
-    fails; the captured layers as the converter writes them; fc_norm/norm_output off (llama.cpp has neither);
-    without d2t the draft vocab is the target's; absent embeddings and output projection are the target's."""
-    from ..engines.base import Subject, engine_view
-    from ..forward.api import default_aux_ids
-    from ..forward.model import Drafter
-    from ..forward.run import OverlaySource, engine_forward_view
-    from ..forward.weights import BlockCache, CheckpointSource, ResidentSource
-    from ..loading import load_drafter
-    from . import EngineDrafter, SimulateError
-    from ..target import load_target
-
-    path = Path(drafter)
-    if not sorted(path.glob("*.safetensors")):
-        raise SimulateError(f"{path}: no *.safetensors file (simulate reads safetensors only)", code=None)
-    loaded = load_drafter(path)
-    loaded.store.close()
-    intended = loaded.require_spec()
-    L = target.num_layers
-    subject = Subject(dict(loaded.store.config or {}), layout=loaded.layout, read=loaded.read,
-                      names=set(loaded.store.tensors), has_tensors=True, path=str(path),
-                      target=load_target(target_dir))
-    view = engine_view(profile, subject)
-    fails = [f.message for check in profile.checks for f in check(subject, view)
-             if f.severity == "error" and f.effect == "load_fails"]
-    if fails:
-        raise SimulateError(f"{path}: {profile.label} cannot serve it: {fails[0]}", code=None)
-    report, spec, ids = engine_forward_view(profile, loaded, intended, default_aux_ids(intended, L), L)
-    if spec is None:
-        raise SimulateError(f"{path}: {profile.label} cannot serve it: {report.reason}", code=None)
-    flags = {f: (getattr(spec.flags, f) if f in profile.flags or f == "use_aux_hidden_state" else False)
-             for f in spec.flags.model_dump()}
-    base = CheckpointSource(loaded)
-    names = base.names()
-    update: dict[str, Any] = {"flags": spec.flags.model_copy(update=flags)}
-    extra: dict[str, Any] = {}
-    notes = [f"aux layers: llama.cpp extracts the input of target layers {list(ids)} (llama_set_embeddings_layer_inp)"]
-    if "d2t" not in names:  # eagle3.cpp: without d2t the draft vocab is the target's
-        update["draft_vocab_size"] = spec.vocab_size
-        notes.append("no d2t: llama.cpp drafts over the target's whole vocabulary")
-    if "lm_head.weight" not in names:
-        extra["lm_head.weight"] = target.lm_head.float()
-        notes.append("no lm_head: llama.cpp uses the target's output projection")
-    spec = spec.model_copy(update=update)
-    model = Drafter(spec, ResidentSource(OverlaySource(base, extra) if extra else base), dtype="float32",
-                    target_embed=target.embed.float(), path=str(path), cache=BlockCache(1 << 40))
-    return EngineDrafter(model=model, capture=tuple(sorted(set(ids))), notes=notes), tuple(ids)
-
-
 @dataclass(kw_only=True)
 class Counters:
     """What llama-speculative-simple prints at the end: n_predict, n_drafted, n_accept."""
@@ -278,7 +228,7 @@ def counters(rounds: Sequence[Round]) -> Counters:
 
 
 def simulate_llamacpp(drafter: str | Path, target_dir: str | Path, tgt: TargetModel, prompts: list[list[int]], K: int,
-                      n_predict: int, engine: str, p_min: float, progress: Any, loop: str = "server"
+                      n_predict: int, engine: str, p_min: float, progress: StepProgress, loop: str = "server"
                       ) -> SimulateReport:
     """Every prompt through llama-server's slot loop (``loop="server"``: ``n_predict`` per request,
     ``--spec-draft-n-max K --spec-draft-n-min 0``, greedy) or llama-speculative-simple's (``loop="simple"``:
@@ -288,14 +238,15 @@ def simulate_llamacpp(drafter: str | Path, target_dir: str | Path, tgt: TargetMo
     import torch
 
     from ..engines import resolve_engines
-    from . import SimulateError, SimulateReport
+    from . import SimulateError, SimulateReport, engine_drafter
 
     if loop not in LOOPS:
         raise SimulateError(f"--llamacpp-loop {loop}: one of {', '.join(LOOPS)}", code=None)
     if not 0.0 <= p_min <= 1.0:
         raise SimulateError(f"--p-min {p_min}: a probability between 0 and 1", code=None)
     profile = resolve_engines([engine])[0]
-    d, ids = llamacpp_drafter(drafter, profile, tgt, target_dir)
+    d = engine_drafter(drafter, engine, tgt, target_dir=target_dir)
+    ids = d.layers
     progress("loading the target and the drafter", 2, 2)
     eog = eog_ids(target_dir)
     generating, planned, done = "generating tokens", len(prompts) * (n_predict + 1), [0]

@@ -15,9 +15,10 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..engines import engine_view, resolve_engines
+from ..engines import resolve_engines
 from ..engines.base import Subject
 from ..engines.checks import family_of
+from ..engines.view import engine_findings
 from ..errors import ArgumentTypeError, EagleconvError, FormatError, UsageError
 from ..formats import LAYOUTS, detect_layout, get_layout, read_drafter
 from ..formats.base import Layout, ReadResult, Seen, architectures_of
@@ -147,9 +148,7 @@ def check(config: dict[str, Any], store: TensorStore | None, *, path: str | None
                 f"{profile.label} loads no GGUF drafter, so its checks do not apply: convert to its layout "
                 "(`eagleconv convert SRC DST --to vllm`) to check what it will do")))
             continue
-        view = engine_view(profile, subject)
-        for run in profile.checks:
-            findings += run(subject, view)
+        findings += engine_findings(profile, subject, gguf=weights_kind == "gguf")
     flags = _flags_of(read, layout, config)
     findings += semantics_findings(layout.name, flags)
     if target_info is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..formats.base import ReadResult
+from ..formats.base.reading import ReadResult
 from ..io.dtypes import FLOAT_DTYPES, nonfinite_mask, to_float32
 from ..io.finite import NEVER_ZERO
 from ..io.reader import CHUNK_BYTES, TensorStore

@@ -26,7 +26,7 @@ def engines_by_code() -> dict[str, list[str]]:
 
     out: dict[str, list[str]] = {code: [] for code in CODES}
     for profile in PROFILES.values():
-        for check in profile.checks:
+        for check in (*profile.checks, *profile.gguf_checks):
             for code in getattr(check, "codes", ()):
                 if profile.label not in out[code]:
                     out[code].append(profile.label)

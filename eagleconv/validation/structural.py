@@ -10,7 +10,8 @@ from __future__ import annotations
 import copy
 
 from ..canonical import FC_NORM_NAME, expected_tensors, layer_indices
-from ..formats.base import MISSING, ReadResult, get_path, read_drafter, set_path
+from ..formats.base.fields import MISSING, get_path, set_path
+from ..formats.base.reading import ReadResult, read_drafter
 from ..io.reader import TensorStore
 from ..report import Effect, Finding
 from ..rope import ROPE_KEYS, reader_disagreement

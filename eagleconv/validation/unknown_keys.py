@@ -19,13 +19,14 @@ import functools
 import types
 import typing
 from collections.abc import Iterator, Mapping
-from typing import Any
 
 from pydantic import BaseModel
 
 from .. import architectures
 from ..drafter import EagleFlags
-from ..formats.base import BOOL_FIELDS, INT_FIELDS, INT_LIST_FIELDS, MISSING, Layout, get_path
+from ..config_types import BOOL_FIELDS, INT_FIELDS, INT_LIST_FIELDS
+from ..formats.base import Layout
+from ..formats.base.fields import MISSING, get_path
 from ..formats.modelopt import MODELOPT_EAGLE_KEYS
 from ..report import Finding
 from ..rope import ROPE_KEYS
@@ -84,7 +85,7 @@ def _model_paths(model: type[BaseModel], prefix: str = "") -> Iterator[str]:
                 yield from _model_paths(arg, f"{prefix}{info.alias or name}.")
 
 
-def _union_members(annotation: Any) -> tuple[Any, ...]:
+def _union_members(annotation: object) -> tuple[object, ...]:
     if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
         return typing.get_args(annotation)
     return (annotation,)
@@ -124,9 +125,9 @@ def _canonical_by_path() -> dict[str, str]:
     return out
 
 
-def known_paths(layout: type[Layout], config: Mapping[str, Any]) -> dict[str, str | None]:
+def known_paths(layout: type[Layout], config: Mapping[str, object]) -> dict[str, str | None]:
     """Config paths some reader of ``layout`` uses -> the canonical field each sets (None: none)."""
-    from ..formats.base import config_model_for
+    from ..formats.base.reading import config_model_for
 
     prefix = layout.decoder_prefix()
     canonical = _canonical_by_path()
@@ -152,12 +153,11 @@ def known_paths(layout: type[Layout], config: Mapping[str, Any]) -> dict[str, st
     return known
 
 
-def _walk(config: Mapping[str, Any], known: Mapping[str, Any], prefix: str = "") -> Iterator[str]:
+def _walk(config: Mapping[str, object], known: Mapping[str, str | None], prefix: str = "") -> Iterator[str]:
     """Paths of ``config`` no reader uses; a known key's object is opened only when readers look inside it."""
     for key, value in config.items():
         path = prefix + str(key)
-        inner = isinstance(value, Mapping) and any(k.startswith(path + ".") for k in known)
-        if inner:
+        if isinstance(value, Mapping) and any(k.startswith(path + ".") for k in known):
             yield from _walk(value, known, path + ".")
         elif path not in known:
             yield path
@@ -178,7 +178,7 @@ def _suggest(path: str, known: Mapping[str, str | None]) -> str | None:
     return min((k for k, name in elsewhere.items() if close and name == close[0]), default=None, key=len)
 
 
-def typo_fixes(layout: type[Layout], config: Mapping[str, Any]) -> dict[str, str]:
+def typo_fixes(layout: type[Layout], config: Mapping[str, object]) -> dict[str, str]:
     """{the key meant: the key written} for each unused key that is a likely typo of an absent key that changes
     the math (the EC006 errors): what the config would say with the typo corrected."""
     known = known_paths(layout, config)
@@ -192,7 +192,7 @@ def typo_fixes(layout: type[Layout], config: Mapping[str, Any]) -> dict[str, str
     return out
 
 
-def unknown_key_findings(layout: type[Layout], config: Mapping[str, Any]) -> list[Finding]:
+def unknown_key_findings(layout: type[Layout], config: Mapping[str, object]) -> list[Finding]:
     """EC006 for every key of ``config`` that no reader of ``layout`` uses (see the module docstring)."""
     known = known_paths(layout, config)
     out = []

@@ -84,7 +84,7 @@ import importlib.abc
 flag = Path(sys.argv[1])
 class Hold(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name == "eagleconv.cli.main":
+        if name == "eagleconv.cli.commands":
             flag.write_text("importing")
             time.sleep(60)
         return None

@@ -30,9 +30,15 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 ACCEPTED = ["specforge-llama-eagle3", "modelopt-llama-eagle3", "eagle-llama-eagle3", "tiny-pair/eagle3"]
 
 
+def _cached_build_src() -> str | None:
+    """The cached llama.cpp build's src/ (.ci/llamacpp-env --cached names the build's directory)."""
+    env = Path(__file__).resolve().parents[2] / ".ci" / "llamacpp-env"
+    proc = subprocess.run(["bash", str(env), "--cached"], capture_output=True, text=True)
+    return str(Path(proc.stdout.strip()) / "src") if proc.returncode == 0 else None
+
+
 def _llamacpp_src() -> Path | None:
-    candidates = [os.environ.get("EAGLECONV_LLAMACPP_SRC"),
-                  str(Path.home() / ".cache/eagleconv-ci/llamacpp-b11434/src"), "/work/llamacpp-src"]
+    candidates = [os.environ.get("EAGLECONV_LLAMACPP_SRC"), _cached_build_src(), "/work/llamacpp-src"]
     for c in candidates:
         if c and (Path(c) / "convert_hf_to_gguf.py").is_file():
             return Path(c)

@@ -13,7 +13,7 @@ from safetensors import safe_open
 
 from eagleconv.conversion import convert
 from eagleconv.errors import UnsafeInputError
-from eagleconv.io import reader
+from eagleconv.io import checkpoint, reader
 from eagleconv.io.reader import copy_range
 
 
@@ -97,7 +97,7 @@ def test_copy_range_falls_back_with_real_files(tmp_path, monkeypatch, broken, co
     payload = os.urandom(3 * 1024 * 1024 + 17)
     for name in broken:
         monkeypatch.setattr(os, name, _raise(code))
-    monkeypatch.setattr(reader, "CHUNK_BYTES", 256 * 1024)  # several rounds of the pread/write loop
+    monkeypatch.setattr(checkpoint, "CHUNK_BYTES", 256 * 1024)  # several rounds of the pread/write loop
     src_fd, out_fd, src = _files(tmp_path, payload)
     try:
         copy_range(src_fd, 8, len(payload), out_fd, src)

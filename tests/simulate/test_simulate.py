@@ -121,7 +121,7 @@ def test_prompts_as_lists_as_a_file_or_built_in(tmp_path):
 def test_a_missing_norm_runs_with_the_engines_unit_weights(tmp_path):
     """vLLM loads an fc_norm drafter without its fc_norm tensors (weights stay 1.0): the engine view runs it."""
     from eagleconv.engines import resolve_engines
-    from eagleconv.forward.run import engine_forward_view
+    from eagleconv.engines.view import view_drafter
     from eagleconv.loading import load_drafter
     from eagleconv.parity import VARIANTS, build_variant
 
@@ -129,14 +129,15 @@ def test_a_missing_norm_runs_with_the_engines_unit_weights(tmp_path):
     path = build_variant(variant, tmp_path)
     loaded = load_drafter(path)
     loaded.store.close()
-    spec = loaded.require_spec()
-    view, espec, ids = engine_forward_view(resolve_engines(["vllm:0.32"])[0], loaded, spec, (1, 2, 3), 4)
-    assert view.runs and view.reason is None and espec is not None and espec.flags.fc_norm and ids == (1, 2, 3)
+    view = view_drafter(resolve_engines(["vllm:0.32"])[0], loaded, (1, 2, 3), 4)
+    assert view.report.runs and view.report.reason is None and view.spec is not None and view.spec.flags.fc_norm
+    assert view.layers == (1, 2, 3) and {n: f.kind for n, f in view.fills.items()} == {
+        f"fc_norm.{i}.weight": "unit_norm" for i in range(3)}
     rejected = next(v for v in VARIANTS if v.name == "fc_norm tensors without the flag")  # this one the loader raises on
     loaded = load_drafter(build_variant(rejected, tmp_path))
     loaded.store.close()
-    view, _, _ = engine_forward_view(resolve_engines(["vllm:0.32"])[0], loaded, loaded.require_spec(), (1, 2, 3), 4)
-    assert not view.runs and "raises" in (view.reason or "")
+    view = view_drafter(resolve_engines(["vllm:0.32"])[0], loaded, (1, 2, 3), 4)
+    assert not view.report.runs and "raises" in (view.report.reason or "")
     broken = simulate(path, PAIR / "target", PROMPTS)  # vLLM drafts differently here too (the recorded outcome)
     intended = simulate(PAIR / "eagle31", PAIR / "target", PROMPTS)
     assert broken.tokens == intended.tokens and broken.drafts != intended.drafts

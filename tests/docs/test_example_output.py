@@ -1,5 +1,6 @@
-"""README examples that a new user copies (issue 27 items 3 and 13): each runs as written and prints what the
-README shows.  Blocks are read from README.md itself, so an edit of the example is what is tested."""
+"""Examples a new user copies (issue 27 items 3 and 13) print what their page shows: the diff example's JSON
+shape and the in-memory validation's verdict.  Blocks are read from the pages themselves, so an edit of the
+example is what is tested (tests/docs/test_command_blocks.py runs every block; these also check the output)."""
 
 from __future__ import annotations
 
@@ -11,14 +12,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-README = (REPO / "README.md").read_text()
+REPO = Path(__file__).resolve().parents[2]
+FORWARD = (REPO / "docs" / "forward-and-kernels.md").read_text()
+VALIDATE = (REPO / "docs" / "validate.md").read_text()
 
 
-def _block_after(heading: str, lang: str) -> str:
+def _block_after(page: str, heading: str, lang: str) -> str:
     """The first ```lang block after the line ``heading``."""
-    start = README.index(heading)
-    match = re.compile(rf"```{lang}\n(.*?)```", re.S).search(README, start)
+    start = page.index(heading)
+    match = re.compile(rf"```{lang}\n(.*?)```", re.S).search(page, start)
     assert match, heading
     return match.group(1)
 
@@ -30,7 +32,7 @@ def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_diff_example_runs_as_written_and_prints_the_shape_shown(tmp_path):
-    block = _block_after("### Comparing two drafters, and the library", "bash")
+    block = _block_after(FORWARD, "## Comparing two drafters, and the library", "bash")
     commands = [shlex.split(line) for line in block.splitlines() if line.startswith("eagleconv ")]
     assert [c[1] for c in commands] == ["convert", "diff"]
     out = tmp_path / "spec"
@@ -41,8 +43,8 @@ def test_diff_example_runs_as_written_and_prints_the_shape_shown(tmp_path):
         assert result.returncode == 0, (argv, result.stdout, result.stderr)
     report = json.loads(result.stdout)
     assert report["identical"] is True and report["steps"][0]["step"] == 1
-    # the README shows the indented shape `diff --json` prints: its first lines, verbatim
-    shown = README[README.index("`--json` prints the report indented"):]
+    # the page shows the indented shape `diff --json` prints: its first lines, verbatim
+    shown = FORWARD[FORWARD.index("`--json` prints the report indented"):]
     shown = re.compile(r"```\n(.*?)```", re.S).search(shown).group(1).splitlines()
     printed = result.stdout.splitlines()
     assert printed[:len(shown[:9])] == shown[:9]
@@ -56,13 +58,13 @@ def test_training_loop_example_runs_and_prints_what_it_says(tmp_path):
     import contextlib
     import io
 
-    block = _block_after("From a training loop, on an in-memory state dict", "python")
+    block = _block_after(VALIDATE, "From a training loop, on an in-memory state dict", "python")
     printed = io.StringIO()
     cwd = os.getcwd()
     os.chdir(REPO)
     try:
         with contextlib.redirect_stdout(printed):
-            exec(compile(block, "README.md", "exec"), {})
+            exec(compile(block, "docs/validate.md", "exec"), {})
     finally:
         os.chdir(cwd)
     shown = re.search(r"print\(report\.ok, errors\)  # (.*?):", block).group(1)

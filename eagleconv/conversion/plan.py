@@ -1,47 +1,32 @@
-"""Conversion as source -> transform -> emit, through one streaming, staged, verified writer.
+"""The conversion plan: every source tensor to exactly one destination tensor, or dropped by a named rule.
 
-*Source*: a checkpoint read into a DrafterSpec and canonical tensor names
-(:func:`~eagleconv.loading.load_drafter`).  *Transform*: what changes besides
-the layout: nothing for ``convert``; for ``upgrade``/``downgrade`` a new spec
-plus tensors computed in memory (:class:`Transform`).  *Emit*: the plan
-(:func:`plan_conversion`), every source tensor going to exactly one
-destination tensor or dropped by a named rule the report lists, then the
-writer.  Copied bytes are never changed: the kernel copies them from the
-source file.  A tensor the destination needs and the source lacks is derived
-only when that is exact (t2d from d2t); computed tensors are the only ones
-built in memory.
+Split from ``conversion.py`` (issue 26).  Planned from headers and small vectors only: what the destination
+layout cannot express is refused (with the way out where there is one), a tensor it needs and the source
+lacks is derived only when that is exact (t2d from d2t), and every config field that does not reach the
+destination is listed in the report.
 """
 
 from __future__ import annotations
 
 import functools
-import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
 
-from . import __version__
-from .drafter import EAGLE31_FLAGS, AuxConvention, AuxLayers, DrafterSpec, Verifier
-from .errors import ArgumentTypeError, ConversionError, FindingsError, UsageError
-from .formats import get_layout
-from .canonical import layer_indices
-from .formats.base import MISSING, Layout, get_path, rename, write_config
-from .io.finite import ValueScan
-from .io.hub_paths import local_path
-from .io.reader import is_state_dict, require_source
-from .io.staging import write_all
-from .io.gguf_writer import GgufTensor, StagedFile, write_gguf
-from .io.writer import CheckpointWriter, OutputTensor, check_not_overlapping
-from .gguf_output import gguf_tensors, metadata as gguf_metadata, require_target
-from .gguf_target import read_target
-from .jsonio import dump_json
-from .loading import LoadedDrafter, load_drafter
-from .report import ConvertReport, Finding, PlanRow, StepDivergence
-from .validation.numeric import ZERO_CHECKED
-from .validation.structural import checkpoint_findings
-from .verifier import resolve_verifier
-from .vocab import check_d2t, identity_d2t, t2d_from_target_ids
+from .. import __version__
+from ..canonical import layer_indices
+from ..drafter import EAGLE31_FLAGS, AuxConvention, AuxLayers, DrafterSpec, Verifier
+from ..errors import ConversionError, FindingsError, UsageError
+from ..formats import get_layout
+from ..formats.base import Layout
+from ..formats.base.fields import MISSING, get_path
+from ..formats.base.renames import rename
+from ..formats.base.writing import write_config
+from ..io.durable import write_all
+from ..io.writer import OutputTensor
+from ..loading import LoadedDrafter
+from ..report import ConvertReport, Finding, PlanRow
+from ..verifier import resolve_verifier
+from ..vocab import check_d2t, identity_d2t, t2d_from_target_ids
+from .transform import Transform
 
 
 def _short_name(canonical: str) -> str:
@@ -60,36 +45,6 @@ def _bytes_writer(data: bytes) -> Callable[[int], None]:
 
 def _copy_writer(loaded: LoadedDrafter, name: str) -> Callable[[int], None]:
     return lambda fd: loaded.store.copy_into(name, fd)
-
-
-@dataclass(frozen=True)
-class Computed:
-    """A tensor a transform built in memory: canonical name, safetensors dtype, shape, bytes, and why."""
-
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-    data: bytes
-    reason: str
-
-
-@dataclass
-class Transform:
-    """What a transform does to a drafter besides its layout.
-
-    ``spec``: the drafter afterwards.  ``computed``: canonical tensors it
-    replaces or adds.  ``removed``: canonical tensors it takes away, with the
-    reason.  ``exact``: whether the result computes what the source did;
-    ``divergence``: measured per draft step when it does not.
-    """
-
-    name: str
-    spec: DrafterSpec
-    computed: dict[str, Computed] = field(default_factory=dict)
-    removed: dict[str, str] = field(default_factory=dict)
-    exact: bool = True
-    divergence: list[StepDivergence] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
 
 
 def _compat_problems(dst: type[Layout], spec: DrafterSpec, layer_count: int) -> list[str]:
@@ -367,174 +322,3 @@ def _keep_unread_top_level(loaded: LoadedDrafter, config: dict) -> None:
     for key, value in source.items():
         if key not in config and key != root and key not in read and key not in loaded.layout.meta_keys:
             config[key] = value
-
-
-def _verify_output(staged: Path, tensors: Sequence[OutputTensor], dst_layout: str, clean: bool) -> None:
-    """Re-read what was written before it is published: the plan, the layout, and (for a
-    clean source) no error finding, so a --drop cannot publish an unloadable drafter."""
-    written = load_drafter(staged)
-    try:
-        got = {n: (i.dtype, i.shape) for n, i in written.store.tensors.items()}
-        want = {t.name: (t.dtype, t.shape) for t in tensors}
-        if got != want:
-            raise ConversionError(f"internal error: written tensors differ from the plan: {sorted(set(got) ^ set(want))}", staged)
-        if written.layout.name != dst_layout or written.read.errors or written.read.missing:
-            raise ConversionError(f"internal error: output does not read back as {dst_layout}: "
-                                  f"{written.layout.name} {written.read.errors + written.read.missing}", staged)
-        errors = [f for f in checkpoint_findings(written.read, written.store) if f.severity == "error"] if clean else []
-        if errors:
-            raise ConversionError(f"the converted drafter would have {len(errors)} error finding(s), first: "
-                                  f"[{errors[0].code}] {errors[0].message}; nothing was written", staged,
-                                  code=errors[0].code)
-    finally:
-        written.close()
-
-
-def plan_sources(report: ConvertReport) -> dict[str, str]:
-    """destination tensor name -> the source name it came from (for messages about the source)."""
-    return {row.destination: row.source for row in report.plan if row.destination and row.source}
-
-
-class _NumericCheck:
-    """The writer's value check for convert: a NaN/Inf is an error finding (EC060) about the source.
-
-    Without ``force`` the first one stops the write (nothing is published);
-    with ``force`` every one is recorded in the report and the output is written.
-    An all-zero fc/lm_head is a warning (EC061), as in ``validate``.
-    """
-
-    def __init__(self, report: ConvertReport, sources: dict[str, str], force: bool, path: Path | str):
-        self.report, self.sources, self.force, self.path = report, sources, force, path
-
-    def __call__(self, tensor: OutputTensor, found: ValueScan) -> None:
-        name = self.sources.get(tensor.name, tensor.name)
-        if found.nonfinite:
-            finding = Finding(code="EC060", severity="error", tensor=name,
-                              message=f"{name} has {found.nonfinite} NaN/Inf value(s) of {math.prod(tensor.shape)}; "
-                                      f"first at flat index {found.first_nonfinite}")
-            if not self.force:
-                raise ConversionError(f"source has NaN/Inf weights: {finding.message} (nothing was written; "
-                                      "--force converts anyway, --no-numeric skips the check)", self.path, code="EC060")
-            self.report.findings.append(finding)
-        canonical = rename(get_layout(self.report.destination_format).renames, tensor.name, to_canonical=True)
-        if canonical in ZERO_CHECKED and not found.nonzero:
-            self.report.findings.append(Finding(code="EC061", severity="warning", tensor=name,
-                                                message=f"{name} is entirely zero: uninitialised or wiped; "
-                                                        "the drafter proposes garbage"))
-
-
-def convert(source: str | Path | Mapping[str, Any], destination: str | Path, to: str | None, *,
-            config: Any = None, from_format: str | None = None,
-            dry_run: bool = False, force: bool = False, overwrite: bool = False, drop: Iterable[str] = (),
-            aux_layer_ids: Sequence[int] | None = None, aux_convention: AuxConvention = "hidden_state_index",
-            verifier: str | Verifier | None = None, max_shard_size: int | None = None, allow_pickle: bool = False,
-            durable: bool = True, numeric: bool = True, on_bytes: Callable[[int], None] | None = None,
-            on_total: Callable[[int], None] | None = None,
-            transform: Callable[[LoadedDrafter], Transform] | None = None,
-            require_verifier: bool = False, target: str | Path | None = None,
-            outtype: str | None = None) -> ConvertReport:
-    """Convert ``source`` to layout ``to`` (None: the source's own) at ``destination``.  See the module docstring.
-
-    ``source``: a checkpoint directory (or ``hf://ORG/NAME[@REV]``), or an in-memory state dict
-    ``{name: torch.Tensor}`` as a training loop holds it, with its ``config`` (a dict, a config.json path or a
-    transformers ``PretrainedConfig``); the state dict is read where it is, never written out as a source.
-
-    ``require_verifier``: refuse (ConversionError, nothing written) an output whose layout names a verifier
-    (speculators) when neither ``verifier`` nor the source names one; the CLI sets it unless
-    ``--allow-no-verifier``.  Otherwise such an output gets an EC043 warning.
-
-    ``transform``: builds the :class:`Transform` (upgrade, downgrade) from the
-    opened source; its computed tensors go through the same plan, staging and
-    verification as copied ones.  ``verifier``: see :func:`plan_conversion`.
-
-    ``to="gguf"`` writes llama.cpp's draft GGUF, one file at ``destination`` (``eagleconv.gguf_output``):
-    ``target`` (required) is the target's GGUF or HF directory, ``outtype`` (f32/f16/bf16) converts floats.
-
-    ``durable=False`` skips fsync (the output is still published atomically).
-    ``numeric`` checks every float tensor for NaN/Inf (EC060) as it is written,
-    on the staged bytes while they are in the page cache; ``numeric=False``
-    (``--no-numeric``) skips that and says so in the report's notes.
-    Raises ConversionError (exit 1) when the source has error findings (unless
-    ``force``) or cannot be converted exactly; UsageError/UnsafeInputError
-    (exit 2) for bad arguments or unsafe input.  Nothing is written on error.
-    A destination the writer would refuse (it exists without ``overwrite``, is not a checkpoint, is the
-    current directory) is refused before ``transform`` and the plan run, so no measurement is wasted on it.
-    """
-    require_source(source, config)
-    ArgumentTypeError.require_path(destination, "destination")
-    # hf://ORG/NAME[@REV]: the verified cache snapshot.  A state dict has no files to overlap the destination.
-    sources = [] if is_state_dict(source) else [local_path(source)]  # type: ignore[arg-type]
-    check_not_overlapping(sources, destination)
-    loaded = load_drafter(sources[0] if sources else source, config=config, layout=from_format,
-                          allow_pickle=allow_pickle)
-    try:
-        to = to or loaded.layout.name
-        require_target(target, outtype, to)
-        target_meta = read_target(target) if to == "gguf" and target is not None else None
-        # Every check that can refuse the destination (it exists, --overwrite of a non-checkpoint, the
-        # current directory) runs here, before the transform (calibration, divergence) and the plan.
-        writer: CheckpointWriter | StagedFile | None = None
-        if not dry_run:
-            writer = (StagedFile(destination, overwrite=overwrite, durable=durable) if to == "gguf" else
-                      CheckpointWriter(destination, sources=sources, overwrite=overwrite, durable=durable))
-        findings: list[Finding] = checkpoint_findings(loaded.read, loaded.store)
-        errors = [f for f in findings if f.severity == "error"]
-        if errors and not force:
-            first = errors[0]
-            raise ConversionError(
-                f"source has {len(errors)} error finding(s), first: [{first.code}] {first.message} "
-                "(run `eagleconv validate` for all; --force converts anyway)", loaded.store.path, code=first.code)
-        if require_verifier:
-            refuse_without_verifier(loaded, to, verifier)
-        changed = transform(loaded) if transform is not None else None
-        report, tensors, config, spec = _plan(loaded, to, drop=drop, aux_layer_ids=aux_layer_ids,
-                                              aux_convention=aux_convention, transform=changed, verifier=verifier)
-        report.findings = findings + report.findings
-        report.destination = str(destination)
-        report.dry_run = dry_run
-        if target_meta is not None:
-            report.notes += target_meta.notes
-            written = gguf_tensors(loaded, report, tensors, spec, target_meta, outtype)
-            header = gguf_metadata(loaded, spec, written, target_meta, report.notes)
-            if dry_run:
-                return report
-            assert isinstance(writer, StagedFile)
-            return _write_gguf(report, loaded, writer, header, written, to, clean=not errors, force=force,
-                               numeric=numeric, on_bytes=on_bytes, on_total=on_total)
-        if dry_run:
-            if numeric:
-                report.notes.append("NaN/Inf check not run: --dry-run reads no tensor data (`eagleconv validate` does)")
-            return report
-        assert isinstance(writer, CheckpointWriter)
-        report.notes += writer.notes
-        if on_total:
-            on_total(sum(t.nbytes for t in tensors))
-        metadata = {"format": "pt", "eagleconv_version": __version__}
-        check = _NumericCheck(report, plan_sources(report), force, loaded.store.path) if numeric else None
-        if not numeric:
-            report.notes.append("numeric check skipped (--no-numeric): NaN/Inf weights were not looked for")
-        report.files_written = writer.write(tensors, {"config.json": dump_json(config)},
-                                            max_shard_size=max_shard_size, metadata=metadata, on_bytes=on_bytes,
-                                            verify=lambda staged: _verify_output(staged, tensors, to, clean=not errors),
-                                            check_values=check)
-        report.bytes_written = sum(t.nbytes for t in tensors)
-        return report
-    finally:
-        loaded.close()
-
-
-def _write_gguf(report: ConvertReport, loaded: LoadedDrafter, staged: StagedFile, header: Any,
-                tensors: Sequence[GgufTensor], to: str, *, clean: bool, force: bool, numeric: bool,
-                on_bytes: Callable[[int], None] | None, on_total: Callable[[int], None] | None) -> ConvertReport:
-    """Write the GGUF (staged, value-checked, read back, published) and finish the report."""
-    report.notes += staged.notes
-    if on_total:
-        on_total(sum(t.nbytes for t in tensors))
-    check = _NumericCheck(report, plan_sources(report), force, loaded.store.path) if numeric else None
-    if not numeric:
-        report.notes.append("numeric check skipped (--no-numeric): NaN/Inf weights were not looked for")
-    write_gguf(staged, header, tensors, on_bytes=on_bytes, check_values=check,
-               verify=lambda path: _verify_output(path, tensors, to, clean=clean))
-    report.files_written = [Path(report.destination).name]
-    report.bytes_written = sum(t.nbytes for t in tensors)
-    return report

@@ -1,0 +1,183 @@
+"""What a layout is: a rename table, a config field table, and a few named hooks.
+
+A layout (``specforge``, ``vllm``, ``speculators``...) is a subclass of
+:class:`Layout` whose class attributes are data, registered with
+``@register``.  The generic machinery lives beside it, one job to a module
+(issue 26): tensor renames (:mod:`~eagleconv.formats.base.renames`), config field
+tables (:mod:`~eagleconv.formats.base.fields`), reading a config into a
+:class:`DrafterSpec` (:mod:`~eagleconv.formats.base.reading`: config value, else
+exactly derived from tensor shapes, else the layout's own documented default;
+each non-config value is reported), writing a spec back out as a config
+(:mod:`~eagleconv.formats.base.writing`), and the JSON type rules
+(:mod:`eagleconv.config_types`).  They are modules of this package, not of
+``formats/``, because every module of ``formats/`` but ``base`` is a layout
+(``registry.entry_modules``: the CLI lists ``--to``/``--from`` from the file
+names).  ``__init__`` keeps what a layout module imports, so a layout (ours or
+an entry point's) needs only ``from eagleconv.formats.base import ...``; every
+name ``formats/base.py`` held before the split stays importable from here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from ... import architectures
+from ...drafter import AuxConvention, DrafterSpec, EagleFlags
+from .fields import ConfigField, hf_fields
+
+# The names this module held before issue 26's split, re-exported for their old import path.
+from ...config_types import (  # noqa: F401
+    BOOL_FIELDS, HEADS_DIVIDE_HIDDEN, INT_FIELDS, INT_LIST_FIELDS, LAYER_TYPES, SHAPE_FIELDS, TOP_LEVEL_TYPES,
+    TORCH_DTYPE_NAMES, TRANSFORMERS_MODEL_TYPES, TRANSFORMERS_TYPES, transformers_type_problems,
+)
+from .fields import MISSING, FromArchitecture, SameAs, get_path, set_path  # noqa: F401
+from .reading import (  # noqa: F401
+    ARCH_SHAPE_FIELDS, ReadResult, carried_keys, config_model_for, read_drafter, read_fields, type_problems,
+)
+from .renames import DDP_HINT, Rename, ddp_prefixed, loader_alias, map_names, rename  # noqa: F401
+from .writing import spec_values, write_config  # noqa: F401
+
+# -- the layout class -------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Capability:
+    """A canonical tensor a layout cannot store, and what happens to it on the way in.
+
+    ``derive``: dropped silently-but-reported because it is exactly re-derivable
+    (t2d from d2t).  ``drop``: information would be lost, so it is dropped only
+    when the user names it with ``--drop``.  ``never``: the layout cannot carry
+    it at all (conversion is refused).
+    """
+
+    pattern: str
+    policy: str  # "derive" | "drop" | "never"
+    reason: str
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What detection looks at: the config, the stored tensor names, and how weights are stored.
+
+    ``names`` is None when only a config is at hand (``eagleconv lint``).
+    """
+
+    config: Mapping[str, Any]
+    names: set[str] | None
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    weights_kind: str = "safetensors"
+
+
+class Layout:
+    """Base class of every registered layout.  Subclasses set data, rarely code."""
+
+    name: ClassVar[str]
+    producer: ClassVar[str]
+    description: ClassVar[str]
+    renames: ClassVar[tuple[Rename, ...]] = (Rename("{rest}", "{rest}"),)
+    # substring renames the layout's own loader applies before it maps a name (vLLM's ``orig_to_new_substr``,
+    # first occurrence): a name they make readable is read, and reported as not the layout's spelling (EC003 info)
+    loader_aliases: ClassVar[tuple[tuple[str, str], ...]] = ()
+    fields: ClassVar[dict[str, ConfigField]] = hf_fields()
+    aux_convention: ClassVar[AuxConvention] = "hidden_state_index"
+    defaults: ClassVar[dict[str, Any]] = {}
+    # Filled from the architectures when the layout is registered (bind_architectures): architecture name ->
+    # the config ``architectures`` written for it, and the model_types this layout rewrites.
+    architectures: ClassVar[dict[str, tuple[str, ...]]] = {}
+    model_types: ClassVar[dict[str, str]] = {}
+    flags: ClassVar[frozenset[str]] = frozenset(EagleFlags.model_fields)
+    fixed_aux_count: ClassVar[int | None] = None
+    max_layers: ClassVar[int | None] = None
+    cannot_hold: ClassVar[tuple[Capability, ...]] = ()
+    requires: ClassVar[tuple[str, ...]] = ()
+    meta_keys: ClassVar[frozenset[str]] = frozenset({"architectures", "transformers_version", "eagleconv"})
+    carries_verifier: ClassVar[bool] = False  # whether the config can name the target model
+    # Converting into it needs the target model's metadata (--target): llama.cpp's GGUF carries the target's
+    # tokenizer.  Such a layout is a serving format, not a producer's: tests and synthetic drafters skip it.
+    needs_target: ClassVar[bool] = False
+    # What to do instead, for a drafter this layout refuses: by flag name, "aux_count" or "architecture"
+    way_out: ClassVar[dict[str, str]] = {}
+
+    # hooks ------------------------------------------------------------------
+    @classmethod
+    def detect(cls, seen: Seen) -> tuple[int, list[str]]:
+        """How strongly (0 = not at all) the checkpoint is in this layout, and why.
+
+        A checkpoint eagleconv wrote names its layout; anything else is judged
+        by ``looks_like`` from the config and the tensor names.
+        """
+        score, why = marker_score(cls, seen.config)
+        return (score, why) if score else cls.looks_like(seen)
+
+    @classmethod
+    def looks_like(cls, seen: Seen) -> tuple[int, list[str]]:
+        """Layout-specific evidence from config and tensor names (see each layout)."""
+        return 0, []
+
+    @classmethod
+    def extra_config(cls, spec: DrafterSpec) -> dict[str, Any]:
+        """Layout-owned config keys to add when writing (speculators_config...)."""
+        return {}
+
+    @classmethod
+    def requires_for(cls, spec: DrafterSpec) -> tuple[str, ...]:
+        """Canonical tensors this layout's reader needs for ``spec`` (derived exactly when the source lacks them)."""
+        return cls.requires
+
+    @classmethod
+    def aux_convention_for(cls, architecture: str) -> AuxConvention:
+        """Numbering convention of the aux ids this layout stores for ``architecture`` (the architecture may say)."""
+        held = architectures.ARCHITECTURES[architecture].layouts.get(cls.name) \
+            if architecture in architectures.ARCHITECTURES else None
+        return held.aux_convention if held is not None and held.aux_convention else cls.aux_convention  # type: ignore[return-value]
+
+    @classmethod
+    def read_extra(cls, config: Mapping[str, Any]) -> dict[str, Any]:
+        """Layout-owned values read into the spec (the verifier...)."""
+        return {}
+
+    # generic machinery ------------------------------------------------------
+    @classmethod
+    def decoder_prefix(cls) -> str:
+        path = cls.fields["hidden_size"].read[0]
+        return path[: -len("hidden_size")]
+
+    @classmethod
+    def holding_policy(cls, canonical: str) -> Capability | None:
+        for cap in cls.cannot_hold:
+            if re.fullmatch(cap.pattern, canonical):
+                return cap
+        return None
+
+
+def bind_architectures(layout: type[Layout]) -> type[Layout]:
+    """Set ``layout.architectures`` and ``layout.model_types`` from what each architecture declares for it.
+
+    The fallback family first, then by name, so listings and messages read the same whatever the import order.
+    """
+    held = sorted((a for a in architectures.ARCHITECTURES.values() if layout.name in a.layouts),
+                  key=lambda a: (not a.fallback, a.name))
+    layout.architectures = {a.name: a.layouts[layout.name].classes for a in held}
+    layout.model_types = {k: v for a in held for k, v in a.layouts[layout.name].model_types.items()}
+    return layout
+
+
+# -- detection helpers ------------------------------------------------------------
+
+def architectures_of(config: Mapping[str, Any]) -> list[str]:
+    archs = config.get("architectures")
+    return [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
+
+
+def has_prefix(names: set[str], prefix: str) -> bool:
+    return any(n.startswith(prefix) for n in names)
+
+
+def marker_score(layout: type[Layout], config: Mapping[str, Any]) -> tuple[int, list[str]]:
+    """Checkpoints written by eagleconv name their layout in config['eagleconv']['layout']."""
+    stamp = config.get("eagleconv")
+    if isinstance(stamp, Mapping) and stamp.get("layout") == layout.name:
+        return 1000, [f"config.json eagleconv.layout = {layout.name!r} (written by eagleconv)"]
+    return 0, []
