@@ -200,9 +200,10 @@ def test_server_report_is_what_measure_against_rebuilds(server, tmp_path):
     path = tmp_path / "sim.json"
     path.write_text(server.model_dump_json())
     ref = load_reference(path, len(PROMPTS))
-    assert sum(p["num_drafts"] for p in ref.prompts) == server.num_drafts
-    assert sum(p["accepted"] for p in ref.prompts) == server.num_accepted_tokens
-    assert [sum(x) for x in zip(*(p["per_pos"] for p in ref.prompts))] == server.accepted_per_position
+    assert sum(p.num_drafts or 0 for p in ref.prompts) == server.num_drafts
+    assert sum(p.accepted or 0 for p in ref.prompts) == server.num_accepted_tokens
+    assert [sum(x) for x in zip(*(p.per_pos or [] for p in ref.prompts))] == server.accepted_per_position
+    assert all(p.num_drafts is not None and p.per_pos is not None for p in ref.prompts)
 
 
 def test_an_unknown_loop_is_refused():
