@@ -5,7 +5,7 @@ Every ``import`` in eagleconv is read with ``ast`` (top-level and inside functio
 a subpackage (``eagleconv.io``, ``eagleconv.hub``...) or a top-level module (``eagleconv.drafter``)
 is one group.  A group may import only from its own layer or the layers below it (``LAYERS``,
 written out in docs/architecture.md), and the groups' graph has no cycle.  Inside a group,
-the modules' graph has no cycle either (``KNOWN_CYCLES``: the ones issue 26 leaves to other branches).
+the modules' graph has no cycle either.
 
 The same file holds the other structural rule of issue 16: no code classifies a finding by its
 message text (a finding's ``effect`` and ``runner`` are data).
@@ -195,19 +195,6 @@ def test_architectures_never_name_the_drafter_spec():
     assert not offenders
 
 
-# Cycles inside a package that are not this branch's to break (issue 26 deliverable 4: "the import-layer test
-# also checks cycles inside a package").  Each is an exact strongly connected component; the lead removes an
-# entry when the branch that breaks it lands (its owner in the comment), and the test fails on a stale one.
-# Never add an entry: break the cycle (a leaf module both sides import, or the import moved to the caller).
-KNOWN_CYCLES: dict[frozenset[str], str] = {
-    frozenset({"eagleconv.engines", *(f"eagleconv.engines.{e}" for e in (
-        "llamacpp", "sglang", "speculators", "tokenspeed", "trtllm", "vllm"))}): "issue 26: engines, helper views",
-    frozenset({"eagleconv.forward.model", "eagleconv.forward.weights"}): "issue 26: forward, helper layer",
-    frozenset({"eagleconv.forward.inputs", "eagleconv.forward.native_target"}): "issue 26: forward, helper layer",
-    frozenset({"eagleconv.simulate", "eagleconv.simulate.llamacpp"}): "issue 26: simulate, helper layer",
-}
-
-
 def module_graph() -> dict[str, set[str]]:
     """Module -> the modules of its own group it imports at runtime (top level or in a function)."""
     graph: dict[str, set[str]] = defaultdict(set)
@@ -224,14 +211,12 @@ def test_no_cycle_inside_a_package():
     ``__init__`` that imports that module at the top close a cycle.  ``if TYPE_CHECKING:`` imports never run
     and do not count; an import inside a function does (it runs, and hides the cycle until it does).
     """
-    found = {frozenset(c) for c in _cycles(module_graph())}
-    new = found - set(KNOWN_CYCLES)
-    stale = set(KNOWN_CYCLES) - found
     graph = module_graph()
-    assert not new, "import cycles inside a package:\n" + "\n".join(
-        " <-> ".join(sorted(c)) + ": " + "; ".join(f"{a} -> {b}" for a in sorted(c) for b in sorted(graph[a] & c))
-        for c in new)
-    assert not stale, "broken since (remove from KNOWN_CYCLES): " + "; ".join(KNOWN_CYCLES[c] for c in stale)
+    found = _cycles(graph)
+    assert not found, "import cycles inside a package (break each: a leaf module both sides import, or the import " \
+        "moved to the caller):\n" + "\n".join(
+            " <-> ".join(sorted(c)) + ": " + "; ".join(f"{a} -> {b}" for a in sorted(c) for b in sorted(graph[a] & set(c)))
+            for c in found)
 
 
 def test_the_module_check_sees_a_cycle():

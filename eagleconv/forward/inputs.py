@@ -231,30 +231,6 @@ def run_target(target: TargetModel, prompt: Sequence[int], layer_ids: Sequence[i
     return states, int(greedy[-1])
 
 
-TARGET_RUNTIMES = ("auto", "eagleconv", "transformers")
-
-
-def open_target(directory: str | Path, runtime: str = "auto") -> TargetModel:
-    """A runnable target: ``eagleconv`` (its own Llama/Qwen3 forward, no transformers import), ``transformers``,
-    or ``auto`` (eagleconv where it runs the config exactly, else transformers; ``.fallback`` says why)."""
-    if runtime not in TARGET_RUNTIMES:
-        raise UsageError(f"unknown target runtime {runtime!r}; choose one of {', '.join(TARGET_RUNTIMES)}")
-    fallback = None
-    if runtime != "transformers":
-        from .native_target import NativeTarget, NativeUnsupported
-
-        try:
-            return NativeTarget(directory)
-        except NativeUnsupported as exc:
-            if runtime == "eagleconv":
-                raise UsageError(f"{directory}: eagleconv cannot run this target itself ({exc}); "
-                                 "use --target-runtime transformers") from None
-            fallback = str(exc)
-    target = Target(directory)
-    target.fallback = fallback
-    return target
-
-
 def capture_aux_states(target_dir: str | Path | Target, prompts: Sequence[Sequence[int]],
                        layer_ids: Sequence[int], *, save_to: str | Path | None = None,
                        overwrite: bool = False) -> list[dict[int, torch.Tensor]]:

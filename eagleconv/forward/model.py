@@ -18,29 +18,13 @@ import torch
 
 from .. import architectures
 from ..drafter import DrafterSpec
-from ..errors import FindingsError
 from ..nn.attention import LayerCache
 from ..rope.rotary import ResolvedRope, resolve_rope
 from .ops import NormOps, get_ops
-from .weights import BlockCache, TensorSource, Weights, stored_name
+from .weights import BlockCache, TensorSource, UnrunnableDrafter, Weights, stored_name
 
 COMPUTE_DTYPES = ("float32", "float64", "checkpoint")
 _CHECKPOINT_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "F64": torch.float64}
-
-
-class UnrunnableDrafter(FindingsError):
-    """The checkpoint lacks a tensor the forward reads, or has one at another shape than its config implies.
-
-    Raised before any arithmetic, so a structurally broken drafter is a finding about the checkpoint (exit 1,
-    ``validate --forward`` reports it as EC071) instead of a KeyError or a matmul error halfway through a step.
-    ``problems``: (tensor name as stored, what is wrong with it).
-    """
-
-    def __init__(self, problems: list[tuple[str, str]], path: str | None = None):
-        self.problems = problems
-        first = " ".join(problems[0])
-        more = f" (and {len(problems) - 1} more tensor problem(s))" if len(problems) > 1 else ""
-        super().__init__(f"the forward pass cannot run: {first}{more}", path)
 
 
 def rope_of(spec: DrafterSpec) -> ResolvedRope:

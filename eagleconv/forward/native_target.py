@@ -17,9 +17,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+from ..errors import UsageError
+from .inputs import Target, run_target
+
+if TYPE_CHECKING:
+    from .protocols import TargetModel
 
 
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3"}
@@ -249,6 +255,26 @@ class NativeTarget:
 
     def run(self, prompt: Sequence[int], layer_ids: Sequence[int]) -> tuple[dict[int, torch.Tensor], int]:
         """Hidden states [T, Ht] for each hidden_state_index id, and the greedy next token (as Target.run)."""
-        from .inputs import run_target
-
         return run_target(self, prompt, layer_ids)
+
+
+TARGET_RUNTIMES = ("auto", "eagleconv", "transformers")
+
+
+def open_target(directory: str | Path, runtime: str = "auto") -> TargetModel:
+    """A runnable target: ``eagleconv`` (its own Llama/Qwen3 forward, no transformers import), ``transformers``,
+    or ``auto`` (eagleconv where it runs the config exactly, else transformers; ``.fallback`` says why)."""
+    if runtime not in TARGET_RUNTIMES:
+        raise UsageError(f"unknown target runtime {runtime!r}; choose one of {', '.join(TARGET_RUNTIMES)}")
+    fallback = None
+    if runtime != "transformers":
+        try:
+            return NativeTarget(directory)
+        except NativeUnsupported as exc:
+            if runtime == "eagleconv":
+                raise UsageError(f"{directory}: eagleconv cannot run this target itself ({exc}); "
+                                 "use --target-runtime transformers") from None
+            fallback = str(exc)
+    target = Target(directory)
+    target.fallback = fallback
+    return target

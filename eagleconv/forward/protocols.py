@@ -1,6 +1,6 @@
 """What the reference forward and ``simulate`` (and the parity tiers) exchange: a target and a drafter, as types.
 
-:class:`TargetModel` is what :func:`eagleconv.forward.inputs.open_target` returns, transformers' target
+:class:`TargetModel` is what :func:`eagleconv.forward.native_target.open_target` returns, transformers' target
 (``forward.inputs.Target``) or eagleconv's own (``forward.native_target.NativeTarget``); :class:`DraftModel` is
 the reference drafter (``forward.model.Drafter``) as simulate's proposer loops call it.  Neither side reaches
 into the other's weight store: packing is asked for through these methods.

@@ -22,12 +22,28 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 from .._process import start_helper_thread
+from ..errors import FindingsError
 
 BLOCK_BYTES = 128 * 1024 * 1024  # compute-dtype bytes of one upcast weight block
 PACK_BYTES = 4 * 1024 * 1024  # bytes of one packed weight block (Weights(pack=True)): what packing adds to the peak
 # smaller weights stay on torch's matmul: their products are bound by per-call overhead, and oneDNN's is higher
 # (tiny-pair, every weight under 1 MiB, ran 0.5 s slower with all of them packed)
 PACK_MIN_BYTES = 1024 * 1024
+
+
+class UnrunnableDrafter(FindingsError):
+    """The checkpoint lacks a tensor the forward reads, or has one at another shape than its config implies.
+
+    Raised before any arithmetic, so a structurally broken drafter is a finding about the checkpoint (exit 1,
+    ``validate --forward`` reports it as EC071) instead of a KeyError or a matmul error halfway through a step.
+    ``problems``: (tensor name as stored, what is wrong with it).
+    """
+
+    def __init__(self, problems: list[tuple[str, str]], path: str | None = None):
+        self.problems = problems
+        first = " ".join(problems[0])
+        more = f" (and {len(problems) - 1} more tensor problem(s))" if len(problems) > 1 else ""
+        super().__init__(f"the forward pass cannot run: {first}{more}", path)
 
 
 class TensorSource(Protocol):
@@ -143,8 +159,6 @@ class CheckpointSource:
 
     def raw(self, name: str) -> torch.Tensor:
         if name in self._unrunnable:  # every such tensor at once: the drafter is a finding (EC071), not a crash
-            from .model import UnrunnableDrafter
-
             raise UnrunnableDrafter([(self.label(n), why) for n, why in sorted(self._unrunnable.items())], self._path)
         return self._tensors[name]
 

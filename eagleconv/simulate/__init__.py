@@ -29,102 +29,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import EagleconvError
+from .drafter import EngineDrafter, engine_drafter
+from .report import SimulateError, SimulateReport, accept_greedy
 
 if TYPE_CHECKING:
     import torch
 
     from ..forward.native_target import NativeTarget
-    from ..forward.protocols import DraftModel, TargetModel
+    from ..forward.protocols import TargetModel
     from ..forward.run import StepProgress
 
 DEFAULT_PROMPTS: tuple[tuple[int, ...], ...] = ((1, 17, 42, 99, 7, 300), (1, 5, 5, 64, 128), (1, 250, 3, 77, 31, 2, 9),
                                                 (1, 400, 401, 402))
-
-
-class SimulateReport(BaseModel):
-    """What ``eagleconv simulate --json`` prints; counters mean what vLLM's ``vllm:spec_decode_*`` mean."""
-
-    model_config = ConfigDict(defer_build=True)
-
-    tokens: list[list[int]] = Field(description="generated tokens per prompt (the target's greedy output)")
-    num_drafts: int = Field(description="verification rounds that carried drafts (vllm:spec_decode_num_drafts)")
-    num_draft_tokens: int
-    num_accepted_tokens: int
-    accepted_per_position: list[int] = Field(description="K counts: entry i is draft position i+1 (the human output "
-                                                     "numbers positions 1..K), the drafts whose first i+1 tokens were "
-                                                     "accepted (vllm:spec_decode_num_accepted_tokens_per_pos)")
-    acceptance_length: float | None = Field(description="1 + accepted / drafts, as vLLM's acceptance tests compute "
-                                            "it; null when no round carried drafts (max_tokens 1: the prefill "
-                                            "alone produced the output)")
-    drafts: list[list[list[int]]] = Field(description="every proposal per prompt, K tokens each, including the "
-                                                      "one made after the last round (vLLM drafts it too)")
-    engine: str
-    num_speculative_tokens: int
-    max_tokens: int
-    target_runtime: str = Field(description="what computed the target: 'eagleconv' (its own Llama/Qwen3 forward) "
-                                            "or 'transformers'")
-    notes: list[str] = Field(default_factory=list)
-    num_generated: list[int] | None = Field(default=None, description="llama.cpp only: tokens the target emitted per "
-                                            "prompt, as llama-speculative-simple's n_predict counts them")
-
-
-class SimulateError(EagleconvError):
-    """The engine would not run this drafter (it fails at load or in its first step); the message says why."""
-
-
-@dataclass(kw_only=True)
-class EngineDrafter:
-    """The drafter as the engine holds it: the reference forward over the engine's view, and the layers it captures."""
-
-    model: DraftModel  # the engine's spec (flags, draft vocab), over the checkpoint's tensors and those the engine fills
-    capture: tuple[int, ...]  # target layers captured, ascending and deduplicated (set membership in the runner)
-    layers: tuple[int, ...]  # the same in the engine's order, repeats kept (llama.cpp concatenates them so)
-    notes: list[str]
-
-
-def engine_drafter(drafter: str | Path, engine: str, target: TargetModel, device: str = "cpu", *,
-                   target_dir: str | Path | None = None) -> EngineDrafter:
-    """Read ``drafter`` the way ``engine`` serves it (``engines.view.serving_view``: vLLM 0.32 rules with the V1
-    runner, or llama.cpp's converter and runtime); raise where the engine fails, or drafts unpredictably.
-
-    ``target_dir``: the target's directory, for the checks that read its config (llama.cpp's).
-    """
-    from ..bounds import check_memory
-    from ..engines import resolve_engines
-    from ..engines.view import serving_view
-    from ..forward.api import default_aux_ids
-    from ..forward.engine import fill_tensors, with_fills
-    from ..forward.model import Drafter
-    from ..forward.weights import BlockCache, CheckpointSource, ResidentSource
-    from ..loading import load_drafter
-    from ..target import load_target
-
-    profile = resolve_engines([engine])[0]
-    if profile.serve is None:
-        raise SimulateError(f"simulate models vLLM's proposer and llama.cpp's loop only, not {profile.label}",
-                            code=None)
-    path = Path(drafter)
-    if not sorted(path.glob("*.safetensors")):
-        raise SimulateError(f"{path}: no *.safetensors file (simulate reads safetensors only)", code=None)
-    loaded = load_drafter(path)
-    loaded.store.close()  # the source maps the files itself
-    check_memory(sum(i.numel for i in loaded.store.tensors.values()) * 4, "the drafter's weights in float32 (read "
-                 "into memory for every round)", path, "its safetensors")
-    intended = loaded.require_spec()
-    L = target.num_layers
-    view = serving_view(profile, loaded, default_aux_ids(intended, L), L,
-                        target=load_target(target_dir) if target_dir is not None else None)
-    if view.refused is not None or view.spec is None:
-        raise SimulateError(f"{path}: {view.refused}", code=None)
-    extra = fill_tensors(view.spec, view.fills, target.lm_head)
-    # run every round: the checkpoint read into memory once, its blocks upcast (or uploaded to a GPU) once and kept
-    model = Drafter(view.spec, ResidentSource(with_fills(CheckpointSource(loaded), extra)), dtype="float32",
-                    target_embed=target.embed.float(), path=str(path), device=device, cache=BlockCache(1 << 40),
-                    pack=profile.packs_linears)  # on the CPU: oneDNN with weights reordered once, as vLLM runs its linears
-    return EngineDrafter(model=model, capture=view.capture, layers=view.layers, notes=view.notes)
 
 
 def propose(d: EngineDrafter, tokens: Sequence[int], aux: torch.Tensor, k: int) -> list[int]:
@@ -142,7 +59,7 @@ def propose(d: EngineDrafter, tokens: Sequence[int], aux: torch.Tensor, k: int) 
 
 
 def _target(target: str | Path, runtime: str) -> TargetModel:
-    from ..forward.inputs import open_target
+    from ..forward.native_target import open_target
 
     path = Path(target)
     if not (path / "config.json").is_file():
@@ -168,7 +85,7 @@ def simulate(drafter: str | Path, target: str | Path, prompts: Sequence[Sequence
     ``--prompts`` is), or None for four built-in ones; either way checked by the same rules, the vocabulary
     once the target is loaded.  ``target_runtime``: ``auto`` runs a Llama/Qwen3 target through eagleconv's own
     forward when it understands every config field and tensor (no transformers import: most of simulate's time
-    otherwise), else transformers; ``transformers`` or ``eagleconv`` force one (forward.inputs.open_target).
+    otherwise), else transformers; ``transformers`` or ``eagleconv`` force one (forward.native_target.open_target).
     ``progress(what, done, total)``: told of the loading, then of the tokens generated of all prompts' max_tokens.
     ``threads``: torch's intra-op threads, 1 to the cores this process may use (default: those cores that other
     processes leave idle, measured while torch loads: _process.default_threads).  ``device``: where the
@@ -237,17 +154,6 @@ class _Request:
     limit: int  # max_tokens, lowered so prompt + output stay within max_model_len (vLLM's FINISHED_LENGTH_CAPPED)
     out_len: int = 1
     aux: torch.Tensor | None = None
-
-
-def _accept(drafts: list[int], verified: list[int], per_pos: list[int] | None = None) -> int:
-    """vLLM's greedy rejection: the drafts accepted up to the first that differs from the target's own token;
-    each accepted position is counted in ``per_pos``."""
-    accepted = 0
-    while accepted < len(drafts) and drafts[accepted] == verified[accepted]:
-        if per_pos is not None:
-            per_pos[accepted] += 1
-        accepted += 1
-    return accepted
 
 
 class _Rounds(Protocol):
@@ -352,7 +258,7 @@ def _decode(rounds: _Rounds, reqs: list[_Request], K: int, tick: Callable[[int],
             break
         for r, verified in zip(active, rounds.verify(active)):
             drafts = r.drafts[-1]
-            accepted = _accept(drafts, verified[:K], per_pos)
+            accepted = accept_greedy(drafts, verified[:K], per_pos)
             accepted_total += accepted
             r.seq += [*drafts[:accepted], verified[accepted]]
             tick(min(accepted + 1, r.limit - r.out_len))
@@ -447,3 +353,7 @@ def _simulate(drafter: str | Path, target: str | Path, prompts: list[list[int]],
                *([packed] if n_target + n_drafter else []),
                *([f"target run by transformers: {tgt.fallback}"] if tgt.fallback else [])],
     )
+
+
+__all__ = ["DEFAULT_PROMPTS", "EngineDrafter", "SimulateError", "SimulateReport", "accept_greedy", "available_threads",
+           "engine_drafter", "propose", "simulate"]

@@ -43,14 +43,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..engines.llamacpp import EOG_TOKEN_TEXTS
-from . import _accept
+from .report import accept_greedy
 
 if TYPE_CHECKING:
     import torch
 
     from ..forward.protocols import TargetModel
     from ..forward.run import StepProgress
-    from . import EngineDrafter, SimulateReport
+    from .drafter import EngineDrafter
+    from .report import SimulateReport
 
 
 @dataclass
@@ -149,7 +150,7 @@ def decode(tgt: TargetModel, d: EngineDrafter, ids: tuple[int, ...], prompt: lis
             draft = draft[:n_draft_max]
         greedy, new_aux = target(seq, [seq[-1], *draft], len(seq) - 1)
         verified = [int(g) for g in greedy]
-        emitted = verified[:_accept(draft, verified) + 1]  # the accepted drafts and the target's own next token
+        emitted = verified[:accept_greedy(draft, verified) + 1]  # the accepted drafts and the target's own next token
         rounds.append(Round(draft, len(emitted) - 1, emitted, top2))
         done += len(emitted)
         eos = False
@@ -194,7 +195,7 @@ def decode_server(tgt: TargetModel, d: EngineDrafter, ids: tuple[int, ...], prom
             draft = draft[:n_draft_max]
         greedy, new_aux = target(seq, [seq[-1], *draft], len(seq) - 1)
         verified = [int(g) for g in greedy]
-        emitted = verified[:_accept(draft, verified) + 1]
+        emitted = verified[:accept_greedy(draft, verified) + 1]
         if draft:
             rounds.append(Round(draft, len(emitted) - 1, emitted, top2))
         stop = False
@@ -238,7 +239,8 @@ def simulate_llamacpp(drafter: str | Path, target_dir: str | Path, tgt: TargetMo
     import torch
 
     from ..engines import resolve_engines
-    from . import SimulateError, SimulateReport, engine_drafter
+    from .drafter import engine_drafter
+    from .report import SimulateError, SimulateReport
 
     if loop not in LOOPS:
         raise SimulateError(f"--llamacpp-loop {loop}: one of {', '.join(LOOPS)}", code=None)
