@@ -7,7 +7,7 @@ Types only, no defaults: absence is the layout reader's business.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, StrictBool
 
@@ -64,3 +64,36 @@ class MlaDims(BaseModel):
     qk_nope_head_dim: int = Field(..., ge=0)
     qk_rope_head_dim: int = Field(..., ge=0)
     v_head_dim: int = Field(..., ge=1)
+
+
+class DecoderShape(Protocol):
+    """The dimensions a decoder layer is built from: what an architecture reads of a spec.
+
+    :class:`eagleconv.drafter.DrafterSpec` satisfies it, and so does a native target's own description
+    (forward.native_target): an architecture's hooks are typed against this, not against the drafter's spec,
+    so ``architectures`` needs nothing from ``drafter`` (which validates itself against the architectures).
+    """
+
+    @property
+    def hidden_size(self) -> int: ...
+
+    @property
+    def intermediate_size(self) -> int: ...
+
+    @property
+    def num_attention_heads(self) -> int: ...
+
+    @property
+    def num_key_value_heads(self) -> int | None: ...
+
+    @property
+    def head_dim(self) -> int | None: ...
+
+    @property
+    def attention_bias(self) -> bool: ...
+
+    @property
+    def mlp_bias(self) -> bool: ...
+
+    @property
+    def mla(self) -> MlaDims | None: ...

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from . import architectures
 from .config_fields import MlaDims  # (DrafterSpec.mla) a leaf, so an architecture builds one without importing drafter
 from .rope import ROPE_KEYS, rope_kind
 
@@ -225,16 +226,12 @@ class DrafterSpec(_Frozen):
         """``rope={"rope_theta": ..., "rope_scaling": ...}`` (config spelling) is parsed into the typed Rope."""
         rope = data.get("rope") if isinstance(data, dict) else None
         if isinstance(rope, dict) and rope and set(rope) <= set(ROPE_KEYS):
-            from . import architectures
-
             arch = architectures.ARCHITECTURES.get(data.get("architecture", ""))
             data = {**data, "rope": Rope.from_config(rope, interleaved=arch.rope_interleaved if arch else False)}
         return data
 
     @model_validator(mode="after")
     def _consistent(self) -> DrafterSpec:
-        from . import architectures
-
         if self.architecture not in architectures.ARCHITECTURES:
             raise ValueError(f"unknown architecture {self.architecture!r}; known: {', '.join(architectures.names())}")
         arch = architectures.get(self.architecture)
@@ -246,6 +243,11 @@ class DrafterSpec(_Frozen):
         if self.draft_vocab_size > self.vocab_size:
             raise ValueError(f"draft_vocab_size {self.draft_vocab_size} exceeds vocab_size {self.vocab_size}")
         return self
+
+    @property
+    def arch(self) -> type[architectures.Architecture]:
+        """The registered architecture this spec names: it owns the decoder layer (norms, attention, MLP)."""
+        return architectures.get(self.architecture)
 
     @property
     def eagle_version(self) -> Literal["3", "3.1"]:

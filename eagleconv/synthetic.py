@@ -85,8 +85,10 @@ def canonical_tensors(recipe: DrafterRecipe) -> dict[str, torch.Tensor]:
     def w(*shape: int, scale: float = 0.05) -> torch.Tensor:
         return (torch.randn(*shape, generator=g) * scale).to(dtype)
 
-    def norm(n: int) -> torch.Tensor:
-        return (1.0 + 0.1 * torch.randn(n, generator=g)).to(dtype)
+    arch = architectures.get(recipe.architecture)
+
+    def norm(n: int) -> torch.Tensor:  # around the stored weight of a unit scale (1.0, or 0.0 for a (1 + w) norm)
+        return (arch.unit_norm(n) + 0.1 * torch.randn(n, generator=g)).to(dtype)
 
     t: dict[str, torch.Tensor] = {}
     t["embed_tokens.weight"] = w(d.vocab, d.hidden, scale=0.5)
@@ -101,7 +103,6 @@ def canonical_tensors(recipe: DrafterRecipe) -> dict[str, torch.Tensor]:
         width = 2 * d.hidden if n == 0 else d.hidden
         for name in ("input_layernorm", "hidden_norm", "post_attention_layernorm"):
             t[f"{p}{name}.weight"] = norm(d.hidden)
-        arch = architectures.get(recipe.architecture)
         t.update({f"{p}self_attn.{k}": v for k, v in arch.synthetic_attention(d, width, w, norm).items()})
         t.update({f"{p}mlp.{k}": v for k, v in arch.synthetic_mlp(d, w).items()})
     t["norm.weight"] = norm(d.hidden)

@@ -262,14 +262,16 @@ def plan_upgrade(loaded: LoadedDrafter, *, style: Style = "fc_norm", fc_norm: bo
         if calibration is not None:
             eps = _eps(spec)
             if style == "fc_norm":
-                weights = {f"fc_norm.{i}.weight": scale_preserving_weight(calibration[:, i, :], eps) for i in range(K)}
+                weights = {f"fc_norm.{i}.weight": spec.arch.norm_stored(scale_preserving_weight(calibration[:, i, :], eps))
+                           for i in range(K)}
             else:
-                weights = {"input_norm.weight": scale_preserving_weight(calibration.reshape(-1, K * Ht), eps)}
+                weights = {"input_norm.weight": spec.arch.norm_stored(
+                    scale_preserving_weight(calibration.reshape(-1, K * Ht), eps))}
             plan.initialisation = "calibrated"
             how = f"scale-preserving from {calibration.shape[0]} captured tokens"
         else:
             shapes = {f"fc_norm.{i}.weight": Ht for i in range(K)} if style == "fc_norm" else {"input_norm.weight": K * Ht}
-            weights = {n: torch.ones(w, dtype=torch.float64) for n, w in shapes.items()}
+            weights = {n: spec.arch.unit_norm(w, dtype=torch.float64) for n, w in shapes.items()}
             plan.initialisation = "unit"
             how = "unit weights (no calibration states: pass --calibration, or --target with --prompts)"
             notes.append("new norm weights are 1.0: without captured aux states eagleconv cannot preserve each input's "
@@ -278,11 +280,11 @@ def plan_upgrade(loaded: LoadedDrafter, *, style: Style = "fc_norm", fc_norm: bo
             stored = w.to(dtype)
             plan.new_tensors[name] = stored
             transform.computed[name] = _computed(name, stored, f"new {style} weight: {how}")
-        plan.unit_variant = {n: torch.ones_like(t) for n, t in plan.new_tensors.items()}
+        plan.unit_variant = {n: spec.arch.unit_norm(*t.shape, dtype=t.dtype) for n, t in plan.new_tensors.items()}
         changes.append((f"add {style} ({'one RMSNorm per aux state' if style == 'fc_norm' else 'one RMSNorm over the concatenation'}), "
                         f"weights {plan.initialisation}", False))
         if calibration is not None and refit:
-            _refit_fc(loaded, plan, calibration, style, [plan.new_tensors[n] for n in weights])
+            _refit_fc(loaded, plan, calibration, style, [spec.arch.norm_scale(plan.new_tensors[n]) for n in weights])
     if norm_output and not flags.norm_output:
         changes.append(("add norm_output: feed the post-norm hidden state to the next draft step", False))
         if feedback is not None and refit:
@@ -328,7 +330,8 @@ def _refit_output_norm(loaded: LoadedDrafter, plan: Plan, feedback: torch.Tensor
     with loaded.torch_tensors() as tensors:
         norm, head = tensors["norm.weight"], tensors["lm_head.weight"]
         norm_dtype, head_dtype = norm.dtype, head.dtype
-        new_norm, new_head, before, after = output_norm_refit(feedback, norm, head, _eps(spec))
+        new_norm, new_head, before, after = output_norm_refit(feedback, spec.arch.norm_scale(norm), head, _eps(spec))
+        new_norm = spec.arch.norm_stored(new_norm)
     _store(plan, "norm.weight", new_norm, norm_dtype, "scale-preserving over the source's pre-norm states, so the "
                                                       f"fed-back state keeps their scale ({before:.3g} -> {after:.3g})")
     _store(plan, "lm_head.weight", new_head, head_dtype, "columns times old/new norm.weight: the logits are unchanged")
@@ -358,7 +361,7 @@ def plan_downgrade(loaded: LoadedDrafter, *, allow_lossy: bool = False, calibrat
 
         with loaded.torch_tensors() as tensors:
             fc = tensors["fc.weight"]
-            scale = torch.cat([tensors[f"fc_norm.{i}.weight"].double() if f"fc_norm.{i}.weight" in tensors
+            scale = torch.cat([spec.arch.norm_scale(tensors[f"fc_norm.{i}.weight"].double()) if f"fc_norm.{i}.weight" in tensors
                                else torch.ones(Ht, dtype=torch.float64) for i in range(K)])
             compensation = torch.ones(K, dtype=torch.float64)
             if calibration is not None:

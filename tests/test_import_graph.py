@@ -5,7 +5,7 @@ Every ``import`` in eagleconv is read with ``ast`` (top-level and inside functio
 a subpackage (``eagleconv.io``, ``eagleconv.hub``...) or a top-level module (``eagleconv.drafter``)
 is one group.  A group may import only from its own layer or the layers below it (``LAYERS``,
 written out in docs/architecture.md), and the groups' graph has no cycle.  Inside a group,
-the modules' graph has no cycle either (``KNOWN_CYCLES``: the ones issue 26 leaves to other branches).
+the modules' graph has no cycle either.
 
 The same file holds the other structural rule of issue 16: no code classifies a finding by its
 message text (a finding's ``effect`` and ``runner`` are data).
@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "_extras", "_process", "_text", "jsonio", "bounds", "registry", "kernels"),  # exceptions, process state, printable text, strict JSON, size bounds
     ("io",),  # safetensors headers, reader, writer, staging, hf:// parsing
     ("rope", "nn", "config_fields", "target"),  # leaves: RoPE, shared tensor math, config field models; the target's config.json
-    ("architectures",),  # one module per decoder family (drafter only for type checking)
+    ("architectures",),  # one module per decoder family (a spec read as config_fields.DecoderShape)
     ("drafter",),  # DrafterSpec, which validates itself against the architecture registry
     ("canonical", "config_types"),  # canonical tensor names and shapes; the JSON type rules of config values
     ("vocab", "verifier"),
@@ -182,17 +182,17 @@ def test_the_checks_see_a_cycle():
     assert any({"nn", "forward", "architectures"} <= set(c) for c in _cycles(graph))
 
 
-# Cycles inside a package that are not this branch's to break (issue 26 deliverable 4: "the import-layer test
-# also checks cycles inside a package").  Each is an exact strongly connected component; the lead removes an
-# entry when the branch that breaks it lands (its owner in the comment), and the test fails on a stale one.
-# Never add an entry: break the cycle (a leaf module both sides import, or the import moved to the caller).
-KNOWN_CYCLES: dict[frozenset[str], str] = {
-    frozenset({"eagleconv.engines", *(f"eagleconv.engines.{e}" for e in (
-        "llamacpp", "sglang", "speculators", "tokenspeed", "trtllm", "vllm"))}): "issue 26: engines, helper views",
-    frozenset({"eagleconv.forward.model", "eagleconv.forward.weights"}): "issue 26: forward, helper layer",
-    frozenset({"eagleconv.forward.inputs", "eagleconv.forward.native_target"}): "issue 26: forward, helper layer",
-    frozenset({"eagleconv.simulate", "eagleconv.simulate.llamacpp"}): "issue 26: simulate, helper layer",
-}
+def test_architectures_never_name_the_drafter_spec():
+    """No import of ``eagleconv.drafter`` from the architectures, not even one for type checking: the hooks read a
+    spec as config_fields.DecoderShape, so the drafter (which validates itself against the registry) sits above."""
+    offenders = []
+    for name, path in _modules().items():
+        if group(name) != "architectures":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[-1] == "drafter":
+                offenders.append(f"{name}:{node.lineno}")
+    assert not offenders
 
 
 def module_graph() -> dict[str, set[str]]:
@@ -211,14 +211,12 @@ def test_no_cycle_inside_a_package():
     ``__init__`` that imports that module at the top close a cycle.  ``if TYPE_CHECKING:`` imports never run
     and do not count; an import inside a function does (it runs, and hides the cycle until it does).
     """
-    found = {frozenset(c) for c in _cycles(module_graph())}
-    new = found - set(KNOWN_CYCLES)
-    stale = set(KNOWN_CYCLES) - found
     graph = module_graph()
-    assert not new, "import cycles inside a package:\n" + "\n".join(
-        " <-> ".join(sorted(c)) + ": " + "; ".join(f"{a} -> {b}" for a in sorted(c) for b in sorted(graph[a] & c))
-        for c in new)
-    assert not stale, "broken since (remove from KNOWN_CYCLES): " + "; ".join(KNOWN_CYCLES[c] for c in stale)
+    found = _cycles(graph)
+    assert not found, "import cycles inside a package (break each: a leaf module both sides import, or the import " \
+        "moved to the caller):\n" + "\n".join(
+            " <-> ".join(sorted(c)) + ": " + "; ".join(f"{a} -> {b}" for a in sorted(c) for b in sorted(graph[a] & set(c)))
+            for c in found)
 
 
 def test_the_module_check_sees_a_cycle():

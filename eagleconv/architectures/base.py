@@ -1,4 +1,4 @@
-"""What a drafter architecture is: the decoder family a :class:`DrafterSpec` names.
+"""What a drafter architecture is: the decoder family a :class:`~eagleconv.drafter.DrafterSpec` names.
 
 An architecture is a subclass of :class:`Architecture` registered with
 ``@register`` in its own module of this package (``eagleconv.architectures.names()``
@@ -11,6 +11,9 @@ has and the example fixtures, the facts engine checks ask about and the verdicts
 it expects from them, and its attention and MLP in the reference forward.  The
 parts every EAGLE-3 drafter shares (fc, fc_norm, the three layer norms, norm,
 lm_head, d2t/t2d) are written once in :mod:`eagleconv.canonical`.
+
+The hooks read a spec through :class:`~eagleconv.config_fields.DecoderShape` (the dimensions only), so this
+package needs nothing from :mod:`eagleconv.drafter`, which validates itself against it.
 """
 
 from __future__ import annotations
@@ -20,10 +23,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
+    from ..nn.store import WeightStore
+    from ..nn.norm import NormOps
+    from ..rope.rotary import ResolvedRope
+    from ..nn.attention import LayerCache
+    from ..config_fields import DecoderShape
     import torch
     from pydantic import BaseModel
 
-    from ..drafter import DrafterSpec
     from ..io.reader import TensorInfo
 
 
@@ -160,26 +167,26 @@ class Architecture:
 
     @classmethod
     def spec_fields(cls, values: Mapping[str, Any]) -> dict[str, Any]:
-        """The family's DrafterSpec keyword arguments from canonical field values."""
+        """The family's DecoderShape keyword arguments from canonical field values."""
         return {}
 
     @classmethod
-    def config_values(cls, spec: DrafterSpec) -> dict[str, Any]:
+    def config_values(cls, spec: DecoderShape) -> dict[str, Any]:
         """The family's canonical field values of ``spec``, for writing a config."""
         return {}
 
     @classmethod
-    def check_spec(cls, spec: DrafterSpec) -> None:
+    def check_spec(cls, spec: DecoderShape) -> None:
         """Raise ValueError when ``spec`` lacks what this family needs."""
 
     # -- tensors ------------------------------------------------------------------
     @classmethod
-    def attention_tensors(cls, spec: DrafterSpec, prefix: str, width: int) -> dict[str, Expected]:
+    def attention_tensors(cls, spec: DecoderShape, prefix: str, width: int) -> dict[str, Expected]:
         """Canonical ``{prefix}self_attn.*`` tensors of one layer whose input is ``width`` wide."""
         raise NotImplementedError
 
     @classmethod
-    def mlp_tensors(cls, spec: DrafterSpec, prefix: str) -> dict[str, Expected]:
+    def mlp_tensors(cls, spec: DecoderShape, prefix: str) -> dict[str, Expected]:
         """Canonical ``{prefix}mlp.*`` tensors of one layer (SwiGLU gate/up/down by default)."""
         H, I = spec.hidden_size, spec.intermediate_size
         m = prefix + "mlp."
@@ -213,8 +220,8 @@ class Architecture:
 
     # -- forward ------------------------------------------------------------------
     @classmethod
-    def attention(cls, u: torch.Tensor, pos: torch.Tensor, cache: Any, w: Any, p: str, spec: DrafterSpec, rope: Any,
-                  ops: Any, eps: float) -> tuple[torch.Tensor, Any]:
+    def attention(cls, u: torch.Tensor, pos: torch.Tensor, cache: LayerCache | None, w: WeightStore, p: str, spec: DecoderShape, rope: ResolvedRope,
+                  ops: NormOps, eps: float) -> tuple[torch.Tensor, LayerCache]:
         """The reference forward's self-attention of one decoder layer (``p`` = "layers.N.").
 
         ``u`` [B, n, in] (layer 0: cat(embeds, hidden), 2H wide), ``pos`` [n], ``cache`` the layer's
@@ -224,12 +231,57 @@ class Architecture:
         raise NotImplementedError(f"{cls.name} has no reference forward yet")
 
     @classmethod
-    def split_tensors(cls, tensors: Mapping[str, torch.Tensor], spec: DrafterSpec) -> dict[str, torch.Tensor]:
+    def split_tensors(cls, tensors: Mapping[str, torch.Tensor], spec: DecoderShape) -> dict[str, torch.Tensor]:
         """Canonical tensors rewritten as the ``equivalent`` architecture stores them (its forward must agree)."""
         raise NotImplementedError(f"{cls.name} states no equivalent architecture")
 
+    # -- the decoder layer: norm and MLP hooks, and the layer every forward calls -------------------------------
     @classmethod
-    def mlp(cls, h: torch.Tensor, w: Any, p: str) -> torch.Tensor:
+    def norm_scale(cls, stored: torch.Tensor) -> torch.Tensor:
+        """What an RMSNorm multiplies by, from its stored weight: the weight itself (Llama, Qwen3, DeepSeek, Phi-3;
+        a Gemma-style ``(1 + w)`` norm returns ``1 + stored``).  Every norm of the forward reads it through this."""
+        return stored
+
+    @classmethod
+    def norm_stored(cls, scale: torch.Tensor) -> torch.Tensor:
+        """The stored weight of a norm that multiplies by ``scale`` (the inverse of :meth:`norm_scale`): what an
+        upgrade writes for a new norm, and a refit for a changed one."""
+        return scale
+
+    @classmethod
+    def unit_norm(cls, *shape: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """The stored weight that makes a norm the identity scale: what a loader leaves in an absent norm (vLLM
+        initialises RMSNorm weights to it), a new norm without calibration, and a synthetic norm's centre."""
+        import torch
+
+        return cls.norm_stored(torch.ones(*shape, dtype=dtype))
+
+    @classmethod
+    def rms_norm(cls, ops: NormOps, x: torch.Tensor, w: WeightStore, name: str, eps: float) -> torch.Tensor:
+        """RMSNorm of ``x`` with the norm stored as ``name``, through the norm ops (``ops.rms_norm``)."""
+        return ops.rms_norm(x, cls.norm_scale(w.get(name)), eps)
+
+    @classmethod
+    def add_rms_norm(cls, ops: NormOps, x: torch.Tensor, residual: torch.Tensor, w: WeightStore, name: str,
+                     eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """vLLM's fused residual add + RMSNorm: (norm(x + residual), x + residual)."""
+        return ops.fused_add_rms_norm(x, residual, cls.norm_scale(w.get(name)), eps)
+
+    @classmethod
+    def decoder_layer(cls, u: torch.Tensor, residual: torch.Tensor, pos: torch.Tensor, cache: LayerCache | None, w: WeightStore, p: str,
+                      spec: DecoderShape, rope: ResolvedRope, ops: NormOps, eps: float) -> tuple[torch.Tensor, torch.Tensor, LayerCache]:
+        """One decoder layer after its input norm, as vLLM's: attention over ``cache``, the residual add with
+        post_attention_layernorm, the MLP.  Returns (MLP output, residual stream, new cache); the next layer's
+        input norm adds the two (:meth:`add_rms_norm`).  The drafter's forward, the native target's, and the
+        KV-cached target step all run their layers through this; what differs is the cache: None (a full pass),
+        the drafter's (keys, values, positions) or a Ragged batch of them, or the target's slots (forward.kv_cache).
+        """
+        o, cache = cls.attention(u, pos, cache, w, p, spec, rope, ops, eps)
+        h, residual = cls.add_rms_norm(ops, o, residual, w, p + "post_attention_layernorm.weight", eps)
+        return cls.mlp(h, w, p), residual, cache
+
+    @classmethod
+    def mlp(cls, h: torch.Tensor, w: WeightStore, p: str) -> torch.Tensor:
         """The reference forward's MLP of one decoder layer: SwiGLU, down(silu(gate(h)) * up(h)) (vLLM: LlamaMLP)."""
         import torch.nn.functional as F
 

@@ -17,10 +17,14 @@ from . import register
 from .base import Architecture, Example, Expected, InLayout, Verdict
 
 if TYPE_CHECKING:
+    from ..nn.store import WeightStore
+    from ..nn.norm import NormOps
+    from ..rope.rotary import ResolvedRope
+    from ..nn.attention import LayerCache
+    from ..config_fields import DecoderShape
     import torch
     from pydantic import BaseModel
 
-    from ..drafter import DrafterSpec
 
 
 class DeepseekMlaEagle3Config(_DecoderFields, _Eagle3Fields):
@@ -88,16 +92,16 @@ class DeepseekMla(Architecture):
         return {"num_key_value_heads": None, "head_dim": None, "mla": MlaDims(**dims)}
 
     @classmethod
-    def config_values(cls, spec: DrafterSpec) -> dict[str, Any]:
+    def config_values(cls, spec: DecoderShape) -> dict[str, Any]:
         return spec.mla.model_dump() if spec.mla is not None else {}
 
     @classmethod
-    def check_spec(cls, spec: DrafterSpec) -> None:
+    def check_spec(cls, spec: DecoderShape) -> None:
         if spec.mla is None:
             raise ValueError("MLA dimensions are required for deepseek_mla drafters and only for them")
 
     @classmethod
-    def attention_tensors(cls, spec: DrafterSpec, prefix: str, width: int) -> dict[str, Expected]:
+    def attention_tensors(cls, spec: DecoderShape, prefix: str, width: int) -> dict[str, Expected]:
         m, nh, H = spec.mla, spec.num_attention_heads, spec.hidden_size
         assert m is not None
         a = prefix + "self_attn."
@@ -141,8 +145,8 @@ class DeepseekMla(Architecture):
 
     # -- forward ------------------------------------------------------------------
     @classmethod
-    def attention(cls, u: torch.Tensor, pos: torch.Tensor, cache: Any, w: Any, p: str, spec: DrafterSpec, rope: Any,
-                  ops: Any, eps: float) -> tuple[torch.Tensor, Any]:
+    def attention(cls, u: torch.Tensor, pos: torch.Tensor, cache: LayerCache | None, w: WeightStore, p: str, spec: DecoderShape, rope: ResolvedRope,
+                  ops: NormOps, eps: float) -> tuple[torch.Tensor, LayerCache]:
         """Multi-head latent attention, expanded form (vLLM's absorbed form differs by rounding only)."""
         import torch
 
@@ -155,13 +159,13 @@ class DeepseekMla(Architecture):
         dn, dr, dv = m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim
         a = p + "self_attn."
         if w.has(a + "q_a_proj.weight"):
-            q_c = ops.rms_norm(w.linear(u, a + "q_a_proj.weight"), w.get(a + "q_a_layernorm.weight"), eps)
+            q_c = cls.rms_norm(ops, w.linear(u, a + "q_a_proj.weight"), w, a + "q_a_layernorm.weight", eps)
             q = w.linear(q_c, a + "q_b_proj.weight")
         else:
             q = w.linear(u, a + "q_proj.weight")
         q = q.view(B, n, nh, dn + dr).transpose(1, 2)  # [B, nh, n, dn+dr]
         kv_c, kpe = w.linear(u, a + "kv_a_proj_with_mqa.weight").split([m.kv_lora_rank, dr], dim=-1)
-        kv_c = ops.rms_norm(kv_c, w.get(a + "kv_a_layernorm.weight"), eps)
+        kv_c = cls.rms_norm(ops, kv_c, w, a + "kv_a_layernorm.weight", eps)
         cos, sin = cos_sin(rope, dr, pos, u.dtype)
         q = torch.cat([q[..., :dn], rotate_interleaved(q[..., dn:], cos, sin)], dim=-1)
         kpe = rotate_interleaved(kpe.unsqueeze(1), cos, sin)  # [B, 1, n, dr]: one rope key shared by all heads

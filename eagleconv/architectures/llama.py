@@ -16,10 +16,14 @@ from . import register
 from .base import Architecture, Derive, Example, Expected, InLayout, Verdict, exact_div, shape_of
 
 if TYPE_CHECKING:
+    from ..nn.store import WeightStore
+    from ..nn.norm import NormOps
+    from ..rope.rotary import ResolvedRope
+    from ..nn.attention import LayerCache
+    from ..config_fields import DecoderShape
     import torch
     from pydantic import BaseModel
 
-    from ..drafter import DrafterSpec
     from ..io.reader import TensorInfo
 
 
@@ -87,18 +91,18 @@ class Llama(Architecture):
         return {"num_key_value_heads": values.get("num_key_value_heads"), "head_dim": values.get("head_dim")}
 
     @classmethod
-    def config_values(cls, spec: DrafterSpec) -> dict[str, Any]:
+    def config_values(cls, spec: DecoderShape) -> dict[str, Any]:
         return {"num_key_value_heads": spec.num_key_value_heads, "head_dim": spec.head_dim}
 
     @classmethod
-    def check_spec(cls, spec: DrafterSpec) -> None:
+    def check_spec(cls, spec: DecoderShape) -> None:
         if spec.head_dim is None or spec.num_key_value_heads is None:
             raise ValueError(f"head_dim and num_key_value_heads are required for {cls.name} drafters")
         if spec.mla is not None:
             raise ValueError(f"MLA dimensions are only for deepseek_mla drafters, not {cls.name}")
 
     @classmethod
-    def attention_tensors(cls, spec: DrafterSpec, prefix: str, width: int) -> dict[str, Expected]:
+    def attention_tensors(cls, spec: DecoderShape, prefix: str, width: int) -> dict[str, Expected]:
         assert spec.head_dim is not None and spec.num_key_value_heads is not None
         d, nh, nkv, H = spec.head_dim, spec.num_attention_heads, spec.num_key_value_heads, spec.hidden_size
         a = prefix + "self_attn."
@@ -134,15 +138,15 @@ class Llama(Architecture):
     qk_norm: ClassVar[bool] = False  # Qwen3: RMSNorm on each query and key head before RoPE
 
     @classmethod
-    def project_qkv(cls, u: torch.Tensor, w: Any, a: str, spec: DrafterSpec) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def project_qkv(cls, u: torch.Tensor, w: WeightStore, a: str, spec: DecoderShape) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q [B, n, heads x head_dim], k and v [B, n, kv_heads x head_dim] of the layer input (``a`` =
         "layers.N.self_attn."): three projections here; a fused family splits one."""
         return (w.linear(u, a + "q_proj.weight", a + "q_proj.bias"), w.linear(u, a + "k_proj.weight", a + "k_proj.bias"),
                 w.linear(u, a + "v_proj.weight", a + "v_proj.bias"))
 
     @classmethod
-    def attention(cls, u: torch.Tensor, pos: torch.Tensor, cache: Any, w: Any, p: str, spec: DrafterSpec, rope: Any,
-                  ops: Any, eps: float) -> tuple[torch.Tensor, Any]:
+    def attention(cls, u: torch.Tensor, pos: torch.Tensor, cache: LayerCache | None, w: WeightStore, p: str, spec: DecoderShape, rope: ResolvedRope,
+                  ops: NormOps, eps: float) -> tuple[torch.Tensor, LayerCache]:
         """GQA with neox RoPE over the drafter's KV cache (vLLM: llama_eagle3.py, LlamaAttention)."""
         from ..nn.attention import attend_cache, extend
         from ..rope.rotary import cos_sin, rotate_neox
@@ -154,8 +158,8 @@ class Llama(Architecture):
         q, k, v = cls.project_qkv(u, w, a, spec)
         q, k, v = q.view(B, n, nh, d), k.view(B, n, nkv, d), v.view(B, n, nkv, d)
         if cls.qk_norm:
-            q = ops.rms_norm(q, w.get(a + "q_norm.weight"), eps)
-            k = ops.rms_norm(k, w.get(a + "k_norm.weight"), eps)
+            q = cls.rms_norm(ops, q, w, a + "q_norm.weight", eps)
+            k = cls.rms_norm(ops, k, w, a + "k_norm.weight", eps)
         cos, sin = cos_sin(rope, d, pos, u.dtype)
         q = rotate_neox(q.transpose(1, 2), cos, sin)  # [B, nh, n, d]
         k = rotate_neox(k.transpose(1, 2), cos, sin)

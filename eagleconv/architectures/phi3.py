@@ -16,13 +16,14 @@ from .base import Derive, Example, Expected, InLayout, Verdict, exact_div, shape
 from .llama import Llama
 
 if TYPE_CHECKING:
+    from ..nn.store import WeightStore
+    from ..config_fields import DecoderShape
     import torch
 
-    from ..drafter import DrafterSpec
     from ..io.reader import TensorInfo
 
 
-def _qkv_rows(spec: DrafterSpec) -> list[int]:
+def _qkv_rows(spec: DecoderShape) -> list[int]:
     assert spec.head_dim is not None and spec.num_key_value_heads is not None
     d = spec.head_dim
     return [spec.num_attention_heads * d, spec.num_key_value_heads * d, spec.num_key_value_heads * d]
@@ -71,7 +72,7 @@ class Phi3(Llama):
                "layers.0.mlp.gate_up_proj rows / 2")
 
     @classmethod
-    def attention_tensors(cls, spec: DrafterSpec, prefix: str, width: int) -> dict[str, Expected]:
+    def attention_tensors(cls, spec: DecoderShape, prefix: str, width: int) -> dict[str, Expected]:
         rows, H = sum(_qkv_rows(spec)), spec.hidden_size
         q_rows = _qkv_rows(spec)[0]
         a = prefix + "self_attn."
@@ -83,7 +84,7 @@ class Phi3(Llama):
         return out
 
     @classmethod
-    def mlp_tensors(cls, spec: DrafterSpec, prefix: str) -> dict[str, Expected]:
+    def mlp_tensors(cls, spec: DecoderShape, prefix: str) -> dict[str, Expected]:
         H, I = spec.hidden_size, spec.intermediate_size
         m = prefix + "mlp."
         out = {m + "gate_up_proj.weight": Expected((2 * I, H), True, "gate_up_proj [2 x intermediate, hidden]"),
@@ -107,12 +108,12 @@ class Phi3(Llama):
 
     # -- forward ------------------------------------------------------------------
     @classmethod
-    def project_qkv(cls, u: torch.Tensor, w: Any, a: str, spec: DrafterSpec) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def project_qkv(cls, u: torch.Tensor, w: WeightStore, a: str, spec: DecoderShape) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         q, k, v = w.linear(u, a + "qkv_proj.weight", a + "qkv_proj.bias").split(_qkv_rows(spec), dim=-1)
         return q, k, v
 
     @classmethod
-    def mlp(cls, h: torch.Tensor, w: Any, p: str) -> torch.Tensor:
+    def mlp(cls, h: torch.Tensor, w: WeightStore, p: str) -> torch.Tensor:
         import torch.nn.functional as F
 
         m = p + "mlp."
@@ -120,7 +121,7 @@ class Phi3(Llama):
         return w.linear(F.silu(gate) * up, m + "down_proj.weight", m + "down_proj.bias")
 
     @classmethod
-    def split_tensors(cls, tensors: Mapping[str, torch.Tensor], spec: DrafterSpec) -> dict[str, torch.Tensor]:
+    def split_tensors(cls, tensors: Mapping[str, torch.Tensor], spec: DecoderShape) -> dict[str, torch.Tensor]:
         """The Llama form: qkv_proj -> q_proj, k_proj, v_proj; gate_up_proj -> gate_proj, up_proj (rows, in order)."""
         out: dict[str, torch.Tensor] = {}
         for name, t in tensors.items():

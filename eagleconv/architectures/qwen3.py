@@ -13,9 +13,9 @@ from .base import Example, Expected, InLayout
 from .llama import Llama
 
 if TYPE_CHECKING:
+    from ..config_fields import DecoderShape
     import torch
 
-    from ..drafter import DrafterSpec
 
 
 @register
@@ -40,7 +40,7 @@ class Qwen3(Llama):
     qk_norm = True  # the forward: Llama attention with q_norm / k_norm per head
 
     @classmethod
-    def attention_tensors(cls, spec: DrafterSpec, prefix: str, width: int) -> dict[str, Expected]:
+    def attention_tensors(cls, spec: DecoderShape, prefix: str, width: int) -> dict[str, Expected]:
         out = super().attention_tensors(spec, prefix, width)
         assert spec.head_dim is not None
         a = prefix + "self_attn."

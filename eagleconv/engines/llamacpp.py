@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..report import Finding
-from . import register
+from .registry import register
 from .base import CaptureRules, DrafterClass, EngineProfile, EngineView, FlagRule, KeyRules, Subject, Translation, lookup
 from .checks import (check_architecture, check_capture, check_flags, check_keys, check_sharing, checkpoint_aux_count,
                      emits, finding)

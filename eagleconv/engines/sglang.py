@@ -11,7 +11,7 @@ SGLang's drafter registry, so an unknown architecture is a warning.
 
 from __future__ import annotations
 
-from . import register
+from .registry import register
 from .base import CaptureRules, DrafterClass, EngineProfile, FlagRule, KeyRules
 from .checks import COMMON_CHECKS
 

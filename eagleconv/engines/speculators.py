@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..report import Finding
-from . import register
+from .registry import register
 from .base import CaptureRules, DrafterClass, EngineProfile, EngineView, FlagRule, KeyRules, Subject, Translation
 from .checks import check_aux_count, check_capture, check_flags, check_keys, check_sharing, emits, finding
 from .tokenspeed import check_fc_width_ignores_target_hidden

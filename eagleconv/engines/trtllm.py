@@ -10,7 +10,7 @@ what its loader does with unknown names are not modelled.
 
 from __future__ import annotations
 
-from . import register
+from .registry import register
 from .base import CaptureRules, DrafterClass, EngineProfile, FlagRule
 from .checks import check_aux_count, check_capture, check_flags, check_sharing
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..canonical import expected_tensors
 from ..report import Finding
-from . import register
+from .registry import register
 from .base import CaptureRules, DrafterClass, EngineProfile, EngineView, FlagRule, KeyRules, Subject, Translation
 from .checks import COMMON_CHECKS, check_tensor_parallel, emits, finding
 from .view import DrafterView, Fill

@@ -40,8 +40,8 @@ class OverlaySource:
 
 def unit_norm(spec: DrafterSpec, shape: tuple[int, ...]) -> torch.Tensor:
     """The stored weight of a norm at its identity scale, which an engine keeps for a norm the checkpoint lacks
-    (its initial value): 1.0 for the RMSNorms every architecture here uses."""
-    return torch.ones(shape)
+    (its initial value): the architecture's own ``unit_norm`` hook (1.0 for a plain RMSNorm, 0.0 for a (1 + w) one)."""
+    return spec.arch.unit_norm(*shape)
 
 
 def fill_tensors(spec: DrafterSpec, fills: Mapping[str, Fill],

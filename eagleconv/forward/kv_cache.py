@@ -23,13 +23,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.nn.functional as F
 
-from ..nn.attention import Cache, Ragged, attend_grouped
-from ..rope.rotary import cos_sin, rotate_neox
+from ..nn.attention import Cache, LayerCache, Ragged, attend_grouped
+
+if TYPE_CHECKING:
+    from .native_target import NativeTarget
+    from .protocols import DraftModel
 
 
 class SlotCache:
@@ -98,43 +100,31 @@ class Segment:
     logits_rows: slice = field(default_factory=lambda: slice(None))  # rows whose greedy token is needed
 
 
-def target_step(target: Any, segments: Sequence[Segment], layer_ids: Sequence[int]
-                ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """One scheduled step of a native Llama/Qwen3 target over every segment's new rows, in one ragged batch.
+class SlotStep:
+    """One layer's cache in a :func:`target_step`: every segment's slots, as the architecture's attention sees them.
 
-    Per segment: the greedy token after each row of ``logits_rows`` and the captured states [n, sum Ht] at
-    ``layer_ids`` (concatenated in the order given).  Projections and MLPs take all rows at once; attention runs
-    per segment against its own slots.  The math is NativeTarget.forward's (vLLM's), row for row.
+    ``extend`` writes this step's keys and values into each segment's slots (nn.attention.extend calls it);
+    ``attend`` runs each segment's queries against its own slots: in one product when the segments share a block
+    and have as many rows each (a decode step), else segment by segment.
     """
-    w, ops, eps, spec = target.w, target.ops, target.eps, target.spec
-    nh, nkv, d = spec.num_attention_heads, spec.num_key_value_heads, spec.head_dim
-    qk_norm = bool(getattr(target.architecture, "qk_norm", False))
-    device = w.device
-    lengths = [len(s.tokens) for s in segments]
-    starts = [sum(lengths[:i]) for i in range(len(segments))]  # each segment's first row in the batch
-    ids = torch.tensor([[t for s in segments for t in s.tokens]], device=device)
-    positions = torch.cat([torch.arange(s.start, s.start + n) for s, n in zip(segments, lengths)]).to(device)
-    cos, sin = cos_sin(target.rope, d, positions, torch.float32)
-    want = {i: n for n, i in enumerate(layer_ids)}
-    captured: list[torch.Tensor | None] = [None] * len(layer_ids)
-    h = w.embed(ids)  # [1, N, H]
-    N = h.shape[1]
-    for j in range(target.num_layers):
-        if j in want:
-            captured[want[j]] = h[0]
-        p = f"layers.{j}."
-        a = p + "self_attn."
-        u = ops.rms_norm(h, w.get(p + "input_layernorm.weight"), eps)
-        q = w.linear(u, a + "q_proj.weight", a + "q_proj.bias").view(1, N, nh, d)
-        k = w.linear(u, a + "k_proj.weight", a + "k_proj.bias").view(1, N, nkv, d)
-        v = w.linear(u, a + "v_proj.weight", a + "v_proj.bias").view(1, N, nkv, d)
-        if qk_norm:
-            q = ops.rms_norm(q, w.get(a + "q_norm.weight"), eps)
-            k = ops.rms_norm(k, w.get(a + "k_norm.weight"), eps)
-        q = rotate_neox(q.transpose(1, 2), cos, sin)[0]  # [nh, N, d]
-        k = rotate_neox(k.transpose(1, 2), cos, sin)[0]
-        v = v.transpose(1, 2)[0]
-        kvs = [s.cache.write(j, s.start, k[:, r:r + n], v[:, r:r + n]) for s, r, n in zip(segments, starts, lengths)]
+
+    def __init__(self, segments: Sequence[Segment], layer: int, starts: Sequence[int], lengths: Sequence[int]):
+        self.segments, self.layer, self.starts, self.lengths = segments, layer, starts, lengths
+        self.kvs: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def extend(self, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor) -> SlotStep:
+        """k/v [1, kv_heads, N, d] of every segment's rows, in order: each written to its segment's slots."""
+        k, v = k[0], v[0]
+        self.kvs = [s.cache.write(self.layer, s.start, k[:, r:r + n], v[:, r:r + n])
+                    for s, r, n in zip(self.segments, self.starts, self.lengths)]
+        return self
+
+    def attend(self, q: torch.Tensor, positions: torch.Tensor, scale: float) -> torch.Tensor:
+        """q [1, nh, N, d] at ``positions`` [N] -> [1, nh, N, d]."""
+        segments, lengths, j = self.segments, self.lengths, self.layer
+        q = q[0]
+        nh, N, d = q.shape
+        device = q.device
         shared = segments[0].cache.shared
         if shared is not None and shared.kv is not None and len(set(lengths)) == 1 and \
                 all(s.cache.shared is shared for s in segments):
@@ -147,25 +137,37 @@ def target_step(target: Any, segments: Sequence[Segment], layer_ids: Sequence[in
             if members != list(range(shared.count)):
                 block = block[:, members]
             o = attend_grouped(q.view(nh, B, n, d).transpose(0, 1), block[0], block[1], positions.view(B, n),
-                               torch.arange(end, device=device), d ** -0.5).transpose(1, 2).reshape(1, N, nh * d)
-        else:
-            o = torch.cat([attend_grouped(q[None, :, r:r + n], keys[None], values[None], positions[r:r + n],
-                                          torch.arange(keys.shape[1], device=device), d ** -0.5)[0]
-                           for (keys, values), r, n in zip(kvs, starts, lengths)], dim=1)
-            o = o.transpose(0, 1).reshape(1, N, nh * d)
-        h = h + w.linear(o, a + "o_proj.weight", a + "o_proj.bias")
-        u = ops.rms_norm(h, w.get(p + "post_attention_layernorm.weight"), eps)
-        gate = w.linear(u, p + "mlp.gate_proj.weight")
-        up = w.linear(u, p + "mlp.up_proj.weight")
-        h = h + w.linear(F.silu(gate) * up, p + "mlp.down_proj.weight")
-    if target.num_layers in want:
-        captured[want[target.num_layers]] = h[0]
+                               torch.arange(end, device=device), scale)  # [B, nh, n, dv]
+            return o.transpose(0, 1).reshape(nh, N, o.shape[-1])[None]
+        o = torch.cat([attend_grouped(q[None, :, r:r + n], keys[None], values[None], positions[r:r + n],
+                                      torch.arange(keys.shape[1], device=device), scale)[0]
+                       for (keys, values), r, n in zip(self.kvs, self.starts, lengths)], dim=1)
+        return o[None]
+
+
+def target_step(target: NativeTarget, segments: Sequence[Segment], layer_ids: Sequence[int]
+                ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """One scheduled step of a native Llama/Qwen3 target over every segment's new rows, in one ragged batch.
+
+    Per segment: the greedy token after each row of ``logits_rows`` and the captured states [n, sum Ht] at
+    ``layer_ids`` (concatenated in the order given).  The layers are NativeTarget.layers (the architecture's own
+    decoder layer), with each layer's cache a :class:`SlotStep` over the segments' slots: projections and MLPs take
+    all rows at once; attention runs per segment against its own slots.
+    """
+    w, ops, eps = target.w, target.ops, target.eps
+    device = w.device
+    lengths = [len(s.tokens) for s in segments]
+    starts = [sum(lengths[:i]) for i in range(len(segments))]  # each segment's first row in the batch
+    ids = torch.tensor([[t for s in segments for t in s.tokens]], device=device)
+    positions = torch.cat([torch.arange(s.start, s.start + n) for s, n in zip(segments, lengths)]).to(device)
+    want = {i: n for n, i in enumerate(layer_ids)}
+    h, captured = target.layers(w.embed(ids), positions, lambda j: SlotStep(segments, j, starts, lengths), want)
     states = torch.cat([c for c in captured if c is not None], dim=-1) if captured else h[0, :, :0]
     # logits only for the rows whose token is used (vLLM's logits_indices): the prefill's last row, every
     # verified row; the lm_head is the largest single weight
     picks = [torch.arange(st, st + n, device=device)[s.logits_rows] for s, st, n in zip(segments, starts, lengths)]
     rows = torch.cat(picks)
-    normed = ops.rms_norm(h[:, rows], w.get("norm.weight"), eps)
+    normed = target.architecture.rms_norm(ops, h[:, rows], w, "norm.weight", eps)
     greedy = w.linear(normed, "lm_head.weight")[0].argmax(-1)
     out, at = [], 0
     for s, st, n, pick in zip(segments, starts, lengths, picks):
@@ -182,7 +184,7 @@ class DraftState:
         self.rows = 0  # first-pass rows cached: positions 0..rows-1
 
 
-def propose_batch(model: Any, states: Sequence[DraftState], seqs: Sequence[Sequence[int]],
+def propose_batch(model: DraftModel, states: Sequence[DraftState], seqs: Sequence[Sequence[int]],
                   new_aux: Sequence[torch.Tensor], k: int) -> list[list[int]]:
     """vLLM's proposer for one round of every request at once: k drafts per request.
 
@@ -203,16 +205,34 @@ def propose_batch(model: Any, states: Sequence[DraftState], seqs: Sequence[Seque
     r = m.forward(ids, positions, m.combine(torch.cat(list(new_aux)).unsqueeze(0)), cache, logits_rows=last)
     for i, (st, T) in enumerate(zip(states, ends)):
         st.cache, st.rows = [_entries(c)[i] for c in r.cache], T
-    toks, fb, step_cache = [r.logits[0].argmax(-1)], r.feedback[:, last], r.cache
-    one = [1] * len(states)
-    for step in range(2, k + 1):
-        r = m.forward(toks[-1].unsqueeze(0), torch.tensor([T - 2 + step for T in ends]), fb,
-                      [Ragged(one, _entries(c)) for c in step_cache])
-        step_cache, fb = r.cache, r.feedback
-        toks.append(r.logits[0].argmax(-1))
+    toks, _, _ = m.recurse(r.logits[0], r.feedback[0, last], r.cache, k, RaggedRows(ends))
     return [[int(t[i]) for t in toks] for i in range(len(states))]
 
 
-def _entries(cache: Cache | Ragged) -> list[Cache | None]:
+@dataclass(frozen=True)
+class RaggedRows:
+    """Every request's one row side by side in a recursive draft step (batch of one, a Ragged cache per layer),
+    as vLLM's proposer runs its batch; ``ends``: each request's last verified position + 1."""
+
+    ends: Sequence[int]
+
+    def ids(self, tokens: torch.Tensor) -> torch.Tensor:
+        return tokens.unsqueeze(0)
+
+    def hidden(self, feedback: torch.Tensor) -> torch.Tensor:
+        return feedback.unsqueeze(0)
+
+    def positions(self, step: int) -> torch.Tensor:
+        return torch.tensor([T - 2 + step for T in self.ends])
+
+    def cache(self, cache: list[LayerCache]) -> Sequence[LayerCache]:
+        one = [1] * len(self.ends)
+        return [Ragged(one, _entries(c)) for c in cache]
+
+    def pick(self, x: torch.Tensor) -> torch.Tensor:
+        return x[0]
+
+
+def _entries(cache: LayerCache) -> list[Cache | None]:
     assert isinstance(cache, Ragged), "a pass over a Ragged cache returns one"
     return cache.entries

@@ -12,35 +12,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 from .. import architectures
 from ..drafter import DrafterSpec
-from ..errors import FindingsError
-from ..nn.attention import Cache, Ragged
+from ..nn.attention import LayerCache
 from ..rope.rotary import ResolvedRope, resolve_rope
 from .ops import NormOps, get_ops
-from .weights import BlockCache, TensorSource, Weights, stored_name
+from .weights import BlockCache, TensorSource, UnrunnableDrafter, Weights, stored_name
 
 COMPUTE_DTYPES = ("float32", "float64", "checkpoint")
 _CHECKPOINT_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "F64": torch.float64}
-
-
-class UnrunnableDrafter(FindingsError):
-    """The checkpoint lacks a tensor the forward reads, or has one at another shape than its config implies.
-
-    Raised before any arithmetic, so a structurally broken drafter is a finding about the checkpoint (exit 1,
-    ``validate --forward`` reports it as EC071) instead of a KeyError or a matmul error halfway through a step.
-    ``problems``: (tensor name as stored, what is wrong with it).
-    """
-
-    def __init__(self, problems: list[tuple[str, str]], path: str | None = None):
-        self.problems = problems
-        first = " ".join(problems[0])
-        more = f" (and {len(problems) - 1} more tensor problem(s))" if len(problems) > 1 else ""
-        super().__init__(f"the forward pass cannot run: {first}{more}", path)
 
 
 def rope_of(spec: DrafterSpec) -> ResolvedRope:
@@ -103,7 +87,7 @@ class StepOutput:
     logits: torch.Tensor  # [B, n, V] (the rows of logits_rows), -inf outside the draft vocabulary
     out: torch.Tensor  # [B, n, H] post-norm (lm_head input)
     feedback: torch.Tensor  # [B, n, H]
-    cache: list[Cache | Ragged]
+    cache: list[LayerCache]
 
 
 @dataclass
@@ -119,13 +103,49 @@ class DraftResult:
         return [float(f.double().pow(2).mean().sqrt()) for f in self.feedback]
 
 
+class Rows(Protocol):
+    """Where each sequence's row lies in a recursive draft step (Drafter.recurse), and the cache it continues."""
+
+    def ids(self, tokens: torch.Tensor) -> torch.Tensor: ...  # draft tokens [S] -> the step's ids
+
+    def hidden(self, feedback: torch.Tensor) -> torch.Tensor: ...  # fed-back states [S, H] -> the step's hidden
+
+    def positions(self, step: int) -> torch.Tensor: ...  # the step's positions
+
+    def cache(self, cache: list[LayerCache]) -> Sequence[LayerCache]: ...  # the last pass's -> this one's
+
+    def pick(self, x: torch.Tensor) -> torch.Tensor: ...  # a pass's [B, n, ...] -> each sequence's row [S, ...]
+
+
+@dataclass(frozen=True)
+class DenseRows:
+    """S sequences of equal length T as the batch axis, one row each per recursive step (Drafter.draft)."""
+
+    T: int
+
+    def ids(self, tokens: torch.Tensor) -> torch.Tensor:
+        return tokens.unsqueeze(1)
+
+    def hidden(self, feedback: torch.Tensor) -> torch.Tensor:
+        return feedback.unsqueeze(1)
+
+    def positions(self, step: int) -> torch.Tensor:
+        return torch.tensor([self.T - 2 + step])
+
+    def cache(self, cache: list[LayerCache]) -> Sequence[LayerCache]:
+        return cache
+
+    def pick(self, x: torch.Tensor) -> torch.Tensor:
+        return x[:, -1]
+
+
 class Drafter:
     """A drafter ready to run: spec, weights by canonical name, compute dtype, norm ops."""
 
     def __init__(self, spec: DrafterSpec, source: TensorSource, *, dtype: str = "float32", recipe: str = "native",
                  backend: str = "torch", seed: int = 0, target_embed: torch.Tensor | None = None,
                  target_lm_head: torch.Tensor | None = None, device: str = "cpu", path: str | None = None,
-                 notes: list[str] | None = None, cache: BlockCache | None = None):
+                 notes: list[str] | None = None, cache: BlockCache | None = None, pack: bool = False):
         if dtype not in COMPUTE_DTYPES:
             raise ValueError(f"unknown compute dtype {dtype!r}; choose one of {', '.join(COMPUTE_DTYPES)}")
         self.spec, self.path, self.device = spec, path, device
@@ -146,10 +166,9 @@ class Drafter:
             self.notes.append(f"rms_norm_eps absent: the engine's config-class default {self.eps:g}")
         else:
             self.eps = float(spec.rms_norm_eps)
-        self.w = Weights(source, self.dtype, seed=seed, target_embed=target_embed, target_lm_head=target_lm_head,
-                         device=device, cache=cache)
-        self.w.width = spec.hidden_size
-        self.attention, self.mlp = arch.attention, arch.mlp  # the architecture's decoder layer
+        self.w = Weights(source, self.dtype, width=spec.hidden_size, seed=seed, target_embed=target_embed,
+                         target_lm_head=target_lm_head, device=device, cache=cache, pack=pack)
+        self.arch = arch  # owns the decoder layer: its norms, attention and MLP
         problems = forward_problems(spec, source)
         if not problems:
             self.target_ids = self._draft_to_target()
@@ -183,19 +202,20 @@ class Drafter:
 
     def combine(self, aux: torch.Tensor) -> torch.Tensor:
         """combine_hidden_states: [.., K*Ht] -> [.., H] (input_norm, fc_norm per chunk, fc)."""
-        spec, w, ops = self.spec, self.w, self.ops
+        spec, w, ops, arch = self.spec, self.w, self.ops, self.arch
         a = aux.to(device=self.device, dtype=self.dtype)
         if not spec.flags.use_aux_hidden_state:
             return a
-        if spec.flags.norm_before_fc and architectures.get(spec.architecture).reads_norm_before_fc:
-            a = ops.rms_norm(a, w.get("input_norm.weight"), self.eps)
+        if spec.flags.norm_before_fc and arch.reads_norm_before_fc:
+            a = arch.rms_norm(ops, a, w, "input_norm.weight", self.eps)
         if spec.flags.fc_norm:
             K = spec.aux.count
-            a = ops.fc_norm_concat(a.chunk(K, dim=-1), [w.get(f"fc_norm.{i}.weight") for i in range(K)], self.eps)
+            a = ops.fc_norm_concat(a.chunk(K, dim=-1), [arch.norm_scale(w.get(f"fc_norm.{i}.weight")) for i in range(K)],
+                                   self.eps)
         return w.linear(a, "fc.weight", "fc.bias", keep=False)  # once per draft: caching it would crowd out the layers
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, hidden: torch.Tensor,
-                cache: Sequence[Cache | Ragged | None] | None = None,
+                cache: Sequence[LayerCache | None] | None = None,
                 logits_rows: slice | torch.Tensor = slice(None)) -> StepOutput:
         """One drafter pass: ids [B, n], positions [n], hidden [B, n, H] (combined features or fed-back state).
 
@@ -204,28 +224,27 @@ class Drafter:
         all; a slice or row indices).  A proposer samples each sequence's last row only, and full-vocabulary
         logits for every first-pass row were ~10 MB per call on a 49k vocabulary.
         """
-        spec, w, ops, eps = self.spec, self.w, self.ops, self.eps
+        spec, w, ops, eps, arch = self.spec, self.w, self.ops, self.eps, self.arch
         hidden = hidden.to(device=self.device, dtype=self.dtype)
         positions = positions.to(self.device)
-        new_cache: list[Cache | Ragged] = []
+        new_cache: list[LayerCache] = []
         m = res = None
         for j in range(spec.num_hidden_layers):
             p = f"layers.{j}."
-            if j == 0:
-                en = ops.rms_norm(w.embed(ids), w.get(p + "input_layernorm.weight"), eps)
-                gn = ops.rms_norm(hidden, w.get(p + "hidden_norm.weight"), eps)
+            if j == 0:  # EAGLE-3's first layer reads cat(norm(embeds), norm(hidden)), 2H wide
+                en = arch.rms_norm(ops, w.embed(ids), w, p + "input_layernorm.weight", eps)
+                gn = arch.rms_norm(ops, hidden, w, p + "hidden_norm.weight", eps)
                 res = gn if spec.flags.norm_before_residual else hidden
                 u = torch.cat([en, gn], dim=-1)  # embeddings first, then the hidden state
             else:
                 assert m is not None and res is not None
-                u, res = ops.fused_add_rms_norm(m, res, w.get(p + "input_layernorm.weight"), eps)
-            o, layer_cache = self.attention(u, positions, cache[j] if cache else None, w, p, spec, self.rope, ops, eps)
+                u, res = arch.add_rms_norm(ops, m, res, w, p + "input_layernorm.weight", eps)
+            m, res, layer_cache = arch.decoder_layer(u, res, positions, cache[j] if cache else None, w, p, spec,
+                                                     self.rope, ops, eps)
             new_cache.append(layer_cache)
-            h2, res = ops.fused_add_rms_norm(o, res, w.get(p + "post_attention_layernorm.weight"), eps)
-            m = self.mlp(h2, w, p)
             w.release()
         assert m is not None and res is not None
-        out, pre = ops.fused_add_rms_norm(m, res, w.get("norm.weight"), eps)
+        out, pre = arch.add_rms_norm(ops, m, res, w, "norm.weight", eps)
         feedback = out if spec.flags.norm_output else pre
         z = w.lm_head(out[:, logits_rows], spec.draft_vocab_size, self.target_ids)
         if self.logit_scale != 1.0:
@@ -244,20 +263,34 @@ class Drafter:
         with torch.no_grad():
             g = self.combine(inputs.aux)
             r = self.forward(tokens[:, 1:], torch.arange(T), g)
-            first = r.logits
-            toks, logits, fbs = [r.logits[:, -1].argmax(-1)], [r.logits[:, -1]], [r.feedback[:, -1]]
+            toks, logits, fbs = self.recurse(r.logits[:, -1], r.feedback[:, -1], r.cache, steps, DenseRows(T), on_step)
+        return DraftResult(toks, logits, fbs, r.logits)
+
+    def recurse(self, logits: torch.Tensor, feedback: torch.Tensor, cache: list[LayerCache], steps: int,
+                rows: Rows, on_step: Callable[[int], None] | None = None
+                ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
+        """vLLM's proposer after its first pass: steps 2..``steps``, each embedding the previous draft token at the
+        next position with the fed-back state, over the cache (per step: tokens [S], logits [S, V], feedback
+        [S, H] of each of S sequences).  ``logits``/``feedback``: the first pass's row of each sequence; ``rows``
+        where the sequences lie in a pass (:class:`DenseRows`: a batch of equal sequences, as ``draft`` runs
+        them; forward.kv_cache.RaggedRows: side by side, as simulate's proposer batch)."""
+        toks, out_logits, fbs = [logits.argmax(-1)], [logits], [feedback]
+        if on_step is not None:
+            on_step(1)
+        for k in range(2, steps + 1):
+            r = self.forward(rows.ids(toks[-1]), rows.positions(k), rows.hidden(fbs[-1]), rows.cache(cache))
             cache = r.cache
+            toks.append(rows.pick(r.logits).argmax(-1))
+            out_logits.append(rows.pick(r.logits))
+            fbs.append(rows.pick(r.feedback))
             if on_step is not None:
-                on_step(1)
-            for k in range(2, steps + 1):
-                r = self.forward(toks[-1].unsqueeze(1), torch.tensor([T - 2 + k]), fbs[-1].unsqueeze(1), cache)
-                cache = r.cache
-                toks.append(r.logits[:, -1].argmax(-1))
-                logits.append(r.logits[:, -1])
-                fbs.append(r.feedback[:, -1])
-                if on_step is not None:
-                    on_step(k)
-        return DraftResult(toks, logits, fbs, first)
+                on_step(k)
+        return toks, out_logits, fbs
+
+    @property
+    def packed_weights(self) -> int:
+        """How many of its weights are multiplied packed for oneDNN so far (``pack=True``: forward.weights.Weights)."""
+        return self.w.packed_weights
 
     def borrowed(self) -> list[str]:
         """Which borrowed rows were synthetic in the runs so far (the report says so)."""

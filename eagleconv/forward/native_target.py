@@ -14,13 +14,18 @@ test suite and the vLLM parity tier check this runtime against transformers and 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.nn.functional as F
+
+from ..errors import UsageError
+from .inputs import Target, run_target
+
+if TYPE_CHECKING:
+    from .protocols import TargetModel
 
 
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3"}
@@ -105,6 +110,7 @@ class NativeTarget:
     """The same interface as ``eagleconv.forward.inputs.Target`` (transformers), computed by eagleconv, float32."""
 
     runtime = "eagleconv"
+    fallback: str | None = None
 
     def __init__(self, directory: str | Path):
         from ..architectures import get
@@ -139,8 +145,7 @@ class NativeTarget:
         self.eps = float(cfg["rms_norm_eps"])
         self.rope = resolve_rope(typed_rope, arch, get(arch).default_rope_theta)
         self.ops = get_ops("torch", "native")
-        self.architecture = get(arch)  # forward.kv_cache.target_step reads its qk_norm
-        self.attention = self.architecture.attention
+        self.architecture = get(arch)  # owns the decoder layer (Architecture.decoder_layer)
         tensors, droppers = _read_weights(self.path)
         tied = cfg.get("tie_word_embeddings", False)
         embed, head = tensors.get("embed_tokens.weight"), tensors.get("lm_head.weight")
@@ -155,8 +160,7 @@ class NativeTarget:
             if "embed_tokens.weight" in droppers:
                 droppers["lm_head.weight"] = droppers["embed_tokens.weight"]
         self._check_tensors(tensors, arch)
-        self.w = Weights(DictSource(tensors, droppers), torch.float32)
-        self.w.width = self.hidden_size
+        self.w = Weights(DictSource(tensors, droppers), torch.float32, width=self.hidden_size)
 
     def _check_tensors(self, tensors: dict[str, torch.Tensor], arch: str) -> None:
         """Every tensor present with its shape, and none left over: an unread tensor would mean other math (a bias
@@ -189,9 +193,20 @@ class NativeTarget:
 
         source = self.w.source
         self.w = Weights(DictSource({n: source.raw(n).to(device) for n in source.names()}), torch.float32,
-                         device=device)
-        self.w.width = self.hidden_size
+                         width=self.hidden_size, device=device)
         return self
+
+    def pack_linears(self) -> bool:
+        """From now on multiply the large weights packed for oneDNN, as vLLM's CPU backend runs its linears (a weight
+        store made with ``pack=True``, over the same tensors); False where packing does not apply (forward.weights)."""
+        from .weights import Weights
+
+        self.w = Weights(self.w.source, torch.float32, width=self.hidden_size, device=self.w.device, pack=True)
+        return self.w.packs
+
+    @property
+    def packed_weights(self) -> int:
+        return self.w.packed_weights
 
     @property
     def embed(self) -> torch.Tensor:
@@ -201,34 +216,65 @@ class NativeTarget:
     def lm_head(self) -> torch.Tensor:
         return self.w.source.raw("lm_head.weight")
 
+    def layers(self, h: torch.Tensor, positions: torch.Tensor, cache: Callable[[int], Any],
+               capture: Mapping[int, int]) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+        """Every decoder layer over the residual stream ``h`` [1, N, H] at ``positions`` [N], each through the
+        architecture's own layer (Architecture.decoder_layer) with the cache ``cache(j)`` gives layer j (None: a
+        full pass; forward.kv_cache: the slots of each prompt).  Returns the stream after the last layer (before the
+        final norm) and the stream entering layer i for each ``capture`` entry i -> index (id L: the last)."""
+        w, ops, eps, arch = self.w, self.ops, self.eps, self.architecture
+        captured: list[torch.Tensor | None] = [None] * len(capture)
+        m: torch.Tensor | None = None
+        res = h
+        for j in range(self.num_layers):
+            p = f"layers.{j}."
+            if m is None:
+                u = arch.rms_norm(ops, res, w, p + "input_layernorm.weight", eps)
+            else:  # the residual add of the previous layer's MLP, fused with this layer's norm, as vLLM runs it
+                u, res = arch.add_rms_norm(ops, m, res, w, p + "input_layernorm.weight", eps)
+            if j in capture:
+                captured[capture[j]] = res[0]
+            m, res, _ = arch.decoder_layer(u, res, positions, cache(j), w, p, self.spec, self.rope, ops, eps)
+        h = res if m is None else m + res
+        if self.num_layers in capture:
+            captured[capture[self.num_layers]] = h[0]
+        return h, captured
+
     def forward(self, tokens: Sequence[int], layer_ids: Sequence[int]) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
         """Greedy next token after every position [T], and hidden states [T, Ht] per hidden_state_index id
         (id i: the residual stream entering layer i; id L: the stream before the final norm)."""
-        w, ops, eps = self.w, self.ops, self.eps
+        w = self.w
         ids = torch.tensor([list(tokens)])
         positions = torch.arange(ids.shape[1], device=w.device)
-        want = set(layer_ids)
-        states: dict[int, torch.Tensor] = {}
+        want = {i: n for n, i in enumerate(dict.fromkeys(layer_ids))}
         with torch.no_grad():
-            h = w.embed(ids)
-            for j in range(self.num_layers):
-                if j in want:
-                    states[j] = h[0]
-                p = f"layers.{j}."
-                u = ops.rms_norm(h, w.get(p + "input_layernorm.weight"), eps)
-                o, _ = self.attention(u, positions, None, w, p, self.spec, self.rope, ops, eps)
-                h = h + o
-                u = ops.rms_norm(h, w.get(p + "post_attention_layernorm.weight"), eps)
-                gate = w.linear(u, p + "mlp.gate_proj.weight")
-                up = w.linear(u, p + "mlp.up_proj.weight")
-                h = h + w.linear(F.silu(gate) * up, p + "mlp.down_proj.weight")
-            if self.num_layers in want:
-                states[self.num_layers] = h[0]
-            logits = w.linear(ops.rms_norm(h, w.get("norm.weight"), eps), "lm_head.weight")
+            h, captured = self.layers(w.embed(ids), positions, lambda j: None, want)
+            logits = w.linear(self.architecture.rms_norm(self.ops, h, w, "norm.weight", self.eps), "lm_head.weight")
+        states = {i: c for i, c in zip(want, captured) if c is not None}
         return logits[0].argmax(-1), states
 
     def run(self, prompt: Sequence[int], layer_ids: Sequence[int]) -> tuple[dict[int, torch.Tensor], int]:
         """Hidden states [T, Ht] for each hidden_state_index id, and the greedy next token (as Target.run)."""
-        from .inputs import run_target
-
         return run_target(self, prompt, layer_ids)
+
+
+TARGET_RUNTIMES = ("auto", "eagleconv", "transformers")
+
+
+def open_target(directory: str | Path, runtime: str = "auto") -> TargetModel:
+    """A runnable target: ``eagleconv`` (its own Llama/Qwen3 forward, no transformers import), ``transformers``,
+    or ``auto`` (eagleconv where it runs the config exactly, else transformers; ``.fallback`` says why)."""
+    if runtime not in TARGET_RUNTIMES:
+        raise UsageError(f"unknown target runtime {runtime!r}; choose one of {', '.join(TARGET_RUNTIMES)}")
+    fallback = None
+    if runtime != "transformers":
+        try:
+            return NativeTarget(directory)
+        except NativeUnsupported as exc:
+            if runtime == "eagleconv":
+                raise UsageError(f"{directory}: eagleconv cannot run this target itself ({exc}); "
+                                 "use --target-runtime transformers") from None
+            fallback = str(exc)
+    target = Target(directory)
+    target.fallback = fallback
+    return target

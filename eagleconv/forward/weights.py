@@ -17,31 +17,51 @@ from __future__ import annotations
 import mmap
 import os
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
 from .._process import start_helper_thread
+from ..errors import FindingsError
 
 BLOCK_BYTES = 128 * 1024 * 1024  # compute-dtype bytes of one upcast weight block
-PACK_BYTES = 4 * 1024 * 1024  # bytes of one packed weight block (Weights.pack_linears): what packing adds to the peak
+PACK_BYTES = 4 * 1024 * 1024  # bytes of one packed weight block (Weights(pack=True)): what packing adds to the peak
 # smaller weights stay on torch's matmul: their products are bound by per-call overhead, and oneDNN's is higher
 # (tiny-pair, every weight under 1 MiB, ran 0.5 s slower with all of them packed)
 PACK_MIN_BYTES = 1024 * 1024
 
 
-class TensorSource(Protocol):
-    """Canonical name -> tensor in its stored dtype, without copying the whole state dict.
+class UnrunnableDrafter(FindingsError):
+    """The checkpoint lacks a tensor the forward reads, or has one at another shape than its config implies.
 
-    A source may also have ``drop(name, byte_range=None)``: the caller now keeps its own copy of that tensor
-    (Weights.pack_linears), so the source may free what it holds for it.
+    Raised before any arithmetic, so a structurally broken drafter is a finding about the checkpoint (exit 1,
+    ``validate --forward`` reports it as EC071) instead of a KeyError or a matmul error halfway through a step.
+    ``problems``: (tensor name as stored, what is wrong with it).
     """
+
+    def __init__(self, problems: list[tuple[str, str]], path: str | None = None):
+        self.problems = problems
+        first = " ".join(problems[0])
+        more = f" (and {len(problems) - 1} more tensor problem(s))" if len(problems) > 1 else ""
+        super().__init__(f"the forward pass cannot run: {first}{more}", path)
+
+
+class TensorSource(Protocol):
+    """Canonical name -> tensor in its stored dtype, without copying the whole state dict."""
 
     def names(self) -> set[str]: ...
 
     def raw(self, name: str) -> torch.Tensor: ...
 
     def release(self) -> None: ...
+
+
+@runtime_checkable
+class DroppingSource(TensorSource, Protocol):
+    """A source that can free what it holds for a tensor the caller now keeps its own copy of (a packed weight,
+    Weights(pack=True)), or for the bytes ``byte_range`` of it."""
+
+    def drop(self, name: str, byte_range: tuple[int, int] | None = None) -> None: ...
 
 
 def stored_name(source: TensorSource, name: str) -> str:
@@ -139,8 +159,6 @@ class CheckpointSource:
 
     def raw(self, name: str) -> torch.Tensor:
         if name in self._unrunnable:  # every such tensor at once: the drafter is a finding (EC071), not a crash
-            from .model import UnrunnableDrafter
-
             raise UnrunnableDrafter([(self.label(n), why) for n, why in sorted(self._unrunnable.items())], self._path)
         return self._tensors[name]
 
@@ -216,13 +234,32 @@ class BlockCache:
         return block
 
 
-class Weights:
-    """The drafter's weights in the compute dtype, with borrowed rows resolved."""
+def packing_applies(dtype: torch.dtype, device: str) -> bool:
+    """Whether Weights(pack=True) packs: float32 on the CPU, a torch with a usable oneDNN, and
+    ``EAGLECONV_PACKED_LINEARS`` not 0 (torch's own matmul then: ~20 MB less peak RSS on the SmolLM2 pair, and
+    slower; benchmarks/RESULTS.md)."""
+    from ..nn import packed_linear
 
-    def __init__(self, source: TensorSource, dtype: torch.dtype, *, seed: int = 0,
+    if os.environ.get("EAGLECONV_PACKED_LINEARS", "1") == "0":
+        return False
+    return dtype == torch.float32 and device == "cpu" and packed_linear.available()
+
+
+class Weights:
+    """The drafter's weights in the compute dtype, with borrowed rows resolved.
+
+    How it multiplies is chosen here, once: upcast row blocks (into a reused buffer, or kept in ``cache`` while it
+    has room), or with ``pack`` (where :func:`packing_applies`) each weight of at least PACK_MIN_BYTES that
+    ``linear`` keeps reordered once into oneDNN's layout (nn.packed_linear), as vLLM's CPU backend does, the
+    source's own copy dropped where the source can (:class:`DroppingSource`): for weights used over many passes
+    (simulate's rounds).  ``width``: the hidden size, the width of synthetic borrowed rows.
+    """
+
+    def __init__(self, source: TensorSource, dtype: torch.dtype, *, width: int = 0, seed: int = 0,
                  target_embed: torch.Tensor | None = None, target_lm_head: torch.Tensor | None = None,
-                 device: str = "cpu", cache: BlockCache | None = None):
+                 device: str = "cpu", cache: BlockCache | None = None, pack: bool = False):
         self.source, self.dtype, self.seed, self.device = source, dtype, seed, device
+        self.width = width
         self.cache = cache
         self.target_embed, self.target_lm_head = target_embed, target_lm_head
         self._names = source.names()
@@ -230,28 +267,13 @@ class Weights:
         self.synthetic_embed_ids: set[int] = set()
         self.synthetic_lm_head = False
         self._scratch: torch.Tensor | None = None
-        self._packed: dict[str, list[torch.Tensor]] | None = None
-
-    def pack_linears(self) -> bool:
-        """From now on, reorder each weight of at least PACK_MIN_BYTES that ``linear`` keeps (``keep``) once into
-        oneDNN's layout and multiply with that (nn.packed_linear), as vLLM's CPU backend does; the source's own copy
-        is dropped.  For weights used over many passes (simulate's rounds).  False, and nothing changes, where it
-        does not apply: not float32 on the CPU, this torch has no usable oneDNN, or ``EAGLECONV_PACKED_LINEARS=0``
-        turns it off (torch's own matmul then: ~20 MB less peak RSS on the SmolLM2 pair, and slower;
-        benchmarks/RESULTS.md)."""
-        from ..nn import packed_linear
-
-        if os.environ.get("EAGLECONV_PACKED_LINEARS", "1") == "0":
-            return False
-        if self.dtype != torch.float32 or self.device != "cpu" or not packed_linear.available():
-            return False
-        if self._packed is None:
-            self._packed = {}
-        return True
+        self._drop = source.drop if isinstance(source, DroppingSource) else None
+        self.packs = pack and packing_applies(dtype, device)
+        self._packed: dict[str, list[torch.Tensor]] | None = {} if self.packs else None
 
     @property
     def packed_weights(self) -> int:
-        """How many weights ``linear`` multiplies packed so far (pack_linears)."""
+        """How many weights ``linear`` multiplies packed so far (``pack``)."""
         return len(self._packed or {})
 
     def has(self, name: str) -> bool:
@@ -318,7 +340,7 @@ class Weights:
             w = self.source.raw(name)
             row_bytes = w.shape[1] * w.element_size()
             step = max(1, PACK_BYTES // max(1, w.shape[1] * self.dtype.itemsize))
-            drop = getattr(self.source, "drop", None)
+            drop = self._drop
             blocks = []
             for r in range(0, w.shape[0], step):
                 blocks.append(packed_linear.pack(w[r:r + step].to(self.dtype)))
@@ -347,7 +369,7 @@ class Weights:
         if self.has("embed_tokens.weight"):
             table = self.source.raw("embed_tokens.weight")
             rows = table.index_select(0, flat.to(table.device))
-            drop = getattr(self.source, "drop", None)
+            drop = self._drop
             if self._packed is not None and drop is not None:
                 # the rows are copied: the pages they faulted in (the kernel maps ~64 KB around each) can go
                 drop("embed_tokens.weight", (0, table.numel() * table.element_size()))
@@ -357,8 +379,6 @@ class Weights:
             self.synthetic_embed_ids.update(int(i) for i in flat.tolist())
             rows = synthetic_rows(self.seed, "embed", flat.tolist(), self.width)
         return rows.to(device=self.device, dtype=self.dtype).reshape(*ids.shape, -1)
-
-    width: int = 0  # set by the model: hidden size, the width of borrowed rows
 
     def lm_head(self, x: torch.Tensor, draft_vocab: int, target_ids: torch.Tensor) -> torch.Tensor:
         """Draft-vocabulary logits [..., Vd]."""

@@ -10,6 +10,7 @@ reference), as vLLM's backends accumulate it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -58,8 +59,25 @@ class Ragged:
     entries: list[Cache | None]
 
 
-def extend(cache: Cache | Ragged | None, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor) -> Cache | Ragged:
+@runtime_checkable
+class KVStore(Protocol):
+    """A cache that keeps its keys and values itself (forward.kv_cache.SlotStep: a target's slots): the
+    architectures' attention hands it this pass's keys and values and asks it to attend."""
+
+    def extend(self, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor) -> KVStore: ...
+
+    def attend(self, q: torch.Tensor, q_pos: torch.Tensor, scale: float) -> torch.Tensor: ...
+
+
+LayerCache = Cache | Ragged | KVStore
+"""What a decoder layer's attention is given and returns: the drafter's (keys, values, positions), several
+sequences' side by side (Ragged), or a store that keeps them (KVStore); None before the first pass."""
+
+
+def extend(cache: LayerCache | None, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor) -> LayerCache:
     """The cache with this pass's keys/values [B, h, n, d*] at positions [n] appended (per sequence if Ragged)."""
+    if isinstance(cache, KVStore):
+        return cache.extend(k, v, pos)
     if isinstance(cache, Ragged):
         n = cache.lengths
         return Ragged(n, [_extend(e, *new) for e, new in zip(cache.entries, zip(k.split(n, 2), v.split(n, 2),
@@ -73,9 +91,11 @@ def _extend(cache: Cache | None, k: torch.Tensor, v: torch.Tensor, pos: torch.Te
     return torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2), torch.cat([cache[2], pos])
 
 
-def attend_cache(q: torch.Tensor, cache: Cache | Ragged | None, q_pos: torch.Tensor, scale: float) -> torch.Tensor:
+def attend_cache(q: torch.Tensor, cache: LayerCache | None, q_pos: torch.Tensor, scale: float) -> torch.Tensor:
     """:func:`attend_grouped` of q [B, nh, n, d] at positions [n] against what :func:`extend` returned; with a
     Ragged cache each sequence's rows attend to its own entry only."""
+    if isinstance(cache, KVStore):
+        return cache.attend(q, q_pos, scale)
     if isinstance(cache, Ragged):
         n = cache.lengths
         return torch.cat([attend_cache(qi, e, pi, scale) for qi, pi, e in zip(q.split(n, 2), q_pos.split(n),

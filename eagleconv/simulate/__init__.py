@@ -24,110 +24,27 @@ drafted tokens depend on it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import EagleconvError
+from .drafter import EngineDrafter, engine_drafter
+from .report import SimulateError, SimulateReport, accept_greedy
 
 if TYPE_CHECKING:
-    from ..forward.inputs import Target
-    from ..forward.model import Drafter
+    import torch
+
     from ..forward.native_target import NativeTarget
+    from ..forward.protocols import TargetModel
     from ..forward.run import StepProgress
 
 DEFAULT_PROMPTS: tuple[tuple[int, ...], ...] = ((1, 17, 42, 99, 7, 300), (1, 5, 5, 64, 128), (1, 250, 3, 77, 31, 2, 9),
                                                 (1, 400, 401, 402))
 
 
-class SimulateReport(BaseModel):
-    """What ``eagleconv simulate --json`` prints; counters mean what vLLM's ``vllm:spec_decode_*`` mean."""
-
-    model_config = ConfigDict(defer_build=True)
-
-    tokens: list[list[int]] = Field(description="generated tokens per prompt (the target's greedy output)")
-    num_drafts: int = Field(description="verification rounds that carried drafts (vllm:spec_decode_num_drafts)")
-    num_draft_tokens: int
-    num_accepted_tokens: int
-    accepted_per_position: list[int] = Field(description="K counts: entry i is draft position i+1 (the human output "
-                                                     "numbers positions 1..K), the drafts whose first i+1 tokens were "
-                                                     "accepted (vllm:spec_decode_num_accepted_tokens_per_pos)")
-    acceptance_length: float | None = Field(description="1 + accepted / drafts, as vLLM's acceptance tests compute "
-                                            "it; null when no round carried drafts (max_tokens 1: the prefill "
-                                            "alone produced the output)")
-    drafts: list[list[list[int]]] = Field(description="every proposal per prompt, K tokens each, including the "
-                                                      "one made after the last round (vLLM drafts it too)")
-    engine: str
-    num_speculative_tokens: int
-    max_tokens: int
-    target_runtime: str = Field(description="what computed the target: 'eagleconv' (its own Llama/Qwen3 forward) "
-                                            "or 'transformers'")
-    notes: list[str] = Field(default_factory=list)
-    num_generated: list[int] | None = Field(default=None, description="llama.cpp only: tokens the target emitted per "
-                                            "prompt, as llama-speculative-simple's n_predict counts them")
-
-
-class SimulateError(EagleconvError):
-    """The engine would not run this drafter (it fails at load or in its first step); the message says why."""
-
-
-@dataclass(kw_only=True)
-class EngineDrafter:
-    """The drafter as the engine holds it: the reference forward over the engine's view, and the layers it captures."""
-
-    model: Drafter  # the engine's spec (flags, draft vocab), over the checkpoint's tensors and those the engine fills
-    capture: tuple[int, ...]  # target layers captured, ascending and deduplicated (set membership in the runner)
-    layers: tuple[int, ...]  # the same in the engine's order, repeats kept (llama.cpp concatenates them so)
-    notes: list[str]
-
-
-def engine_drafter(drafter: str | Path, engine: str, target: NativeTarget | Target, device: str = "cpu", *,
-                   target_dir: str | Path | None = None) -> EngineDrafter:
-    """Read ``drafter`` the way ``engine`` serves it (``engines.view.serving_view``: vLLM 0.32 rules with the V1
-    runner, or llama.cpp's converter and runtime); raise where the engine fails, or drafts unpredictably.
-
-    ``target_dir``: the target's directory, for the checks that read its config (llama.cpp's).
-    """
-    from ..bounds import check_memory
-    from ..engines import resolve_engines
-    from ..engines.view import serving_view
-    from ..forward.api import default_aux_ids
-    from ..forward.engine import fill_tensors, with_fills
-    from ..forward.model import Drafter
-    from ..forward.weights import BlockCache, CheckpointSource, ResidentSource
-    from ..loading import load_drafter
-    from ..target import load_target
-
-    profile = resolve_engines([engine])[0]
-    if profile.serve is None:
-        raise SimulateError(f"simulate models vLLM's proposer and llama.cpp's loop only, not {profile.label}",
-                            code=None)
-    path = Path(drafter)
-    if not sorted(path.glob("*.safetensors")):
-        raise SimulateError(f"{path}: no *.safetensors file (simulate reads safetensors only)", code=None)
-    loaded = load_drafter(path)
-    loaded.store.close()  # the source maps the files itself
-    check_memory(sum(i.numel for i in loaded.store.tensors.values()) * 4, "the drafter's weights in float32 (read "
-                 "into memory for every round)", path, "its safetensors")
-    intended = loaded.require_spec()
-    L = target.num_layers
-    view = serving_view(profile, loaded, default_aux_ids(intended, L), L,
-                        target=load_target(target_dir) if target_dir is not None else None)
-    if view.refused is not None or view.spec is None:
-        raise SimulateError(f"{path}: {view.refused}", code=None)
-    extra = fill_tensors(view.spec, view.fills, target.lm_head)
-    # run every round: the checkpoint read into memory once, its blocks upcast (or uploaded to a GPU) once and kept
-    model = Drafter(view.spec, ResidentSource(with_fills(CheckpointSource(loaded), extra)), dtype="float32",
-                    target_embed=target.embed.float(), path=str(path), device=device, cache=BlockCache(1 << 40))
-    if profile.packs_linears:
-        model.w.pack_linears()  # on the CPU: oneDNN with weights reordered once, as vLLM runs its linears
-    return EngineDrafter(model=model, capture=view.capture, layers=view.layers, notes=view.notes)
-
-
-def propose(d: EngineDrafter, tokens: Sequence[int], aux: Any, k: int) -> list[int]:
+def propose(d: EngineDrafter, tokens: Sequence[int], aux: torch.Tensor, k: int) -> list[int]:
     """One round of vLLM's proposer: a first pass over every verified row, then k-1 recursive steps.
 
     ``tokens``: every verified token (prompt + output); ``aux``: the target's captured states for all but the last.
@@ -141,8 +58,8 @@ def propose(d: EngineDrafter, tokens: Sequence[int], aux: Any, k: int) -> list[i
     return [int(t[0]) for t in result.tokens]
 
 
-def _target(target: str | Path, runtime: str) -> Any:
-    from ..forward.inputs import open_target
+def _target(target: str | Path, runtime: str) -> TargetModel:
+    from ..forward.native_target import open_target
 
     path = Path(target)
     if not (path / "config.json").is_file():
@@ -168,7 +85,7 @@ def simulate(drafter: str | Path, target: str | Path, prompts: Sequence[Sequence
     ``--prompts`` is), or None for four built-in ones; either way checked by the same rules, the vocabulary
     once the target is loaded.  ``target_runtime``: ``auto`` runs a Llama/Qwen3 target through eagleconv's own
     forward when it understands every config field and tensor (no transformers import: most of simulate's time
-    otherwise), else transformers; ``transformers`` or ``eagleconv`` force one (forward.inputs.open_target).
+    otherwise), else transformers; ``transformers`` or ``eagleconv`` force one (forward.native_target.open_target).
     ``progress(what, done, total)``: told of the loading, then of the tokens generated of all prompts' max_tokens.
     ``threads``: torch's intra-op threads, 1 to the cores this process may use (default: those cores that other
     processes leave idle, measured while torch loads: _process.default_threads).  ``device``: where the
@@ -228,107 +145,129 @@ def simulate(drafter: str | Path, target: str | Path, prompts: Sequence[Sequence
 
 @dataclass
 class _Request:
-    """One prompt in flight: its verified tokens, caches and every proposal so far."""
+    """One prompt in flight: its verified tokens, every proposal so far, and the target's states the drafter is
+    given next (the cached path: the rows it has not seen; the full re-run: all but the last)."""
 
     prompt: list[int]
     seq: list[int]
-    cache: Any  # forward.kv_cache.SlotCache (the target's)
-    drafter: Any  # forward.kv_cache.DraftState
     drafts: list[list[int]]
     limit: int  # max_tokens, lowered so prompt + output stay within max_model_len (vLLM's FINISHED_LENGTH_CAPPED)
     out_len: int = 1
+    aux: torch.Tensor | None = None
 
 
-def _accept(drafts: list[int], verified: list[int], per_pos: list[int]) -> int:
-    """vLLM's greedy rejection: the drafts accepted up to the first that differs from the target's own token;
-    each accepted position is counted in ``per_pos``."""
-    accepted = 0
-    while accepted < len(drafts) and drafts[accepted] == verified[accepted]:
-        per_pos[accepted] += 1
-        accepted += 1
-    return accepted
+class _Rounds(Protocol):
+    """The target's and the drafter's side of simulate's rounds, with whatever caches they keep (_decode's parameter)."""
+
+    def prefill(self, reqs: list[_Request]) -> list[int]: ...  # each prompt's first token; sets r.aux
+
+    def verify(self, reqs: list[_Request]) -> list[list[int]]: ...  # the target's tokens after [last, d_1..d_K]
+
+    def accepted(self, r: _Request, accepted: int) -> None: ...  # after r.seq took the accepted and bonus tokens
+
+    def draft(self, reqs: list[_Request]) -> None: ...  # one proposal appended to each r.drafts
 
 
-def _decode_cached(tgt: Any, d: EngineDrafter, prompts: list[list[int]], K: int, limits: list[int],
-                   tick: Any) -> tuple[list[list[int]], list[list[list[int]]], int, list[int]]:
+class _Cached:
     """All prompts in lockstep, as vLLM's scheduler runs them: one target pass per step over every unfinished
-    prompt's rows (the prefill: every prompt row; then each prompt's [last token, d_1..d_K]), KV cached."""
-    from ..forward.kv_cache import DraftState, Segment, SlotCache, propose_batch, target_step
+    prompt's rows (the prefill: every prompt row; then each prompt's [last token, d_1..d_K]), and one proposer batch,
+    the keys and values of both kept across rounds (forward.kv_cache)."""
 
-    def draft(batch: list[_Request], new_aux: list[Any]) -> None:  # one proposer batch, as vLLM runs it
-        drafts = propose_batch(d.model, [r.drafter for r in batch], [r.seq for r in batch], new_aux, K)
-        for r, proposed in zip(batch, drafts):
+    def __init__(self, tgt: NativeTarget, d: EngineDrafter, K: int, reqs: list[_Request]):
+        from ..forward.kv_cache import DraftState, SlotCache
+
+        self.tgt, self.d, self.K = tgt, d, K
+        # a round writes K+1 rows from the last verified position, which is before len(prompt) + max_tokens
+        caches = SlotCache.batch(tgt.num_layers, max(len(r.prompt) + r.limit for r in reqs) + K, len(reqs))
+        self.slots = {id(r): c for r, c in zip(reqs, caches)}
+        self.states = {id(r): DraftState() for r in reqs}
+
+    def _step(self, segments: list[tuple[_Request, list[int], int, slice]]) -> list[list[int]]:
+        from ..forward.kv_cache import Segment, target_step
+
+        outs = target_step(self.tgt, [Segment(self.slots[id(r)], rows, start, pick) for r, rows, start, pick in segments],
+                           self.d.capture)
+        for (r, *_), (_, aux) in zip(segments, outs):
+            r.aux = aux
+        return [[int(g) for g in greedy] for greedy, _ in outs]
+
+    def prefill(self, reqs: list[_Request]) -> list[int]:
+        return [greedy[-1] for greedy in self._step([(r, r.prompt, 0, slice(-1, None)) for r in reqs])]
+
+    def verify(self, reqs: list[_Request]) -> list[list[int]]:
+        return self._step([(r, [r.seq[-1], *r.drafts[-1]], len(r.seq) - 1, slice(None)) for r in reqs])
+
+    def accepted(self, r: _Request, accepted: int) -> None:
+        # the target's rows of the accepted tokens are the drafter's new first-pass rows; the rejected drafts'
+        # slots (target and drafter) are written again next round
+        assert r.aux is not None
+        r.aux = r.aux[:accepted + 1]
+
+    def draft(self, reqs: list[_Request]) -> None:  # one proposer batch, as vLLM runs it
+        from ..forward.kv_cache import propose_batch
+
+        drafts = propose_batch(self.d.model, [self.states[id(r)] for r in reqs], [r.seq for r in reqs],
+                               [r.aux for r in reqs if r.aux is not None], self.K)
+        for r, proposed in zip(reqs, drafts):
             r.drafts.append(proposed)
 
-    # a round writes K+1 rows from the last verified position, which is before len(prompt) + max_tokens
-    caches = SlotCache.batch(tgt.num_layers, max(len(p) + n for p, n in zip(prompts, limits)) + K, len(prompts))
-    reqs = [_Request(list(p), list(p), c, DraftState(), [], n) for p, c, n in zip(prompts, caches, limits)]
-    outs = target_step(tgt, [Segment(r.cache, r.prompt, 0, slice(-1, None)) for r in reqs], d.capture)
-    for r, (greedy, _) in zip(reqs, outs):
-        r.seq.append(int(greedy[-1]))
+
+class _Rerun:
+    """No cache: the target over the whole sequence and the drafter's first pass over every verified row each
+    round, prompt by prompt: the plain definition, for the transformers runtime and as the cached path's reference."""
+
+    def __init__(self, tgt: TargetModel, d: EngineDrafter, K: int):
+        self.tgt, self.d, self.K = tgt, d, K
+
+    def _pass(self, r: _Request, tokens: list[int]) -> list[int]:
+        import torch
+
+        greedy, states = self.tgt.forward(tokens, self.d.capture)
+        r.aux = torch.cat([states[i] for i in self.d.capture], -1)
+        return [int(g) for g in greedy]
+
+    def prefill(self, reqs: list[_Request]) -> list[int]:
+        return [self._pass(r, r.seq)[-1] for r in reqs]
+
+    def verify(self, reqs: list[_Request]) -> list[list[int]]:
+        n = [len(r.seq) for r in reqs]
+        return [self._pass(r, r.seq + r.drafts[-1])[m - 1:m + self.K] for r, m in zip(reqs, n)]
+
+    def accepted(self, r: _Request, accepted: int) -> None:
+        assert r.aux is not None
+        r.aux = r.aux[:len(r.seq) - 1]
+
+    def draft(self, reqs: list[_Request]) -> None:
+        for r in reqs:
+            assert r.aux is not None
+            r.drafts.append(propose(self.d, r.seq, r.aux, self.K))
+
+
+def _decode(rounds: _Rounds, reqs: list[_Request], K: int, tick: Callable[[int], None]
+            ) -> tuple[list[list[int]], list[list[list[int]]], int, list[int]]:
+    """vLLM's greedy speculative decoding of every request: prefill, propose; then verify, accept, propose until
+    each has its tokens.  ``rounds`` is what computes it (_Cached, _Rerun); the bookkeeping is this loop's."""
+    for r, first in zip(reqs, rounds.prefill(reqs)):
+        r.seq.append(first)
         tick(1)
-    draft(reqs, [aux for _, aux in outs])
+    rounds.draft(reqs)
     per_pos, accepted_total = [0] * K, 0
     while True:
         active = [r for r in reqs if r.out_len < r.limit]
         if not active:
             break
-        outs = target_step(tgt, [Segment(r.cache, [r.seq[-1], *r.drafts[-1]], len(r.seq) - 1) for r in active],
-                           d.capture)
-        new_aux = []
-        for r, (greedy, aux) in zip(active, outs):
+        for r, verified in zip(active, rounds.verify(active)):
             drafts = r.drafts[-1]
-            accepted = _accept(drafts, [int(g) for g in greedy[:K]], per_pos)
+            accepted = accept_greedy(drafts, verified[:K], per_pos)
             accepted_total += accepted
-            r.seq += [*drafts[:accepted], int(greedy[accepted])]
+            r.seq += [*drafts[:accepted], verified[accepted]]
             tick(min(accepted + 1, r.limit - r.out_len))
             r.out_len += accepted + 1
-            # the target's rows of the accepted tokens are the drafter's new first-pass rows; the rejected
-            # drafts' slots (target and drafter) are written again next round
-            new_aux.append(aux[:accepted + 1])
-        draft(active, new_aux)
+            rounds.accepted(r, accepted)
+        rounds.draft(active)
     num_drafts = sum(len(r.drafts) - 1 for r in reqs)
     return ([r.seq[len(r.prompt):][:r.limit] for r in reqs], [r.drafts for r in reqs], num_drafts,
             [accepted_total, *per_pos])
-
-
-def _decode_uncached(tgt: Any, d: EngineDrafter, prompts: list[list[int]], K: int, limits: list[int],
-                     tick: Any) -> tuple[list[list[int]], list[list[list[int]]], int, list[int]]:
-    """Prompt by prompt, the target over the whole sequence and the drafter's first pass over every verified row
-    each round: the plain definition, for the transformers runtime and as the cached path's reference."""
-    import torch
-
-    per_pos, num_drafts, accepted_total = [0] * K, 0, 0
-    all_tokens, all_drafts = [], []
-    for prompt, max_tokens in zip(prompts, limits):
-        seq = list(prompt)
-
-        def target_pass(s: list[int]) -> tuple[Any, Any]:
-            greedy, states = tgt.forward(s, d.capture)
-            return greedy, torch.cat([states[i] for i in d.capture], -1)
-
-        greedy, aux = target_pass(seq)
-        seq.append(int(greedy[-1]))
-        tick(1)
-        out_len = 1
-        drafts_here = []
-        while True:
-            drafts = propose(d, seq, aux, K)
-            drafts_here.append(drafts)
-            if out_len >= max_tokens:
-                break
-            greedy, aux_full = target_pass(seq + drafts)
-            n = len(seq)
-            accepted = _accept(drafts, [int(g) for g in greedy[n - 1:n - 1 + K]], per_pos)
-            num_drafts += 1
-            accepted_total += accepted
-            seq = seq + drafts[:accepted] + [int(greedy[n - 1 + accepted])]
-            aux = aux_full[: len(seq) - 1]
-            tick(min(accepted + 1, max_tokens - out_len))
-            out_len += accepted + 1
-        all_tokens.append(seq[len(prompt):][:max_tokens])
-        all_drafts.append(drafts_here)
-    return all_tokens, all_drafts, num_drafts, [accepted_total, *per_pos]
 
 
 def _limits(prompts: list[list[int]], max_tokens: int, dims: Any) -> tuple[list[int], list[str]]:
@@ -366,9 +305,11 @@ def _simulate(drafter: str | Path, target: str | Path, prompts: list[list[int]],
         check_decode(dims, None, prompts, max_tokens, num_speculative_tokens, source)
     tgt = _target(target, target_runtime)
     if device != "cpu":
+        from ..forward.native_target import NativeTarget
+
+        assert isinstance(tgt, NativeTarget), "--device other than cpu opens eagleconv's runtime"
         tgt.to(device)
-    if tgt.runtime == "eagleconv":
-        tgt.w.pack_linears()  # on the CPU: weights reordered once for oneDNN, as vLLM runs its linears
+    tgt.pack_linears()  # on the CPU: weights reordered once for oneDNN, as vLLM runs its linears
     prompts = check_prompts(prompts, source, tgt.vocab_size)
     progress("loading the target and the drafter", 1, 2)
     if resolve_engines([engine])[0].engine == "llama.cpp":  # a different loop, one request at a time
@@ -392,11 +333,14 @@ def _simulate(drafter: str | Path, target: str | Path, prompts: list[list[int]],
 
     progress(generating, 0, planned)
     K = num_speculative_tokens
-    decode = _decode_cached if kv_cache and tgt.runtime == "eagleconv" else _decode_uncached
+    reqs = [_Request(list(p), list(p), [], n) for p, n in zip(prompts, limits)]
+    from ..forward.native_target import NativeTarget
+
+    rounds: _Rounds = _Cached(tgt, d, K, reqs) if kv_cache and isinstance(tgt, NativeTarget) else _Rerun(tgt, d, K)
     with torch.no_grad():
-        all_tokens, all_drafts, num_drafts, (accepted_total, *per_pos) = decode(tgt, d, prompts, K, limits, tick)
+        all_tokens, all_drafts, num_drafts, (accepted_total, *per_pos) = _decode(rounds, reqs, K, tick)
     progress(generating, planned, planned)
-    n_target, n_drafter = tgt.w.packed_weights if tgt.runtime == "eagleconv" else 0, d.model.w.packed_weights
+    n_target, n_drafter = tgt.packed_weights, d.model.packed_weights
     packed = (f"linears of {n_target} target and {n_drafter} drafter weights (those of {PACK_MIN_BYTES >> 20} MiB or "
               "more): oneDNN, each reordered once, as vLLM's CPU backend runs them")
     return SimulateReport(
@@ -407,5 +351,9 @@ def _simulate(drafter: str | Path, target: str | Path, prompts: list[list[int]],
         target_runtime=tgt.runtime,
         notes=[*d.notes, *capped, "aux layers captured as vLLM's V1 runner does: " + str(list(d.capture)),
                *([packed] if n_target + n_drafter else []),
-               *([f"target run by transformers: {tgt.fallback}"] if getattr(tgt, "fallback", None) else [])],
+               *([f"target run by transformers: {tgt.fallback}"] if tgt.fallback else [])],
     )
+
+
+__all__ = ["DEFAULT_PROMPTS", "EngineDrafter", "SimulateError", "SimulateReport", "accept_greedy", "available_threads",
+           "engine_drafter", "propose", "simulate"]

@@ -43,12 +43,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..engines.llamacpp import EOG_TOKEN_TEXTS
+from .report import accept_greedy
 
 if TYPE_CHECKING:
-    from ..forward.inputs import Target
-    from ..forward.native_target import NativeTarget
+    import torch
+
+    from ..forward.protocols import TargetModel
     from ..forward.run import StepProgress
-    from . import SimulateReport
+    from .drafter import EngineDrafter
+    from .report import SimulateReport
 
 
 @dataclass
@@ -82,7 +85,8 @@ def eog_ids(target_dir: str | Path) -> set[int]:
     return out
 
 
-def draft_round(d: Any, tokens: Sequence[int], aux: Any, k: int, p_min: float) -> tuple[list[int], list[Any]]:
+def draft_round(d: EngineDrafter, tokens: Sequence[int], aux: Any, k: int, p_min: float
+                ) -> tuple[list[int], list[tuple[int, float, int, float]]]:
     """common_speculative_impl_draft_eagle3::draft: K greedy steps, stopping where top-10 softmax p < p_min."""
     import torch
 
@@ -101,32 +105,32 @@ def draft_round(d: Any, tokens: Sequence[int], aux: Any, k: int, p_min: float) -
     return draft, top2
 
 
-
 class _TargetFeatures:
     """The target for both of llama.cpp's loops: the greedy token after each of ``tokens`` (at positions start..)
     and their captured states.  eagleconv's runtime keeps its KV cache across rounds, as llama.cpp runs its target;
     the transformers runtime re-reads ``seq[:start]`` each time."""
 
-    def __init__(self, tgt: Any, d: Any, ids: tuple[int, ...], capacity: int):
+    def __init__(self, tgt: TargetModel, d: EngineDrafter, ids: tuple[int, ...], capacity: int):
+        from ..forward.kv_cache import SlotCache
+        from ..forward.native_target import NativeTarget
+
         self.tgt, self.d, self.ids = tgt, d, ids
-        self.cache = None
-        if getattr(tgt, "runtime", "") == "eagleconv":
-            from ..forward.kv_cache import SlotCache
+        self.native = tgt if isinstance(tgt, NativeTarget) else None
+        self.cache = SlotCache(tgt.num_layers, capacity) if self.native is not None else None
 
-            self.cache = SlotCache(tgt.num_layers, capacity)
-
-    def __call__(self, seq: list[int], tokens: list[int], start: int) -> tuple[Any, Any]:
+    def __call__(self, seq: list[int], tokens: list[int], start: int) -> tuple[torch.Tensor, torch.Tensor]:
         import torch
 
-        if self.cache is not None:
+        if self.native is not None and self.cache is not None:
             from ..forward.kv_cache import Segment, target_step
 
-            [(greedy, states)] = target_step(self.tgt, [Segment(self.cache, tokens, start)], self.ids)
+            [(greedy, states)] = target_step(self.native, [Segment(self.cache, tokens, start)], self.ids)
             return greedy, states
         greedy, full = self.tgt.forward(seq[:start] + tokens, self.d.capture)
         return greedy[start:], torch.cat([full[i] for i in self.ids], -1)[start:]
 
-def decode(tgt: Any, d: Any, ids: tuple[int, ...], prompt: list[int], K: int, n_predict: int, p_min: float,
+
+def decode(tgt: TargetModel, d: EngineDrafter, ids: tuple[int, ...], prompt: list[int], K: int, n_predict: int, p_min: float,
            eog: set[int], tick: Any) -> tuple[list[int], list[Round]]:
     """llama-speculative-simple's main loop for one prompt: (the emitted tokens, every round).  ``ids``: the
     target layers in the drafter's order (llama.cpp concatenates them in target_layers order, repeats kept)."""
@@ -146,11 +150,7 @@ def decode(tgt: Any, d: Any, ids: tuple[int, ...], prompt: list[int], K: int, n_
             draft = draft[:n_draft_max]
         greedy, new_aux = target(seq, [seq[-1], *draft], len(seq) - 1)
         verified = [int(g) for g in greedy]
-        emitted: list[int] = []
-        for i, tok in enumerate(verified):
-            emitted.append(tok)
-            if i >= len(draft) or tok != draft[i]:
-                break
+        emitted = verified[:accept_greedy(draft, verified) + 1]  # the accepted drafts and the target's own next token
         rounds.append(Round(draft, len(emitted) - 1, emitted, top2))
         done += len(emitted)
         eos = False
@@ -166,7 +166,7 @@ def decode(tgt: Any, d: Any, ids: tuple[int, ...], prompt: list[int], K: int, n_
             return out, rounds
 
 
-def decode_server(tgt: Any, d: Any, ids: tuple[int, ...], prompt: list[int], K: int, n_predict: int, p_min: float,
+def decode_server(tgt: TargetModel, d: EngineDrafter, ids: tuple[int, ...], prompt: list[int], K: int, n_predict: int, p_min: float,
                   eog: set[int], tick: Any, n_min: int = 0, n_ctx: int | None = None) -> tuple[list[int], list[Round]]:
     """llama-server's slot loop for one prompt (one slot, greedy): (the emitted tokens, every round).  ``n_ctx``:
     the slot's context (None: unbounded, as when prompt + n_predict fit with room to spare)."""
@@ -194,11 +194,8 @@ def decode_server(tgt: Any, d: Any, ids: tuple[int, ...], prompt: list[int], K: 
                 draft = []
             draft = draft[:n_draft_max]
         greedy, new_aux = target(seq, [seq[-1], *draft], len(seq) - 1)
-        emitted: list[int] = []
-        for i, tok in enumerate(int(g) for g in greedy):
-            emitted.append(tok)
-            if i >= len(draft) or tok != draft[i]:
-                break
+        verified = [int(g) for g in greedy]
+        emitted = verified[:accept_greedy(draft, verified) + 1]
         if draft:
             rounds.append(Round(draft, len(emitted) - 1, emitted, top2))
         stop = False
@@ -231,9 +228,9 @@ def counters(rounds: Sequence[Round]) -> Counters:
                     n_accept=sum(r.accepted for r in rounds))
 
 
-def simulate_llamacpp(drafter: str | Path, target_dir: str | Path, tgt: NativeTarget | Target, prompts: list[list[int]],
-                      K: int, n_predict: int, engine: str, p_min: float, progress: StepProgress,
-                      loop: str = "server") -> SimulateReport:
+def simulate_llamacpp(drafter: str | Path, target_dir: str | Path, tgt: TargetModel, prompts: list[list[int]], K: int,
+                      n_predict: int, engine: str, p_min: float, progress: StepProgress, loop: str = "server"
+                      ) -> SimulateReport:
     """Every prompt through llama-server's slot loop (``loop="server"``: ``n_predict`` per request,
     ``--spec-draft-n-max K --spec-draft-n-min 0``, greedy) or llama-speculative-simple's (``loop="simple"``:
     ``-n n_predict --spec-draft-n-max K --temp 0``)."""
@@ -242,7 +239,8 @@ def simulate_llamacpp(drafter: str | Path, target_dir: str | Path, tgt: NativeTa
     import torch
 
     from ..engines import resolve_engines
-    from . import SimulateError, SimulateReport, engine_drafter
+    from .drafter import engine_drafter
+    from .report import SimulateError, SimulateReport
 
     if loop not in LOOPS:
         raise SimulateError(f"--llamacpp-loop {loop}: one of {', '.join(LOOPS)}", code=None)

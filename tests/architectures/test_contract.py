@@ -99,6 +99,18 @@ def test_the_cases_cover_every_architecture_and_layout():
 
 @pytest.mark.parametrize("arch,layout,eagle31", CASES)
 def test_architecture_in_layout(tmp_path, arch, layout, eagle31):
+    check_architecture_in_layout(tmp_path, arch, layout, eagle31)
+
+
+def cases(arch: str) -> list[tuple[str, bool]]:
+    """(layout, eagle31) for every layout that holds ``arch`` and can write the recipe (GGUF aside)."""
+    return [(layout, e31) for layout in LAYOUTS for e31 in (False, True)
+            if holds(layout, arch) and writable(layout, e31) and not LAYOUTS[layout].needs_target]
+
+
+def check_architecture_in_layout(tmp_path, arch: str, layout: str, eagle31: bool) -> None:
+    """The contract for one case: synthetic -> inspect -> round trip -> validate -> forward -> diff (a plugin
+    architecture's test module calls it too: tests/architectures/test_plugin_architecture.py)."""
     recipe = DrafterRecipe(producer=layout, architecture=arch, eagle31=eagle31, dims=SERVABLE)
     src = make_drafter(tmp_path / "src", recipe)
 

@@ -3,7 +3,6 @@ fails the suite.  The conventions a block follows are in tests/docs/blocks.py an
 
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 import subprocess
@@ -20,15 +19,7 @@ SHARED = ("fixtures", "benchmarks", ".ci", "tests")
 _workdirs: dict[Path, Path] = {}
 
 
-def _llamacpp() -> Path | None:
-    found = subprocess.run(["bash", str(REPO / ".ci" / "llamacpp-env"), "--cached"], capture_output=True, text=True)
-    return Path(found.stdout.strip()) if found.returncode == 0 and found.stdout.strip() else None
-
-
-def _smollm2() -> Path | None:
-    cache = os.environ.get("XDG_CACHE_HOME", str(Path.home() / ".cache"))
-    ready = sorted(glob.glob(f"{cache}/eagleconv-ci/eagleconv/smollm2-*/READY"))
-    return Path(ready[-1]).parent if ready else None
+from tests.support.ci_cache import llamacpp_build as _llamacpp, smollm2_pair as _smollm2  # noqa: E402
 
 
 def _gpu() -> bool:

@@ -221,14 +221,7 @@ def test_llamacpp_cannot_serve_is_refused(tmp_path):
 
 # -- real llama.cpp ----------------------------------------------------------------------------
 
-def _build() -> Path | None:
-    proc = subprocess.run(["bash", str(REPO / ".ci" / "llamacpp-env"), "--cached"], capture_output=True, text=True)
-    return Path(proc.stdout.strip()) if proc.returncode == 0 else None
-
-
-def _smollm2() -> Path | None:
-    found = sorted(Path.home().glob(".cache/eagleconv-ci/eagleconv/smollm2-*/READY"))
-    return found[-1].parent if found else None
+from tests.support.ci_cache import llamacpp_build as _build, smollm2_pair as _smollm2  # noqa: E402
 
 
 @pytest.mark.skipif(_build() is None, reason="no cached llama.cpp b11434 build (.ci/llamacpp-env builds it, ~35 min)")

@@ -140,10 +140,7 @@ def test_outtype_rounds_as_llamacpp_converter_does(outtype: str, tmp_path: Path)
     assert contents(tmp_path / "mine.gguf") == contents(tmp_path / "theirs.gguf")
 
 
-def _smollm2_pair() -> Path | None:
-    env = os.environ.get("EAGLECONV_SMOLLM2_PAIR")
-    candidates = [Path(env)] if env else sorted((Path.home() / ".cache/eagleconv-ci/eagleconv").glob("smollm2-*"))
-    return next((p for p in candidates if (p / "READY").exists()), None)
+from tests.support.ci_cache import smollm2_pair as _smollm2_pair  # noqa: E402
 
 
 @pytest.mark.slow

@@ -84,10 +84,10 @@ def test_packed_linear_is_f_linear_in_another_summation_order() -> None:
         x = torch.randn(1, rows, 48, generator=g)
         got = packed_linear.linear(x, packed_linear.pack(w))
         torch.testing.assert_close(got, torch.nn.functional.linear(x, w), rtol=1e-5, atol=1e-5)
-    src = Weights(DictSource({"w": w, "b": bias}), torch.float32)
-    plain = src.linear(x, "w", "b")
-    assert src.pack_linears()
-    torch.testing.assert_close(src.linear(x, "w", "b"), plain, rtol=1e-5, atol=1e-5)
+    plain = Weights(DictSource({"w": w, "b": bias}), torch.float32).linear(x, "w", "b")
+    packed = Weights(DictSource({"w": w, "b": bias}), torch.float32, pack=True)
+    assert packed.packs
+    torch.testing.assert_close(packed.linear(x, "w", "b"), plain, rtol=1e-5, atol=1e-5)
 
 
 @needs_onednn
@@ -102,8 +102,8 @@ def test_packing_in_blocks_drops_each_blocks_source_pages_and_keeps_products(mon
     src = DictSource({"w": w, "once": once}, {"w": lambda lo, hi: dropped.append((lo, hi))})
     x = torch.randn(1, 3, 16, generator=g)
     want = x @ w.T
-    weights = Weights(src, torch.float32)
-    assert weights.pack_linears()
+    weights = Weights(src, torch.float32, pack=True)
+    assert weights.packs
     torch.testing.assert_close(weights.linear(x, "w"), want, rtol=1e-5, atol=1e-5)
     row = 16 * 4
     assert dropped == [(r * row, (r + 8) * row) for r in range(0, 37, 8)] + [(0, 37 * row)]
@@ -114,11 +114,12 @@ def test_packing_in_blocks_drops_each_blocks_source_pages_and_keeps_products(mon
     assert torch.equal(weights.linear(x, "once"), x @ once.T) and weights.packed_weights == 1
 
 
-def test_pack_linears_declines_where_it_does_not_apply(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_packing_declines_where_it_does_not_apply(monkeypatch: pytest.MonkeyPatch) -> None:
     w = {"w": torch.randn(4, 4)}
-    assert not Weights(DictSource(w), torch.float64).pack_linears()  # float32 only
+    assert not Weights(DictSource(w), torch.float32).packs  # only when asked for, at construction
+    assert not Weights(DictSource(w), torch.float64, pack=True).packs  # float32 only
     monkeypatch.setenv("EAGLECONV_PACKED_LINEARS", "0")
-    assert not Weights(DictSource(w), torch.float32).pack_linears()
+    assert not Weights(DictSource(w), torch.float32, pack=True).packs
 
 
 def test_resident_source_forgets_its_copy_once_the_whole_weight_is_packed() -> None:

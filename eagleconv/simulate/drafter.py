@@ -1,0 +1,65 @@
+"""The drafter as an engine serves it, for simulate's loops: the reference forward over the engine's view of the
+checkpoint (``engines.view.serving_view``) and the target layers it captures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .report import SimulateError
+
+if TYPE_CHECKING:
+    from ..forward.protocols import DraftModel, TargetModel
+
+
+@dataclass(kw_only=True)
+class EngineDrafter:
+    """The drafter as the engine holds it: the reference forward over the engine's view, and the layers it captures."""
+
+    model: DraftModel  # the engine's spec (flags, draft vocab), over the checkpoint's tensors and those the engine fills
+    capture: tuple[int, ...]  # target layers captured, ascending and deduplicated (set membership in the runner)
+    layers: tuple[int, ...]  # the same in the engine's order, repeats kept (llama.cpp concatenates them so)
+    notes: list[str]
+
+
+def engine_drafter(drafter: str | Path, engine: str, target: TargetModel, device: str = "cpu", *,
+                   target_dir: str | Path | None = None) -> EngineDrafter:
+    """Read ``drafter`` the way ``engine`` serves it (``engines.view.serving_view``: vLLM 0.32 rules with the V1
+    runner, or llama.cpp's converter and runtime); raise where the engine fails, or drafts unpredictably.
+
+    ``target_dir``: the target's directory, for the checks that read its config (llama.cpp's).
+    """
+    from ..bounds import check_memory
+    from ..engines import resolve_engines
+    from ..engines.view import serving_view
+    from ..forward.api import default_aux_ids
+    from ..forward.engine import fill_tensors, with_fills
+    from ..forward.model import Drafter
+    from ..forward.weights import BlockCache, CheckpointSource, ResidentSource
+    from ..loading import load_drafter
+    from ..target import load_target
+
+    profile = resolve_engines([engine])[0]
+    if profile.serve is None:
+        raise SimulateError(f"simulate models vLLM's proposer and llama.cpp's loop only, not {profile.label}",
+                            code=None)
+    path = Path(drafter)
+    if not sorted(path.glob("*.safetensors")):
+        raise SimulateError(f"{path}: no *.safetensors file (simulate reads safetensors only)", code=None)
+    loaded = load_drafter(path)
+    loaded.store.close()  # the source maps the files itself
+    check_memory(sum(i.numel for i in loaded.store.tensors.values()) * 4, "the drafter's weights in float32 (read "
+                 "into memory for every round)", path, "its safetensors")
+    intended = loaded.require_spec()
+    L = target.num_layers
+    view = serving_view(profile, loaded, default_aux_ids(intended, L), L,
+                        target=load_target(target_dir) if target_dir is not None else None)
+    if view.refused is not None or view.spec is None:
+        raise SimulateError(f"{path}: {view.refused}", code=None)
+    extra = fill_tensors(view.spec, view.fills, target.lm_head)
+    # run every round: the checkpoint read into memory once, its blocks upcast (or uploaded to a GPU) once and kept
+    model = Drafter(view.spec, ResidentSource(with_fills(CheckpointSource(loaded), extra)), dtype="float32",
+                    target_embed=target.embed.float(), path=str(path), device=device, cache=BlockCache(1 << 40),
+                    pack=profile.packs_linears)  # on the CPU: oneDNN with weights reordered once, as vLLM runs its linears
+    return EngineDrafter(model=model, capture=view.capture, layers=view.layers, notes=view.notes)
