@@ -61,7 +61,7 @@ class LoadedDrafter:
         self.store.close()
 
 
-def load_drafter(path: str | Path | Mapping[str, Any], *, config: Any = None, layout: str | None = None,
+def load_drafter(path: str | Path | Mapping[str, Any], *, config: object = None, layout: str | None = None,
                  allow_pickle: bool = False, aux_convention: AuxConvention | None = None) -> LoadedDrafter:
     """Open ``path`` (headers only), pick its layout (detected unless given) and read its spec.
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
+    from ..synthetic import TinyDims
     from ..nn.store import WeightStore
     from ..nn.norm import NormOps
     from ..rope.rotary import ResolvedRope
@@ -202,19 +203,19 @@ class Architecture:
         return out
 
     @classmethod
-    def synthetic_mlp(cls, dims: Any, w: Callable[..., torch.Tensor]) -> dict[str, torch.Tensor]:
+    def synthetic_mlp(cls, dims: TinyDims, w: Callable[..., torch.Tensor]) -> dict[str, torch.Tensor]:
         """Seeded MLP tensors (names relative to ``mlp.``) for a tiny drafter of ``dims``."""
         return {"gate_proj.weight": w(dims.intermediate, dims.hidden), "up_proj.weight": w(dims.intermediate, dims.hidden),
                 "down_proj.weight": w(dims.hidden, dims.intermediate)}
 
     @classmethod
-    def synthetic_attention(cls, dims: Any, width: int, w: Callable[..., torch.Tensor],
+    def synthetic_attention(cls, dims: TinyDims, width: int, w: Callable[..., torch.Tensor],
                             norm: Callable[[int], torch.Tensor]) -> dict[str, torch.Tensor]:
         """Seeded attention tensors (names relative to ``self_attn.``) for a tiny drafter of ``dims``."""
         raise NotImplementedError
 
     @classmethod
-    def synthetic_config(cls, dims: Any) -> dict[str, Any]:
+    def synthetic_config(cls, dims: TinyDims) -> dict[str, Any]:
         """Decoder config fields (beyond the shared ones) a producer writes for this family."""
         return {}
 

@@ -16,6 +16,7 @@ from . import register
 from .base import Architecture, Derive, Example, Expected, InLayout, Verdict, exact_div, shape_of
 
 if TYPE_CHECKING:
+    from ..synthetic import TinyDims
     from ..nn.store import WeightStore
     from ..nn.norm import NormOps
     from ..rope.rotary import ResolvedRope
@@ -120,7 +121,7 @@ class Llama(Architecture):
         return out
 
     @classmethod
-    def synthetic_attention(cls, dims: Any, width: int, w: Callable[..., torch.Tensor],
+    def synthetic_attention(cls, dims: TinyDims, width: int, w: Callable[..., torch.Tensor],
                             norm: Callable[[int], torch.Tensor]) -> dict[str, torch.Tensor]:
         d = dims
         return {
@@ -131,7 +132,7 @@ class Llama(Architecture):
         }
 
     @classmethod
-    def synthetic_config(cls, dims: Any) -> dict[str, Any]:
+    def synthetic_config(cls, dims: TinyDims) -> dict[str, Any]:
         return {"num_key_value_heads": dims.kv_heads, "head_dim": dims.head_dim, "rope_theta": 500000.0}
 
     # -- forward ------------------------------------------------------------------

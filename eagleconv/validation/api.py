@@ -101,7 +101,7 @@ def _judged(exc: EagleconvError) -> Finding:
 
 
 def check(config: dict[str, Any], store: TensorStore | None, *, path: str | None, layout_name: str | None,
-          engines: Any, target: str | Path | None, tp: int | None, numeric: bool, chunk_bytes: int,
+          engines: Iterable[str] | str, target: str | Path | None, tp: int | None, numeric: bool, chunk_bytes: int,
           weights_kind: str = "safetensors", metadata: Mapping[str, str] | None = None,
           progress: Progress | None = None, prior: list[Finding] | None = None) -> ValidationReport:
     """Validate ``config`` (+ ``store``'s tensors when given) against ``engines``: the core of validate and lint.
@@ -222,8 +222,8 @@ def require_arguments(target: object, tp: object) -> None:
                                 f"({tp!r:.40})")
 
 
-def validate(source: str | Path | Mapping[str, Any], config: Any = None, *,
-             engines: Any = ("vllm",), target: str | Path | None = None, numeric: bool = True, tp: int | None = None,
+def validate(source: str | Path | Mapping[str, Any], config: object = None, *,
+             engines: Iterable[str] | str = ("vllm",), target: str | Path | None = None, numeric: bool = True, tp: int | None = None,
              from_format: str | None = None, allow_pickle: bool = False,
              chunk_bytes: int = CHUNK_BYTES, progress: Progress | None = None,
              ignore: str | Iterable[str] = (), forward: bool = False,
@@ -254,7 +254,7 @@ def validate(source: str | Path | Mapping[str, Any], config: Any = None, *,
     return apply_ignore(report, ignore)
 
 
-def add_forward(report: ValidationReport, path: str | Path, *, engines: Any = ("vllm",),
+def add_forward(report: ValidationReport, path: str | Path, *, engines: Iterable[str] | str = ("vllm",),
                 target: str | Path | None = None, allow_pickle: bool = False, from_format: str | None = None,
                 **options: Any) -> ValidationReport:
     """Run the reference forward on ``path`` and add its report and findings (EC070) to ``report``.
@@ -286,8 +286,8 @@ def add_forward(report: ValidationReport, path: str | Path, *, engines: Any = ("
     return report
 
 
-def _validate(source: str | Path | Mapping[str, Any], config: Any = None, *,
-              engines: Any = ("vllm",), target: str | Path | None = None, numeric: bool = True, tp: int | None = None,
+def _validate(source: str | Path | Mapping[str, Any], config: object = None, *,
+              engines: Iterable[str] | str = ("vllm",), target: str | Path | None = None, numeric: bool = True, tp: int | None = None,
               from_format: str | None = None, allow_pickle: bool = False,
               chunk_bytes: int = CHUNK_BYTES, progress: Progress | None = None) -> ValidationReport:
     """Validate a drafter checkpoint directory, or an in-memory state dict with its config, for ``engines``.
@@ -327,7 +327,7 @@ def _validate(source: str | Path | Mapping[str, Any], config: Any = None, *,
         store.close()
 
 
-def lint(config: Any, *, engines: Any = ("vllm",), target: str | Path | None = None,
+def lint(config: Any, *, engines: Iterable[str] | str = ("vllm",), target: str | Path | None = None,
          from_format: str | None = None, tp: int | None = None, ignore: str | Iterable[str] = ()) -> ValidationReport:
     """Check a drafter config.json alone (no tensors): what each engine will make of it.
 
@@ -338,7 +338,7 @@ def lint(config: Any, *, engines: Any = ("vllm",), target: str | Path | None = N
     return apply_ignore(_lint(config, engines=engines, target=target, from_format=from_format, tp=tp), ignore)
 
 
-def _lint(config: Any, *, engines: Any = ("vllm",), target: str | Path | None = None,
+def _lint(config: Any, *, engines: Iterable[str] | str = ("vllm",), target: str | Path | None = None,
           from_format: str | None = None, tp: int | None = None) -> ValidationReport:
     path = None
     keys: list[str] = []
@@ -395,5 +395,5 @@ def explain_layout_doubt(report: ValidationReport, alt: ValidationReport) -> Val
     return report.model_copy(update={"findings": _dedupe_sorted(findings)})
 
 
-def _profiles(engines: Any):
+def _profiles(engines: Iterable[str] | str):
     return resolve_engines(engines)
