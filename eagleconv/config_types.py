@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import architectures
+
+if TYPE_CHECKING:
+    from .jsonio import JSONValue
 
 # The fields that size a tensor: integers, and never defaulted silently (formats.base.reading notes each it derives).
 SHAPE_FIELDS = (
@@ -91,7 +94,7 @@ TRANSFORMERS_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
-def transformers_type_problems(config: Mapping[str, Any]) -> list[tuple[str, str]]:
+def transformers_type_problems(config: Mapping[str, JSONValue]) -> list[tuple[str, str]]:
     """(path, message) for values transformers' AutoConfig refuses, when it is the reader of this config."""
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or model_type not in TRANSFORMERS_MODEL_TYPES \

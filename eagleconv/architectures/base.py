@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
+    from ..jsonio import JSONValue
     from ..synthetic import TinyDims
     from ..nn.store import WeightStore
     from ..nn.norm import NormOps
@@ -162,12 +163,12 @@ class Architecture:
                "from layers.0.mlp.gate_proj.weight")
 
     @classmethod
-    def missing(cls, values: Mapping[str, Any]) -> list[str]:
+    def missing(cls, values: Mapping[str, JSONValue]) -> list[str]:
         """Shape-bearing fields this family needs that are still unknown."""
         return [k for k in cls.config_fields if k not in values]
 
     @classmethod
-    def spec_fields(cls, values: Mapping[str, Any]) -> dict[str, Any]:
+    def spec_fields(cls, values: Mapping[str, JSONValue]) -> dict[str, Any]:
         """The family's DecoderShape keyword arguments from canonical field values."""
         return {}
 

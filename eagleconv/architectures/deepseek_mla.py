@@ -17,6 +17,7 @@ from . import register
 from .base import Architecture, Example, Expected, InLayout, Verdict
 
 if TYPE_CHECKING:
+    from ..jsonio import JSONValue
     from ..synthetic import TinyDims
     from ..nn.store import WeightStore
     from ..nn.norm import NormOps
@@ -88,7 +89,7 @@ class DeepseekMla(Architecture):
         return "kv_lora_rank" in config_keys or super().claims(model_type, config_keys, names)
 
     @classmethod
-    def spec_fields(cls, values: Mapping[str, Any]) -> dict[str, Any]:
+    def spec_fields(cls, values: Mapping[str, JSONValue]) -> dict[str, Any]:
         dims: dict[str, Any] = {k: values.get(k) for k in MlaDims.model_fields}
         return {"num_key_value_heads": None, "head_dim": None, "mla": MlaDims(**dims)}
 

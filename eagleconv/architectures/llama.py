@@ -16,6 +16,7 @@ from . import register
 from .base import Architecture, Derive, Example, Expected, InLayout, Verdict, exact_div, shape_of
 
 if TYPE_CHECKING:
+    from ..jsonio import JSONValue
     from ..synthetic import TinyDims
     from ..nn.store import WeightStore
     from ..nn.norm import NormOps
@@ -88,7 +89,7 @@ class Llama(Architecture):
                                                 values.get("head_dim")), "k_proj rows / head_dim")
 
     @classmethod
-    def spec_fields(cls, values: Mapping[str, Any]) -> dict[str, Any]:
+    def spec_fields(cls, values: Mapping[str, JSONValue]) -> dict[str, Any]:
         return {"num_key_value_heads": values.get("num_key_value_heads"), "head_dim": values.get("head_dim")}
 
     @classmethod

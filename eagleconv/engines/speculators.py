@@ -22,13 +22,16 @@ eagleconv's outputs in speculators 0.9.0 itself.  What its loader needs:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..report import Finding
 from .registry import register
 from .base import CaptureRules, DrafterClass, EngineProfile, EngineView, FlagRule, KeyRules, Subject, Translation
 from .checks import check_aux_count, check_capture, check_flags, check_keys, check_sharing, emits, finding
 from .tokenspeed import check_fc_width_ignores_target_hidden
+
+if TYPE_CHECKING:
+    from ..jsonio import JSONValue
 
 VERSION = "0.9.0"
 MODEL_TYPES = ("llama", "qwen3")
@@ -38,7 +41,7 @@ TOP_LEVEL = ("draft_vocab_size", "target_hidden_size", "eagle_aux_hidden_state_l
              "norm_output", "norm_before_residual", "speculators_config")
 
 
-def _view(config: Mapping[str, Any]) -> Translation:
+def _view(config: Mapping[str, JSONValue]) -> Translation:
     """Eagle3DraftModel reads the decoder from transformer_layer_config and the EAGLE fields from the top level."""
     layer = config.get("transformer_layer_config")
     if not isinstance(layer, Mapping):

@@ -52,7 +52,7 @@ def open_state_dict(state_dict: Mapping[str, Any], config: Any, *, duplicates: l
                       memory.tensors, {}, {}, [], memory=memory)
 
 
-def open_source(source: str | Path | Mapping[str, Any], config: object = None, *,
+def open_source(source: str | Path | Mapping[str, object], config: object = None, *,
                 allow_pickle: bool = False) -> Checkpoint:
     """A library call's source: a checkpoint directory (:func:`open_checkpoint`) or a state dict with its config."""
     require_source(source, config)
