@@ -78,7 +78,7 @@ class Verdict:
     layouts: frozenset[str] = frozenset()
 
 
-Derive = Callable[[str, Any, str], None]
+Derive = Callable[[str, object, str], None]
 """``derive(field, value, how)``: record ``field = value`` (derived from a tensor shape) unless already known."""
 
 

@@ -179,7 +179,7 @@ def push(path: str | Path | Mapping[str, object], repo_id: str, *, config: objec
             remove_tree(target)
 
 
-def _push_state_dict(state_dict: Mapping[str, object], config: Any, repo_id: str, **options: Any) -> PushReport:
+def _push_state_dict(state_dict: Mapping[str, object], config: object, repo_id: str, **options: Any) -> PushReport:
     """push() of an in-memory checkpoint: written as a directory under $TMPDIR, pushed, removed.
 
     The directory carries an owned staging name (as push's own staging copy does), so if push is killed the

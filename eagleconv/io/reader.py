@@ -35,7 +35,7 @@ SAFETENSORS_INDEX = "model.safetensors.index.json"
 PICKLE_INDEX = "pytorch_model.bin.index.json"
 
 
-def open_state_dict(state_dict: Mapping[str, Any], config: Any, *, duplicates: list[str] | None = None) -> Checkpoint:
+def open_state_dict(state_dict: Mapping[str, object], config: object, *, duplicates: list[str] | None = None) -> Checkpoint:
     """A training loop's ``(state_dict, config)`` seen as a checkpoint, without writing it anywhere.
 
     ``config``: a dict, a config.json path or a transformers ``PretrainedConfig`` (jsonio.config_dict).

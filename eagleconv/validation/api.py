@@ -331,7 +331,7 @@ def _validate(source: str | Path | Mapping[str, object], config: object = None, 
         store.close()
 
 
-def lint(config: Any, *, engines: Iterable[str] | str = ("vllm",), target: str | Path | None = None,
+def lint(config: object, *, engines: Iterable[str] | str = ("vllm",), target: str | Path | None = None,
          from_format: str | None = None, tp: int | None = None, ignore: str | Iterable[str] = ()) -> ValidationReport:
     """Check a drafter config.json alone (no tensors): what each engine will make of it.
 
@@ -342,7 +342,7 @@ def lint(config: Any, *, engines: Iterable[str] | str = ("vllm",), target: str |
     return apply_ignore(_lint(config, engines=engines, target=target, from_format=from_format, tp=tp), ignore)
 
 
-def _lint(config: Any, *, engines: Iterable[str] | str = ("vllm",), target: str | Path | None = None,
+def _lint(config: object, *, engines: Iterable[str] | str = ("vllm",), target: str | Path | None = None,
           from_format: str | None = None, tp: int | None = None) -> ValidationReport:
     path = None
     keys: list[str] = []

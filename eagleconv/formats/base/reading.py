@@ -28,6 +28,8 @@ from .renames import map_names, rename
 from .speculators_config import SpeculatorsEagle3Config
 
 if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
+
     from ...jsonio import JSONValue
     from . import Layout
 
@@ -92,7 +94,7 @@ def type_problems(layout: type[Layout], config: Mapping[str, JSONValue]) -> list
     null is left to the flag rules (some engines read a present null as false).
     """
     problems = []
-    checks: list[tuple[str, Any, str | None]] = []
+    checks: list[tuple[str, object, str | None]] = []
     for key, (test, must_be) in TOP_LEVEL_TYPES.items():
         if key in config and config[key] is not None and not test(config[key]):
             checks.append((key, config[key], must_be))
@@ -160,7 +162,7 @@ def read_drafter(layout: type[Layout], config: Mapping[str, JSONValue], tensors:
             result.add_error(f"config does not describe a valid drafter: {_short_errors(rest)}", "EC005")
         return result
 
-    def derive(key: str, value: Any, how: str) -> None:
+    def derive(key: str, value: object, how: str) -> None:
         if key not in values and value is not None:
             values[key] = value
             notes.append(f"{key} = {value} ({how})")
@@ -234,7 +236,7 @@ def read_drafter(layout: type[Layout], config: Mapping[str, JSONValue], tensors:
     return result
 
 
-def _short_errors(errors: list[Any]) -> str:
+def _short_errors(errors: list[ErrorDetails]) -> str:
     return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}" for e in errors)
 
 
@@ -244,7 +246,7 @@ def _short(exc: Exception) -> str:
     return str(exc)
 
 
-def _as_bool(value: Any, key: str) -> bool:
+def _as_bool(value: object, key: str) -> bool:
     if isinstance(value, bool):
         return value
     raise ValueError(f"{key} must be true or false, not {value!r}")
