@@ -19,7 +19,7 @@ from ..drafter import ArchitectureName, DrafterSpec
 from ..formats.base import MISSING, get_path
 
 if TYPE_CHECKING:
-    from ..jsonio import JSONValue
+    from ..jsonio import JSONObject, JSONValue
     from ..formats.base import Layout, ReadResult
     from ..report import Finding, Runner
     from ..target import TargetInfo
@@ -124,7 +124,7 @@ class EngineProfile:
 class Translation:
     """A foreign config family (speculators) rewritten into the config the engine's class reads."""
 
-    config: dict[str, Any] | None
+    config: JSONObject | None
     _: KW_ONLY
     problems: list[str] = field(default_factory=list)  # the engine raises while translating
     defaulted: dict[str, str] = field(default_factory=dict)  # flag -> why the engine filled it in
@@ -134,7 +134,7 @@ class Translation:
 class Subject:
     """What is being validated: a config, optionally with tensors, seen through a layout."""
 
-    config: dict[str, Any]
+    config: JSONObject
     _: KW_ONLY
     layout: type[Layout] | None
     read: ReadResult | None
@@ -165,7 +165,7 @@ class EngineView:
 
     profile: EngineProfile
     _: KW_ONLY
-    config: dict[str, Any]  # the config the engine's model class reads (after any translation)
+    config: JSONObject  # the config the engine's model class reads (after any translation)
     speculators: bool
     architecture: str | None  # after the engine's rewrite
     cls: DrafterClass | None

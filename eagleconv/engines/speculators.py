@@ -31,7 +31,7 @@ from .checks import check_aux_count, check_capture, check_flags, check_keys, che
 from .tokenspeed import check_fc_width_ignores_target_hidden
 
 if TYPE_CHECKING:
-    from ..jsonio import JSONValue
+    from ..jsonio import JSONObject, JSONValue
 
 VERSION = "0.9.0"
 MODEL_TYPES = ("llama", "qwen3")
@@ -47,7 +47,7 @@ def _view(config: Mapping[str, JSONValue]) -> Translation:
     if not isinstance(layer, Mapping):
         return Translation(None, problems=["no transformer_layer_config: Eagle3SpeculatorConfig builds a default Qwen3 "
                                   "decoder that does not match the weights"])
-    view: dict[str, Any] = dict(layer)
+    view: JSONObject = dict(layer)
     view.update({k: config[k] for k in TOP_LEVEL if k in config})
     view["architectures"] = ["Eagle3DraftModel"]
     problems = []
@@ -75,8 +75,8 @@ def check_verifier(subject: Subject, view: EngineView) -> list[Finding]:
     """load_verifier_weights calls AutoConfig.from_pretrained(verifier.name_or_path): None fails."""
     if not view.speculators:
         return []
-    verifier = subject.config.get("speculators_config", {}).get("verifier") \
-        if isinstance(subject.config.get("speculators_config"), Mapping) else None
+    speculators_config = subject.config.get("speculators_config")
+    verifier = speculators_config.get("verifier") if isinstance(speculators_config, Mapping) else None
     name = verifier.get("name_or_path") if isinstance(verifier, Mapping) else None
     if isinstance(name, str) and name:
         return []

@@ -26,7 +26,7 @@ from .checks import COMMON_CHECKS, check_tensor_parallel, emits, finding
 from .view import DrafterView, Fill
 
 if TYPE_CHECKING:
-    from ..jsonio import JSONValue
+    from ..jsonio import JSONObject, JSONValue
 
 K_PATHS = ("num_aux_hidden_states", "eagle_config.eagle_aux_hidden_state_layer_ids")
 
@@ -129,7 +129,7 @@ def speculators_translation(*, propagates_eagle31: bool, qwen3: bool):
             return Translation(None, problems=["no transformer_layer_config: vLLM builds the drafter config from an empty "
                                       "dict (or fails on a non-dict), so the drafter class fails on the first "
                                       "required field (hidden_size)"])
-        view: dict[str, Any] = dict(layer)
+        view: JSONObject = dict(layer)
         defaulted: dict[str, str] = {}
         view["draft_vocab_size"] = config.get("draft_vocab_size")
         if config.get("target_hidden_size") is not None:
