@@ -22,7 +22,7 @@ eagleconv's outputs in speculators 0.9.0 itself.  What its loader needs:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..report import Finding
 from .registry import register

@@ -16,7 +16,7 @@ reported (norms stay 1.0).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..canonical import expected_tensors
 from ..report import Finding
