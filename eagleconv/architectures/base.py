@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
-    from ..jsonio import JSONValue
+    from ..jsonio import JSONObject, JSONValue
     from ..synthetic import TinyDims
     from ..nn.store import WeightStore
     from ..nn.norm import NormOps
@@ -173,7 +173,7 @@ class Architecture:
         return {}
 
     @classmethod
-    def config_values(cls, spec: DecoderShape) -> dict[str, Any]:
+    def config_values(cls, spec: DecoderShape) -> JSONObject:
         """The family's canonical field values of ``spec``, for writing a config."""
         return {}
 
@@ -216,7 +216,7 @@ class Architecture:
         raise NotImplementedError
 
     @classmethod
-    def synthetic_config(cls, dims: TinyDims) -> dict[str, Any]:
+    def synthetic_config(cls, dims: TinyDims) -> JSONObject:
         """Decoder config fields (beyond the shared ones) a producer writes for this family."""
         return {}
 

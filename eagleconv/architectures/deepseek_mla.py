@@ -17,7 +17,7 @@ from . import register
 from .base import Architecture, Example, Expected, InLayout, Verdict
 
 if TYPE_CHECKING:
-    from ..jsonio import JSONValue
+    from ..jsonio import JSONObject, JSONValue
     from ..synthetic import TinyDims
     from ..nn.store import WeightStore
     from ..nn.norm import NormOps
@@ -94,7 +94,7 @@ class DeepseekMla(Architecture):
         return {"num_key_value_heads": None, "head_dim": None, "mla": MlaDims(**dims)}
 
     @classmethod
-    def config_values(cls, spec: DecoderShape) -> dict[str, Any]:
+    def config_values(cls, spec: DecoderShape) -> JSONObject:
         return spec.mla.model_dump() if spec.mla is not None else {}
 
     @classmethod
@@ -138,7 +138,7 @@ class DeepseekMla(Architecture):
         }
 
     @classmethod
-    def synthetic_config(cls, dims: TinyDims) -> dict[str, Any]:
+    def synthetic_config(cls, dims: TinyDims) -> JSONObject:
         d = dims
         return {"q_lora_rank": d.q_lora_rank, "kv_lora_rank": d.kv_lora_rank, "qk_nope_head_dim": d.qk_nope_head_dim,
                 "qk_rope_head_dim": d.qk_rope_head_dim, "v_head_dim": d.v_head_dim, "rope_theta": 50000.0,

@@ -16,7 +16,7 @@ from . import register
 from .base import Architecture, Derive, Example, Expected, InLayout, Verdict, exact_div, shape_of
 
 if TYPE_CHECKING:
-    from ..jsonio import JSONValue
+    from ..jsonio import JSONObject, JSONValue
     from ..synthetic import TinyDims
     from ..nn.store import WeightStore
     from ..nn.norm import NormOps
@@ -93,7 +93,7 @@ class Llama(Architecture):
         return {"num_key_value_heads": values.get("num_key_value_heads"), "head_dim": values.get("head_dim")}
 
     @classmethod
-    def config_values(cls, spec: DecoderShape) -> dict[str, Any]:
+    def config_values(cls, spec: DecoderShape) -> JSONObject:
         return {"num_key_value_heads": spec.num_key_value_heads, "head_dim": spec.head_dim}
 
     @classmethod
@@ -133,7 +133,7 @@ class Llama(Architecture):
         }
 
     @classmethod
-    def synthetic_config(cls, dims: TinyDims) -> dict[str, Any]:
+    def synthetic_config(cls, dims: TinyDims) -> JSONObject:
         return {"num_key_value_heads": dims.kv_heads, "head_dim": dims.head_dim, "rope_theta": 500000.0}
 
     # -- forward ------------------------------------------------------------------

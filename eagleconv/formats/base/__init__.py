@@ -41,7 +41,7 @@ from .renames import DDP_HINT, Rename, ddp_prefixed, loader_alias, map_names, re
 from .writing import spec_values, write_config  # noqa: F401
 
 if TYPE_CHECKING:
-    from ...jsonio import JSONValue
+    from ...jsonio import JSONObject, JSONValue
 
 # -- the layout class -------------------------------------------------------------
 
@@ -120,7 +120,7 @@ class Layout:
         return 0, []
 
     @classmethod
-    def extra_config(cls, spec: DrafterSpec) -> dict[str, Any]:
+    def extra_config(cls, spec: DrafterSpec) -> JSONObject:
         """Layout-owned config keys to add when writing (speculators_config...)."""
         return {}
 
