@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import FormatError, UnsafeInputError
 from ..bounds import check_config
@@ -30,6 +30,9 @@ from .tensor_store import TensorInfo
 from .checkpoint import advise_sequential, copy_range  # noqa: F401
 from .state_dict import STATE_DICT  # noqa: F401
 from .tensor_store import CHUNK_BYTES, TensorStore  # noqa: F401
+
+if TYPE_CHECKING:
+    from ..jsonio import JSONObject
 
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 PICKLE_INDEX = "pytorch_model.bin.index.json"
@@ -76,7 +79,7 @@ def _load_json_noting(path: Path, duplicates: Duplicates | None) -> Any:
     return value
 
 
-def _load_config(directory: Path, duplicates: Duplicates | None = None) -> dict[str, Any] | None:
+def _load_config(directory: Path, duplicates: Duplicates | None = None) -> JSONObject | None:
     path = directory / "config.json"
     if not os.path.lexists(path):  # a dangling or looping symlink is there, and unreadable: resolve_inside says so
         return None
