@@ -32,7 +32,7 @@ from .target import load_target, target_findings
 
 if TYPE_CHECKING:
     from ..io.tensor_store import TensorInfo
-    from ..jsonio import JSONValue
+    from ..jsonio import JSONObject, JSONValue
 
 # (on_total, on_bytes) callbacks a caller can pass to follow the numeric scan
 Progress = tuple[Callable[[int], None] | None, Callable[[int], None] | None]
@@ -104,7 +104,7 @@ def _judged(exc: EagleconvError) -> Finding:
     return Finding(code=exc.code or "EC002", severity="error", message=exc.message + where)
 
 
-def check(config: dict[str, Any], store: TensorStore | None, *, path: str | None, layout_name: str | None,
+def check(config: JSONObject, store: TensorStore | None, *, path: str | None, layout_name: str | None,
           engines: Iterable[str] | str, target: str | Path | None, tp: int | None, numeric: bool, chunk_bytes: int,
           weights_kind: str = "safetensors", metadata: Mapping[str, str] | None = None,
           progress: Progress | None = None, prior: list[Finding] | None = None) -> ValidationReport:
