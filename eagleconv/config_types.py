@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from . import architectures
+
+if TYPE_CHECKING:
+    from .jsonio import JSONValue
 
 # The fields that size a tensor: integers, and never defaulted silently (formats.base.reading notes each it derives).
 SHAPE_FIELDS = (
@@ -30,16 +33,16 @@ BOOL_FIELDS = ("fc_norm", "norm_before_fc", "norm_output", "norm_before_residual
 INT_LIST_FIELDS = ("aux_layer_ids",)
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_str_list(value: Any) -> bool:
+def _is_str_list(value: object) -> bool:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
 # top-level keys every engine reads with a fixed JSON type: key -> (test, what it must be)
-TOP_LEVEL_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
+TOP_LEVEL_TYPES: dict[str, tuple[Callable[[object], bool], str]] = {
     "architectures": (_is_str_list, "a list of strings"),
     "model_type": (lambda v: isinstance(v, str), "a string"),
     "eagle_config": (lambda v: isinstance(v, dict), "an object"),
@@ -48,11 +51,11 @@ TOP_LEVEL_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
-def _is_float(value: Any) -> bool:
+def _is_float(value: object) -> bool:
     return isinstance(value, float)
 
 
-def _is_int_or_none(value: Any) -> bool:
+def _is_int_or_none(value: object) -> bool:
     return value is None or _is_int(value)
 
 
@@ -71,7 +74,7 @@ TORCH_DTYPE_NAMES = frozenset({
 LAYER_TYPES = frozenset({"full_attention", "sliding_attention", "chunked_attention"})  # what drafters could hold
 _TORCH_DTYPE = (lambda v: v is None or (isinstance(v, str) and v in TORCH_DTYPE_NAMES),
                 'null or a torch dtype name such as "bfloat16"')
-TRANSFORMERS_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
+TRANSFORMERS_TYPES: dict[str, tuple[Callable[[object], bool], str]] = {
     **{key: (lambda v: isinstance(v, bool), "true or false") for key in (
         "tie_word_embeddings", "attention_bias", "mlp_bias", "use_cache", "use_sliding_window")},
     **{key: (_is_int, "an integer") for key in ("max_position_embeddings", "max_window_layers")},
@@ -91,7 +94,7 @@ TRANSFORMERS_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
-def transformers_type_problems(config: Mapping[str, Any]) -> list[tuple[str, str]]:
+def transformers_type_problems(config: Mapping[str, JSONValue]) -> list[tuple[str, str]]:
     """(path, message) for values transformers' AutoConfig refuses, when it is the reader of this config."""
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or model_type not in TRANSFORMERS_MODEL_TYPES \
@@ -123,7 +126,7 @@ def transformers_type_problems(config: Mapping[str, Any]) -> list[tuple[str, str
     return problems
 
 
-def wanted(key: str, value: Any) -> str | None:
+def wanted(key: str, value: object) -> str | None:
     """What a canonical field's value must be, when ``value`` is not that; None when it is fine."""
     if key in INT_FIELDS and not _is_int(value):
         return "an integer"

@@ -233,7 +233,7 @@ class _Outcome:
     unit: list[StepDivergence] = field(default_factory=list)  # the divergence with unit norm weights (upgrade)
 
 
-def _run(source: str | Path | Mapping[str, Any], destination: str | Path, *, operation: str, to: str | None,
+def _run(source: str | Path | Mapping[str, object], destination: str | Path, *, operation: str, to: str | None,
          build: Callable[[LoadedDrafter], Built], target: _OneTarget, prompts: str | Path | None,
          seed: int, measure_unit: bool, progress: StepProgress | None, sets: tuple[str, ...] = (),
          **convert_kwargs: Any) -> TransformReport:
@@ -303,7 +303,7 @@ def few_calibration_tokens(states: Calibration) -> str:
             f"{MIN_CALIBRATION_PROMPTS} (benchmarks/RESULTS.md). Capture more with --target DIR --prompts FILE")
 
 
-def upgrade(source: str | Path | Mapping[str, Any], destination: str | Path, *, config: Any = None,
+def upgrade(source: str | Path | Mapping[str, object], destination: str | Path, *, config: object = None,
             style: str = "fc_norm", fc_norm: bool = True,
             norm_output: bool = True, calibration: str | Path | None = None, target: str | Path | None = None,
             prompts: str | Path | None = None, to: str | None = None, seed: int = 0, refit: bool = True,
@@ -357,7 +357,7 @@ def upgrade(source: str | Path | Mapping[str, Any], destination: str | Path, *, 
     return report
 
 
-def downgrade(source: str | Path | Mapping[str, Any], destination: str | Path, *, config: Any = None,
+def downgrade(source: str | Path | Mapping[str, object], destination: str | Path, *, config: object = None,
               allow_lossy: bool = False,
               calibration: str | Path | None = None, target: str | Path | None = None, prompts: str | Path | None = None,
               to: str | None = None, seed: int = 0, progress: StepProgress | None = None,

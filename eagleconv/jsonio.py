@@ -224,7 +224,7 @@ def load_json(path: str | Path, max_bytes: int = MAX_JSON_BYTES, duplicates: lis
     return loads_strict(data, path, duplicates)
 
 
-def config_dict(config: Any, *, argument: str = "config", duplicates: list[str] | None = None) -> dict[str, Any]:
+def config_dict(config: object, *, argument: str = "config", duplicates: list[str] | None = None) -> dict[str, Any]:
     """A config argument as a dict, whichever form the caller holds: a mapping, a config.json path (or its
     directory), or a config object with ``to_dict()`` (a transformers ``PretrainedConfig``, as training code
     has it).  Another type is an ArgumentTypeError naming ``argument``; a file that is not a JSON object is a

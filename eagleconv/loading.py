@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .drafter import AuxConvention, DrafterSpec
 from .errors import AmbiguousLayoutError, EagleconvError, FindingsError, UsageError
@@ -61,7 +61,7 @@ class LoadedDrafter:
         self.store.close()
 
 
-def load_drafter(path: str | Path | Mapping[str, Any], *, config: Any = None, layout: str | None = None,
+def load_drafter(path: str | Path | Mapping[str, object], *, config: object = None, layout: str | None = None,
                  allow_pickle: bool = False, aux_convention: AuxConvention | None = None) -> LoadedDrafter:
     """Open ``path`` (headers only), pick its layout (detected unless given) and read its spec.
 

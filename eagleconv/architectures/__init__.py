@@ -10,10 +10,13 @@ directory, so nothing else has to list it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..registry import import_entries, registrar
 from .base import Architecture, Expected
+
+if TYPE_CHECKING:
+    from ..jsonio import JSONValue
 
 ARCHITECTURES: dict[str, type[Architecture]] = {}
 
@@ -34,7 +37,7 @@ def names() -> tuple[str, ...]:
     return tuple(ARCHITECTURES)
 
 
-def detect(model_type: object, config_keys: set[str] | Mapping[str, Any], tensor_names: set[str] = frozenset(),  # type: ignore[assignment]
+def detect(model_type: object, config_keys: set[str] | Mapping[str, JSONValue], tensor_names: set[str] = frozenset(),  # type: ignore[assignment]
            *, fallback: bool = True) -> type[Architecture] | None:
     """The family a checkpoint is, from its decoder model_type, config keys and canonical tensor names.
 

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
+    from ..jsonio import JSONObject, JSONValue
+    from ..synthetic import TinyDims
     from ..nn.store import WeightStore
     from ..nn.norm import NormOps
     from ..rope.rotary import ResolvedRope
@@ -76,7 +78,7 @@ class Verdict:
     layouts: frozenset[str] = frozenset()
 
 
-Derive = Callable[[str, Any, str], None]
+Derive = Callable[[str, object, str], None]
 """``derive(field, value, how)``: record ``field = value`` (derived from a tensor shape) unless already known."""
 
 
@@ -161,17 +163,17 @@ class Architecture:
                "from layers.0.mlp.gate_proj.weight")
 
     @classmethod
-    def missing(cls, values: Mapping[str, Any]) -> list[str]:
+    def missing(cls, values: Mapping[str, JSONValue]) -> list[str]:
         """Shape-bearing fields this family needs that are still unknown."""
         return [k for k in cls.config_fields if k not in values]
 
     @classmethod
-    def spec_fields(cls, values: Mapping[str, Any]) -> dict[str, Any]:
+    def spec_fields(cls, values: Mapping[str, JSONValue]) -> dict[str, Any]:
         """The family's DecoderShape keyword arguments from canonical field values."""
         return {}
 
     @classmethod
-    def config_values(cls, spec: DecoderShape) -> dict[str, Any]:
+    def config_values(cls, spec: DecoderShape) -> JSONObject:
         """The family's canonical field values of ``spec``, for writing a config."""
         return {}
 
@@ -202,19 +204,19 @@ class Architecture:
         return out
 
     @classmethod
-    def synthetic_mlp(cls, dims: Any, w: Callable[..., torch.Tensor]) -> dict[str, torch.Tensor]:
+    def synthetic_mlp(cls, dims: TinyDims, w: Callable[..., torch.Tensor]) -> dict[str, torch.Tensor]:
         """Seeded MLP tensors (names relative to ``mlp.``) for a tiny drafter of ``dims``."""
         return {"gate_proj.weight": w(dims.intermediate, dims.hidden), "up_proj.weight": w(dims.intermediate, dims.hidden),
                 "down_proj.weight": w(dims.hidden, dims.intermediate)}
 
     @classmethod
-    def synthetic_attention(cls, dims: Any, width: int, w: Callable[..., torch.Tensor],
+    def synthetic_attention(cls, dims: TinyDims, width: int, w: Callable[..., torch.Tensor],
                             norm: Callable[[int], torch.Tensor]) -> dict[str, torch.Tensor]:
         """Seeded attention tensors (names relative to ``self_attn.``) for a tiny drafter of ``dims``."""
         raise NotImplementedError
 
     @classmethod
-    def synthetic_config(cls, dims: Any) -> dict[str, Any]:
+    def synthetic_config(cls, dims: TinyDims) -> JSONObject:
         """Decoder config fields (beyond the shared ones) a producer writes for this family."""
         return {}
 

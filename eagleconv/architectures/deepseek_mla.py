@@ -17,6 +17,8 @@ from . import register
 from .base import Architecture, Example, Expected, InLayout, Verdict
 
 if TYPE_CHECKING:
+    from ..jsonio import JSONObject, JSONValue
+    from ..synthetic import TinyDims
     from ..nn.store import WeightStore
     from ..nn.norm import NormOps
     from ..rope.rotary import ResolvedRope
@@ -87,12 +89,12 @@ class DeepseekMla(Architecture):
         return "kv_lora_rank" in config_keys or super().claims(model_type, config_keys, names)
 
     @classmethod
-    def spec_fields(cls, values: Mapping[str, Any]) -> dict[str, Any]:
+    def spec_fields(cls, values: Mapping[str, JSONValue]) -> dict[str, Any]:
         dims: dict[str, Any] = {k: values.get(k) for k in MlaDims.model_fields}
         return {"num_key_value_heads": None, "head_dim": None, "mla": MlaDims(**dims)}
 
     @classmethod
-    def config_values(cls, spec: DecoderShape) -> dict[str, Any]:
+    def config_values(cls, spec: DecoderShape) -> JSONObject:
         return spec.mla.model_dump() if spec.mla is not None else {}
 
     @classmethod
@@ -122,7 +124,7 @@ class DeepseekMla(Architecture):
         return out
 
     @classmethod
-    def synthetic_attention(cls, dims: Any, width: int, w: Callable[..., torch.Tensor],
+    def synthetic_attention(cls, dims: TinyDims, width: int, w: Callable[..., torch.Tensor],
                             norm: Callable[[int], torch.Tensor]) -> dict[str, torch.Tensor]:
         d = dims
         return {
@@ -136,7 +138,7 @@ class DeepseekMla(Architecture):
         }
 
     @classmethod
-    def synthetic_config(cls, dims: Any) -> dict[str, Any]:
+    def synthetic_config(cls, dims: TinyDims) -> JSONObject:
         d = dims
         return {"q_lora_rank": d.q_lora_rank, "kv_lora_rank": d.kv_lora_rank, "qk_nope_head_dim": d.qk_nope_head_dim,
                 "qk_rope_head_dim": d.qk_rope_head_dim, "v_head_dim": d.v_head_dim, "rope_theta": 50000.0,

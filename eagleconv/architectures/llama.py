@@ -16,6 +16,8 @@ from . import register
 from .base import Architecture, Derive, Example, Expected, InLayout, Verdict, exact_div, shape_of
 
 if TYPE_CHECKING:
+    from ..jsonio import JSONObject, JSONValue
+    from ..synthetic import TinyDims
     from ..nn.store import WeightStore
     from ..nn.norm import NormOps
     from ..rope.rotary import ResolvedRope
@@ -87,11 +89,11 @@ class Llama(Architecture):
                                                 values.get("head_dim")), "k_proj rows / head_dim")
 
     @classmethod
-    def spec_fields(cls, values: Mapping[str, Any]) -> dict[str, Any]:
+    def spec_fields(cls, values: Mapping[str, JSONValue]) -> dict[str, Any]:
         return {"num_key_value_heads": values.get("num_key_value_heads"), "head_dim": values.get("head_dim")}
 
     @classmethod
-    def config_values(cls, spec: DecoderShape) -> dict[str, Any]:
+    def config_values(cls, spec: DecoderShape) -> JSONObject:
         return {"num_key_value_heads": spec.num_key_value_heads, "head_dim": spec.head_dim}
 
     @classmethod
@@ -120,7 +122,7 @@ class Llama(Architecture):
         return out
 
     @classmethod
-    def synthetic_attention(cls, dims: Any, width: int, w: Callable[..., torch.Tensor],
+    def synthetic_attention(cls, dims: TinyDims, width: int, w: Callable[..., torch.Tensor],
                             norm: Callable[[int], torch.Tensor]) -> dict[str, torch.Tensor]:
         d = dims
         return {
@@ -131,7 +133,7 @@ class Llama(Architecture):
         }
 
     @classmethod
-    def synthetic_config(cls, dims: Any) -> dict[str, Any]:
+    def synthetic_config(cls, dims: TinyDims) -> JSONObject:
         return {"num_key_value_heads": dims.kv_heads, "head_dim": dims.head_dim, "rope_theta": 500000.0}
 
     # -- forward ------------------------------------------------------------------

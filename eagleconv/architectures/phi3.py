@@ -16,6 +16,7 @@ from .base import Derive, Example, Expected, InLayout, Verdict, exact_div, shape
 from .llama import Llama
 
 if TYPE_CHECKING:
+    from ..synthetic import TinyDims
     from ..nn.store import WeightStore
     from ..config_fields import DecoderShape
     import torch
@@ -95,14 +96,14 @@ class Phi3(Llama):
         return out
 
     @classmethod
-    def synthetic_attention(cls, dims: Any, width: int, w: Callable[..., torch.Tensor],
+    def synthetic_attention(cls, dims: TinyDims, width: int, w: Callable[..., torch.Tensor],
                             norm: Callable[[int], torch.Tensor]) -> dict[str, torch.Tensor]:
         d = dims
         return {"qkv_proj.weight": w((d.heads + 2 * d.kv_heads) * d.head_dim, width),
                 "o_proj.weight": w(d.hidden, d.heads * d.head_dim)}
 
     @classmethod
-    def synthetic_mlp(cls, dims: Any, w: Callable[..., torch.Tensor]) -> dict[str, torch.Tensor]:
+    def synthetic_mlp(cls, dims: TinyDims, w: Callable[..., torch.Tensor]) -> dict[str, torch.Tensor]:
         return {"gate_up_proj.weight": w(2 * dims.intermediate, dims.hidden),
                 "down_proj.weight": w(dims.hidden, dims.intermediate)}
 

@@ -6,13 +6,14 @@ Source: vLLM's Eagle3 Qwen3 drafter (its differences from the Llama one).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from . import register
 from .base import Example, Expected, InLayout
 from .llama import Llama
 
 if TYPE_CHECKING:
+    from ..synthetic import TinyDims
     from ..config_fields import DecoderShape
     import torch
 
@@ -49,7 +50,7 @@ class Qwen3(Llama):
         return out
 
     @classmethod
-    def synthetic_attention(cls, dims: Any, width: int, w: Callable[..., torch.Tensor],
+    def synthetic_attention(cls, dims: TinyDims, width: int, w: Callable[..., torch.Tensor],
                             norm: Callable[[int], torch.Tensor]) -> dict[str, torch.Tensor]:
         out = super().synthetic_attention(dims, width, w, norm)
         out["q_norm.weight"] = norm(dims.head_dim)

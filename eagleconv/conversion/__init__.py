@@ -42,8 +42,8 @@ from .verify import _NumericCheck, _verify_output, plan_sources
 # Names this module held before issue 26's split, re-exported for their old import path.
 from .plan import _derive, output_findings, plan_conversion  # noqa: F401
 
-def convert(source: str | Path | Mapping[str, Any], destination: str | Path, to: str | None, *,
-            config: Any = None, from_format: str | None = None,
+def convert(source: str | Path | Mapping[str, object], destination: str | Path, to: str | None, *,
+            config: object = None, from_format: str | None = None,
             dry_run: bool = False, force: bool = False, overwrite: bool = False, drop: Iterable[str] = (),
             aux_layer_ids: Sequence[int] | None = None, aux_convention: AuxConvention = "hidden_state_index",
             verifier: str | Verifier | None = None, max_shard_size: int | None = None, allow_pickle: bool = False,

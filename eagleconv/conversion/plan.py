@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from .. import __version__
 from ..canonical import layer_indices
@@ -27,6 +28,9 @@ from ..report import ConvertReport, Finding, PlanRow
 from ..verifier import resolve_verifier
 from ..vocab import check_d2t, identity_d2t, t2d_from_target_ids
 from .transform import Transform
+
+if TYPE_CHECKING:
+    from ..jsonio import JSONObject
 
 
 def _short_name(canonical: str) -> str:
@@ -210,7 +214,7 @@ def _plan(loaded: LoadedDrafter, to: str, *, drop: Iterable[str] = (),
     if problems:
         raise ConversionError("; ".join(problems) + _downgrade_hint(dst, spec, transform), loaded.store.path)
 
-    provenance = {"layout": dst.name, "version": __version__, "converted_from": loaded.layout.name,
+    provenance: JSONObject = {"layout": dst.name, "version": __version__, "converted_from": loaded.layout.name,
                   "aux_layer_convention": dst.aux_convention_for(spec.architecture) if spec.aux.ids else None}
     config = write_config(dst, spec, provenance)
     if dst.name == loaded.layout.name:

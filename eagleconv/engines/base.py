@@ -19,6 +19,7 @@ from ..drafter import ArchitectureName, DrafterSpec
 from ..formats.base import MISSING, get_path
 
 if TYPE_CHECKING:
+    from ..jsonio import JSONObject, JSONValue
     from ..formats.base import Layout, ReadResult
     from ..report import Finding, Runner
     from ..target import TargetInfo
@@ -103,7 +104,7 @@ class EngineProfile:
     rejected_architectures: dict[str, str] = field(default_factory=dict)  # name -> what the engine does instead
     resolve_architecture: Callable[[str], str] = lambda a: a  # e.g. vLLM's EAGLEConfig 'Eagle3' prefix
     wrapped_mla_model_types: frozenset[str] | None = None  # MLA detection for a wrapped drafter config
-    speculators_view: Callable[[Mapping[str, Any]], Translation] | None = None
+    speculators_view: Callable[[Mapping[str, JSONValue]], Translation] | None = None
     shares_from_target: dict[str, str] = field(default_factory=dict)  # canonical -> "absent" | "always" | "same_width"
     tensor_parallel: bool = False
     reads_gguf: bool = False  # loads llama.cpp's one-file GGUF drafter (else its checks do not apply to one)
@@ -123,7 +124,7 @@ class EngineProfile:
 class Translation:
     """A foreign config family (speculators) rewritten into the config the engine's class reads."""
 
-    config: dict[str, Any] | None
+    config: JSONObject | None
     _: KW_ONLY
     problems: list[str] = field(default_factory=list)  # the engine raises while translating
     defaulted: dict[str, str] = field(default_factory=dict)  # flag -> why the engine filled it in
@@ -133,7 +134,7 @@ class Translation:
 class Subject:
     """What is being validated: a config, optionally with tensors, seen through a layout."""
 
-    config: dict[str, Any]
+    config: JSONObject
     _: KW_ONLY
     layout: type[Layout] | None
     read: ReadResult | None
@@ -164,7 +165,7 @@ class EngineView:
 
     profile: EngineProfile
     _: KW_ONLY
-    config: dict[str, Any]  # the config the engine's model class reads (after any translation)
+    config: JSONObject  # the config the engine's model class reads (after any translation)
     speculators: bool
     architecture: str | None  # after the engine's rewrite
     cls: DrafterClass | None
@@ -174,12 +175,12 @@ class EngineView:
     problems: list[str] = field(default_factory=list)  # translation failures (the engine raises)
 
 
-def lookup(config: Mapping[str, Any], path: str) -> Any:
+def lookup(config: Mapping[str, JSONValue], path: str) -> Any:
     value = get_path(config, path)
     return None if value is MISSING else value
 
 
-def read_flag(config: Mapping[str, Any], rule: FlagRule) -> tuple[bool, str]:
+def read_flag(config: Mapping[str, JSONValue], rule: FlagRule) -> tuple[bool, str]:
     for path in rule.paths:
         value = get_path(config, path)
         if value is None and rule.null_is_false:
@@ -189,7 +190,7 @@ def read_flag(config: Mapping[str, Any], rule: FlagRule) -> tuple[bool, str]:
     return rule.default, f"default {str(rule.default).lower()}"
 
 
-def read_aux_count(config: Mapping[str, Any], cls: DrafterClass) -> tuple[int | None, str]:
+def read_aux_count(config: Mapping[str, JSONValue], cls: DrafterClass) -> tuple[int | None, str]:
     for path in cls.aux_count_paths:
         value = lookup(config, path)
         if isinstance(value, list) and value:

@@ -9,7 +9,7 @@ branches on an engine's name.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .. import architectures
 from ..canonical import FC_NORM_NAME, expected_tensors
@@ -17,6 +17,9 @@ from ..drafter import AuxLayers
 from ..formats.base import architectures_of
 from ..report import Effect, Finding, Runner
 from .base import CaptureRules, EngineView, Subject, lookup
+
+if TYPE_CHECKING:
+    from ..jsonio import JSONObject
 
 Check = Callable[[Subject, EngineView], list[Finding]]
 
@@ -42,7 +45,7 @@ def family_of(subject: Subject) -> str | None:
         return subject.spec.architecture
     c = subject.config or {}
     layer = c.get("transformer_layer_config")
-    decoder: dict[str, Any] = layer if isinstance(layer, dict) else c
+    decoder: JSONObject = layer if isinstance(layer, dict) else c
     arch = architectures.detect(decoder.get("model_type"), decoder, fallback=False)
     return arch.name if arch is not None else None
 

@@ -19,7 +19,7 @@ profile is that converter and the runtime together:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..report import Finding
 from .registry import register
@@ -28,6 +28,9 @@ from .checks import (check_architecture, check_capture, check_flags, check_keys,
                      emits, finding)
 from .llamacpp_gguf import GGUF_CHECKS
 from .view import DrafterView, Fill, load_failures
+
+if TYPE_CHECKING:
+    from ..jsonio import JSONValue
 
 BUILD = "b11434"
 # src/llama-vocab.cpp marks these token texts end-of-generation (with eos/eot); the loop stops at one
@@ -70,7 +73,7 @@ KEYS = KeyRules(
 )
 
 
-def flattened(config: Mapping[str, Any]) -> Translation:
+def flattened(config: Mapping[str, JSONValue]) -> Translation:
     """conversion/llama.py index_tensors: a speculators config's transformer_layer_config merged over the top level
     (architectures stay the top-level ones: the converter class was already chosen from them)."""
     layer = config.get("transformer_layer_config")
@@ -79,7 +82,7 @@ def flattened(config: Mapping[str, Any]) -> Translation:
     return Translation(view)
 
 
-def _ids(view: EngineView) -> list[Any] | None:
+def _ids(view: EngineView) -> list[JSONValue] | None:
     value = lookup(view.config, "eagle_aux_hidden_state_layer_ids")
     return value if isinstance(value, list) and value else None
 
@@ -180,7 +183,7 @@ def serve(view: DrafterView) -> DrafterView:
     spec, names = view.spec, set(read.canonical)
     flags = {f: (getattr(spec.flags, f) if f in view.profile.flags or f == "use_aux_hidden_state" else False)
              for f in spec.flags.model_dump()}
-    update: dict[str, Any] = {"flags": spec.flags.model_copy(update=flags)}
+    update: dict[str, object] = {"flags": spec.flags.model_copy(update=flags)}
     view.notes.append(f"aux layers: llama.cpp extracts the input of target layers {list(view.layers)} "
                       "(llama_set_embeddings_layer_inp)")
     view.fills = {}

@@ -18,11 +18,15 @@ was run through ``llama-speculative-simple`` on the SmolLM2 pair with one field 
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from ..report import Finding
 from .base import EngineView, Subject, lookup
 from .checks import emits, finding
+
+if TYPE_CHECKING:
+    from ..jsonio import JSONValue
 
 AUX_COUNT = 3
 # config field (the GGUF layout's reading of the key) -> the GGUF key llama.cpp's loader requires
@@ -43,12 +47,12 @@ def _shapes(subject: Subject) -> dict[str, tuple[int, ...]]:
     return {read.canonical[c]: tuple(info.shape) for c, info in read.tensors.items() if c in read.canonical}
 
 
-def _int(config: dict[str, Any], key: str) -> int | None:
+def _int(config: Mapping[str, JSONValue], key: str) -> int | None:
     value = lookup(config, key)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def expected_tensors(config: dict[str, Any], names: set[str]) -> dict[str, tuple[int, ...] | None]:
+def expected_tensors(config: Mapping[str, JSONValue], names: set[str]) -> dict[str, tuple[int, ...] | None]:
     """The tensors ``load_arch_tensors`` creates for this header (row-major dims; None where a size is unknown)."""
     n, ths = _int(config, "hidden_size"), _int(config, "target_hidden_size")
     heads, kv_heads = _int(config, "num_attention_heads"), _int(config, "num_key_value_heads")

@@ -22,13 +22,16 @@ eagleconv's outputs in speculators 0.9.0 itself.  What its loader needs:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..report import Finding
 from .registry import register
 from .base import CaptureRules, DrafterClass, EngineProfile, EngineView, FlagRule, KeyRules, Subject, Translation
 from .checks import check_aux_count, check_capture, check_flags, check_keys, check_sharing, emits, finding
 from .tokenspeed import check_fc_width_ignores_target_hidden
+
+if TYPE_CHECKING:
+    from ..jsonio import JSONObject, JSONValue
 
 VERSION = "0.9.0"
 MODEL_TYPES = ("llama", "qwen3")
@@ -38,13 +41,13 @@ TOP_LEVEL = ("draft_vocab_size", "target_hidden_size", "eagle_aux_hidden_state_l
              "norm_output", "norm_before_residual", "speculators_config")
 
 
-def _view(config: Mapping[str, Any]) -> Translation:
+def _view(config: Mapping[str, JSONValue]) -> Translation:
     """Eagle3DraftModel reads the decoder from transformer_layer_config and the EAGLE fields from the top level."""
     layer = config.get("transformer_layer_config")
     if not isinstance(layer, Mapping):
         return Translation(None, problems=["no transformer_layer_config: Eagle3SpeculatorConfig builds a default Qwen3 "
                                   "decoder that does not match the weights"])
-    view: dict[str, Any] = dict(layer)
+    view: JSONObject = dict(layer)
     view.update({k: config[k] for k in TOP_LEVEL if k in config})
     view["architectures"] = ["Eagle3DraftModel"]
     problems = []
@@ -72,8 +75,8 @@ def check_verifier(subject: Subject, view: EngineView) -> list[Finding]:
     """load_verifier_weights calls AutoConfig.from_pretrained(verifier.name_or_path): None fails."""
     if not view.speculators:
         return []
-    verifier = subject.config.get("speculators_config", {}).get("verifier") \
-        if isinstance(subject.config.get("speculators_config"), Mapping) else None
+    speculators_config = subject.config.get("speculators_config")
+    verifier = speculators_config.get("verifier") if isinstance(speculators_config, Mapping) else None
     name = verifier.get("name_or_path") if isinstance(verifier, Mapping) else None
     if isinstance(name, str) and name:
         return []

@@ -16,7 +16,7 @@ reported (norms stay 1.0).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..canonical import expected_tensors
 from ..report import Finding
@@ -24,6 +24,9 @@ from .registry import register
 from .base import CaptureRules, DrafterClass, EngineProfile, EngineView, FlagRule, KeyRules, Subject, Translation
 from .checks import COMMON_CHECKS, check_tensor_parallel, emits, finding
 from .view import DrafterView, Fill
+
+if TYPE_CHECKING:
+    from ..jsonio import JSONObject, JSONValue
 
 K_PATHS = ("num_aux_hidden_states", "eagle_config.eagle_aux_hidden_state_layer_ids")
 
@@ -105,7 +108,7 @@ def speculators_translation(*, propagates_eagle31: bool, qwen3: bool):
     """``update_eagle3``: the vLLM config built from a speculators-format config."""
     arch_for = {"llama": "Eagle3LlamaForCausalLM", "qwen3": "Eagle3Qwen3ForCausalLM" if qwen3 else "Eagle3LlamaForCausalLM"}
 
-    def translate(config: Mapping[str, Any]) -> Translation:
+    def translate(config: Mapping[str, JSONValue]) -> Translation:
         kind = config.get("speculators_model_type")
         if config.get("model_type") not in (None, "speculators"):  # HFConfigParser: SpeculatorsConfig needs no model_type
             return Translation(None, problems=[f"model_type {config['model_type']!r} makes vLLM read this as a plain "
@@ -126,7 +129,7 @@ def speculators_translation(*, propagates_eagle31: bool, qwen3: bool):
             return Translation(None, problems=["no transformer_layer_config: vLLM builds the drafter config from an empty "
                                       "dict (or fails on a non-dict), so the drafter class fails on the first "
                                       "required field (hidden_size)"])
-        view: dict[str, Any] = dict(layer)
+        view: JSONObject = dict(layer)
         defaulted: dict[str, str] = {}
         view["draft_vocab_size"] = config.get("draft_vocab_size")
         if config.get("target_hidden_size") is not None:

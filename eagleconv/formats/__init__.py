@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..errors import AmbiguousLayoutError, FormatError, UsageError
 from ..registry import import_entries, registrar
@@ -19,6 +19,9 @@ from .base import Layout, Seen, bind_architectures
 from .base.reading import ReadResult, read_drafter
 from .base.renames import DDP_HINT, ddp_prefixed
 from .base.writing import write_config
+
+if TYPE_CHECKING:
+    from ..jsonio import JSONValue
 
 LAYOUTS: dict[str, type[Layout]] = {}
 
@@ -38,7 +41,7 @@ def get_layout(name: str) -> type[Layout]:
         raise UsageError(f"unknown format {name!r}; choose one of: {', '.join(LAYOUTS)}") from None
 
 
-def detect_layout(config: Mapping[str, Any] | None, names: set[str] | None, metadata: Mapping[str, str] | None = None,
+def detect_layout(config: Mapping[str, JSONValue] | None, names: set[str] | None, metadata: Mapping[str, str] | None = None,
                   weights_kind: str = "safetensors", path: str | Path | None = None) -> tuple[type[Layout], list[str]]:
     """The best-matching layout for a config plus tensor names, with the reasons.
 

@@ -10,7 +10,7 @@ Llama drafter does not size fc from the top-level ids (vllm#54526).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..drafter import DrafterSpec, Verifier
 from . import register
@@ -18,6 +18,9 @@ from .base import Seen, ConfigField, Layout, SameAs, get_path, hf_fields
 from .base.speculators_config import (  # noqa: F401 - the config model, importable from here as before issue 26
     SpeculatorsConfigBlock, SpeculatorsEagle3Config, SpeculatorsProposal, SpeculatorsVerifier,
 )
+
+if TYPE_CHECKING:
+    from ..jsonio import JSONObject
 
 
 @register
@@ -65,7 +68,7 @@ class SpeculatorsLayout(Layout):
         return {}
 
     @classmethod
-    def extra_config(cls, spec: DrafterSpec) -> dict[str, Any]:
+    def extra_config(cls, spec: DrafterSpec) -> JSONObject:
         verifier = spec.verifier or Verifier()
         return {
             "speculators_model_type": "eagle3",

@@ -63,12 +63,12 @@ def read_prompts(path: str | Path, vocab_size: int | None = None) -> list[list[i
     return prompts
 
 
-def check_prompts(data: Any, path: str | Path | None = None, vocab_size: int | None = None) -> list[list[int]]:
+def check_prompts(data: object, path: str | Path | None = None, vocab_size: int | None = None) -> list[list[int]]:
     """Prompts as every command needs them: a non-empty list of prompts, each at least one token (the target sees
     it and predicts the next, which gives the drafter's first pass its one row; nothing needs two), each token a
     non-negative integer (not a bool) and, given ``vocab_size``, inside the target's vocabulary.  Also checks
     prompts given as lists in the library; a FormatError naming ``path`` at the first violation."""
-    def show(value: Any) -> str:
+    def show(value: object) -> str:
         text = json.dumps(value, default=str)
         return text if len(text) <= 40 else text[:37] + "..."
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 
@@ -302,5 +302,5 @@ class Drafter:
             out.append("lm_head is the target's and no --target was given: seeded synthetic rows, generated in blocks")
         return out
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, str]:
         return {"compute_dtype": self.compute_dtype, "recipe": self.ops.recipe, "backend": self.ops.backend}

@@ -25,6 +25,7 @@ from ..errors import UsageError
 from .inputs import Target, run_target
 
 if TYPE_CHECKING:
+    from ..nn.attention import LayerCache
     from .protocols import TargetModel
 
 
@@ -216,7 +217,7 @@ class NativeTarget:
     def lm_head(self) -> torch.Tensor:
         return self.w.source.raw("lm_head.weight")
 
-    def layers(self, h: torch.Tensor, positions: torch.Tensor, cache: Callable[[int], Any],
+    def layers(self, h: torch.Tensor, positions: torch.Tensor, cache: Callable[[int], LayerCache | None],
                capture: Mapping[int, int]) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
         """Every decoder layer over the residual stream ``h`` [1, N, H] at ``positions`` [N], each through the
         architecture's own layer (Architecture.decoder_layer) with the cache ``cache(j)`` gives layer j (None: a

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -153,7 +153,7 @@ def _check_backend(backend: str, device: str, dtype: str) -> str | None:
     return path
 
 
-def validate_forward(path: str | Path, *, engines: Any = (), steps: int = 4, target: str | Path | None = None,
+def validate_forward(path: str | Path, *, engines: Iterable[str] | str = (), steps: int = 4, target: str | Path | None = None,
                      prompts: str | Path | None = None, seed: int = 0, dtype: str = "float32", recipe: str = "native",
                      backend: str = "torch", allow_pickle: bool = False, layout: str | None = None,
                      batch: int = 4, length: int = 8, device: str = "cpu") -> ForwardReport:

@@ -17,12 +17,17 @@ from __future__ import annotations
 import mmap
 import os
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
 
 from .._process import start_helper_thread
 from ..errors import FindingsError
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from ..loading import LoadedDrafter
 
 BLOCK_BYTES = 128 * 1024 * 1024  # compute-dtype bytes of one upcast weight block
 PACK_BYTES = 4 * 1024 * 1024  # bytes of one packed weight block (Weights(pack=True)): what packing adds to the peak
@@ -147,7 +152,7 @@ def unrunnable_dtype(name: str, dtype: str) -> str | None:
 class CheckpointSource:
     """A loaded checkpoint's tensors by canonical name, memory-mapped (io.torch_tensors), pages released on demand."""
 
-    def __init__(self, loaded: Any):
+    def __init__(self, loaded: LoadedDrafter):
         from ..io.torch_tensors import TorchTensors
 
         self._tensors = TorchTensors(loaded.store, loaded.read.canonical)
@@ -190,8 +195,8 @@ class CheckpointSource:
                 pass
 
 
-def _willneed(ranges: list[tuple[Any, int, int]]) -> None:
-    fds: dict[Any, int] = {}
+def _willneed(ranges: list[tuple[Path, int, int]]) -> None:
+    fds: dict[Path, int] = {}
     try:
         for path, start, length in ranges:
             if path not in fds:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .. import __version__
 from ..drafter import EagleFlags
@@ -156,7 +156,7 @@ def model_card(repo_id: str, inspected: InspectReport, validation: ValidationRep
     return str(card)
 
 
-def served_as(repo_id: str, engines: Any) -> list[Finding]:
+def served_as(repo_id: str, engines: Iterable[str] | str) -> list[Finding]:
     """EC041 for the name users will serve: the repo id, not the local directory validate saw.
 
     The engines' own method-detection rules run on ``repo_id`` (they read only the path).

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from ..errors import UsageError
 from ..io.hub_paths import HubRef, check_repo_id, check_revision, is_hf_url, parse_hf_url
@@ -18,7 +17,7 @@ from ._transfer import _bytes_step, _copy_files, checkpoint_files
 
 
 def pull(repo_id: str, destination: str | Path, *, revision: str | None = None, endpoint: str | None = None,
-         token: str | bool | None = None, engines: Any = ("vllm",), force: bool = False,
+         token: str | bool | None = None, engines: Iterable[str] | str = ("vllm",), force: bool = False,
          ignore: Iterable[str] = (), overwrite: bool = False, timeout: float | None = None,
          progress: Step | None = None) -> PullReport:
     """Download a drafter through the cache, verify its manifest, validate it, then copy it to ``destination``.

@@ -33,9 +33,9 @@ if TYPE_CHECKING:
     from huggingface_hub import HfApi
 
 
-def push(path: str | Path | Mapping[str, Any], repo_id: str, *, config: Any = None, revision: str | None = None,
+def push(path: str | Path | Mapping[str, object], repo_id: str, *, config: object = None, revision: str | None = None,
          create_pr: bool = False, private: bool = False, endpoint: str | None = None, token: str | bool | None = None,
-         engines: Any = ("vllm",), strict: bool = False, ignore: Iterable[str] = (), numeric: bool = True,
+         engines: Iterable[str] | str = ("vllm",), strict: bool = False, ignore: Iterable[str] = (), numeric: bool = True,
          dry_run: bool = False, stage_dir: str | Path | None = None, base_model: str | None = None,
          forward: bool = True, license: str = LICENSE, timeout: float | None = None,  # noqa: A002 - the card field
          commit_message: str | None = None, progress: Step | Progress | None = None,
@@ -179,7 +179,7 @@ def push(path: str | Path | Mapping[str, Any], repo_id: str, *, config: Any = No
             remove_tree(target)
 
 
-def _push_state_dict(state_dict: Mapping[str, Any], config: Any, repo_id: str, **options: Any) -> PushReport:
+def _push_state_dict(state_dict: Mapping[str, object], config: object, repo_id: str, **options: Any) -> PushReport:
     """push() of an in-memory checkpoint: written as a directory under $TMPDIR, pushed, removed.
 
     The directory carries an owned staging name (as push's own staging copy does), so if push is killed the

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import FormatError, UnsafeInputError
 from ..bounds import check_config
@@ -31,11 +31,14 @@ from .checkpoint import advise_sequential, copy_range  # noqa: F401
 from .state_dict import STATE_DICT  # noqa: F401
 from .tensor_store import CHUNK_BYTES, TensorStore  # noqa: F401
 
+if TYPE_CHECKING:
+    from ..jsonio import JSONObject
+
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 PICKLE_INDEX = "pytorch_model.bin.index.json"
 
 
-def open_state_dict(state_dict: Mapping[str, Any], config: Any, *, duplicates: list[str] | None = None) -> Checkpoint:
+def open_state_dict(state_dict: Mapping[str, object], config: object, *, duplicates: list[str] | None = None) -> Checkpoint:
     """A training loop's ``(state_dict, config)`` seen as a checkpoint, without writing it anywhere.
 
     ``config``: a dict, a config.json path or a transformers ``PretrainedConfig`` (jsonio.config_dict).
@@ -52,7 +55,7 @@ def open_state_dict(state_dict: Mapping[str, Any], config: Any, *, duplicates: l
                       memory.tensors, {}, {}, [], memory=memory)
 
 
-def open_source(source: str | Path | Mapping[str, Any], config: Any = None, *,
+def open_source(source: str | Path | Mapping[str, object], config: object = None, *,
                 allow_pickle: bool = False) -> Checkpoint:
     """A library call's source: a checkpoint directory (:func:`open_checkpoint`) or a state dict with its config."""
     require_source(source, config)
@@ -76,7 +79,7 @@ def _load_json_noting(path: Path, duplicates: Duplicates | None) -> Any:
     return value
 
 
-def _load_config(directory: Path, duplicates: Duplicates | None = None) -> dict[str, Any] | None:
+def _load_config(directory: Path, duplicates: Duplicates | None = None) -> JSONObject | None:
     path = directory / "config.json"
     if not os.path.lexists(path):  # a dangling or looping symlink is there, and unreadable: resolve_inside says so
         return None

@@ -15,7 +15,7 @@ from typing import Any
 ROPE_KEYS = ("rope_theta", "rope_scaling", "rope_parameters")
 
 
-def rope_kind(block: Mapping[str, object]) -> Any:  # any JSON value a config states; callers compare it
+def rope_kind(block: Mapping[str, object]) -> object:  # any JSON value a config states; callers compare it
     """The rope type a rope_scaling or rope_parameters block states (``type`` is the older spelling)."""
     return block.get("rope_type", block.get("type", "default"))
 

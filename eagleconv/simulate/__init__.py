@@ -27,13 +27,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 
 from .drafter import EngineDrafter, engine_drafter
 from .report import SimulateError, SimulateReport, accept_greedy
 
 if TYPE_CHECKING:
+    from ..bounds import ModelDims
     import torch
 
     from ..forward.native_target import NativeTarget
@@ -270,7 +271,7 @@ def _decode(rounds: _Rounds, reqs: list[_Request], K: int, tick: Callable[[int],
             [accepted_total, *per_pos])
 
 
-def _limits(prompts: list[list[int]], max_tokens: int, dims: Any) -> tuple[list[int], list[str]]:
+def _limits(prompts: list[list[int]], max_tokens: int, dims: ModelDims | None) -> tuple[list[int], list[str]]:
     """Each prompt's output length: max_tokens, or fewer where prompt + output would pass the target's
     max_position_embeddings (vLLM's max_model_len: its scheduler stops the request there, FINISHED_LENGTH_CAPPED;
     check_decode has refused a prompt that leaves no room)."""

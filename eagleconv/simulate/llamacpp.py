@@ -37,7 +37,7 @@ llama-speculative-simple's, read in the same release:
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -131,7 +131,7 @@ class _TargetFeatures:
 
 
 def decode(tgt: TargetModel, d: EngineDrafter, ids: tuple[int, ...], prompt: list[int], K: int, n_predict: int, p_min: float,
-           eog: set[int], tick: Any) -> tuple[list[int], list[Round]]:
+           eog: set[int], tick: Callable[[int], None]) -> tuple[list[int], list[Round]]:
     """llama-speculative-simple's main loop for one prompt: (the emitted tokens, every round).  ``ids``: the
     target layers in the drafter's order (llama.cpp concatenates them in target_layers order, repeats kept)."""
     import torch
@@ -167,7 +167,7 @@ def decode(tgt: TargetModel, d: EngineDrafter, ids: tuple[int, ...], prompt: lis
 
 
 def decode_server(tgt: TargetModel, d: EngineDrafter, ids: tuple[int, ...], prompt: list[int], K: int, n_predict: int, p_min: float,
-                  eog: set[int], tick: Any, n_min: int = 0, n_ctx: int | None = None) -> tuple[list[int], list[Round]]:
+                  eog: set[int], tick: Callable[[int], None], n_min: int = 0, n_ctx: int | None = None) -> tuple[list[int], list[Round]]:
     """llama-server's slot loop for one prompt (one slot, greedy): (the emitted tokens, every round).  ``n_ctx``:
     the slot's context (None: unbounded, as when prompt + n_predict fit with room to spare)."""
     import torch

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..engines import resolve_engines
 from ..engines.base import Subject
@@ -30,6 +30,10 @@ from .semantics import semantics_findings
 from .structural import flag_findings, read_findings, shape_findings, vocab_findings
 from .target import load_target, target_findings
 
+if TYPE_CHECKING:
+    from ..io.tensor_store import TensorInfo
+    from ..jsonio import JSONObject, JSONValue
+
 # (on_total, on_bytes) callbacks a caller can pass to follow the numeric scan
 Progress = tuple[Callable[[int], None] | None, Callable[[int], None] | None]
 
@@ -37,7 +41,7 @@ JUDGED_CODES = ("EC001", "EC002")  # errors about the input that are reported as
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
 
-def not_eagle3(config: Mapping[str, Any], tensors: Mapping[str, Any] | None) -> str | None:
+def not_eagle3(config: Mapping[str, JSONValue], tensors: Mapping[str, TensorInfo] | None) -> str | None:
     """Why this is an EAGLE-1/EAGLE-2 drafter (or no drafter), or None."""
     kind = config.get("speculators_model_type")
     if kind is not None and kind != "eagle3":
@@ -60,7 +64,7 @@ def not_eagle3(config: Mapping[str, Any], tensors: Mapping[str, Any] | None) -> 
 
 # -- running the checks ----------------------------------------------------------------
 
-def _flags_of(read: ReadResult | None, layout: type[Layout] | None, config: Mapping[str, Any]) -> dict[str, bool]:
+def _flags_of(read: ReadResult | None, layout: type[Layout] | None, config: Mapping[str, JSONValue]) -> dict[str, bool]:
     if read is not None and read.spec is not None:
         return read.spec.flags.model_dump()
 
@@ -100,8 +104,8 @@ def _judged(exc: EagleconvError) -> Finding:
     return Finding(code=exc.code or "EC002", severity="error", message=exc.message + where)
 
 
-def check(config: dict[str, Any], store: TensorStore | None, *, path: str | None, layout_name: str | None,
-          engines: Any, target: str | Path | None, tp: int | None, numeric: bool, chunk_bytes: int,
+def check(config: JSONObject, store: TensorStore | None, *, path: str | None, layout_name: str | None,
+          engines: Iterable[str] | str, target: str | Path | None, tp: int | None, numeric: bool, chunk_bytes: int,
           weights_kind: str = "safetensors", metadata: Mapping[str, str] | None = None,
           progress: Progress | None = None, prior: list[Finding] | None = None) -> ValidationReport:
     """Validate ``config`` (+ ``store``'s tensors when given) against ``engines``: the core of validate and lint.
@@ -222,12 +226,12 @@ def require_arguments(target: object, tp: object) -> None:
                                 f"({tp!r:.40})")
 
 
-def validate(source: str | Path | Mapping[str, Any], config: Any = None, *,
-             engines: Any = ("vllm",), target: str | Path | None = None, numeric: bool = True, tp: int | None = None,
+def validate(source: str | Path | Mapping[str, object], config: object = None, *,
+             engines: Iterable[str] | str = ("vllm",), target: str | Path | None = None, numeric: bool = True, tp: int | None = None,
              from_format: str | None = None, allow_pickle: bool = False,
              chunk_bytes: int = CHUNK_BYTES, progress: Progress | None = None,
              ignore: str | Iterable[str] = (), forward: bool = False,
-             forward_options: Mapping[str, Any] | None = None) -> ValidationReport:
+             forward_options: Mapping[str, JSONValue] | None = None) -> ValidationReport:
     """Validate a drafter checkpoint directory, or an in-memory state dict with its config, for ``engines``.
 
     ``config`` goes with a state dict only (io.reader.require_source: a mismatch is an ArgumentTypeError).
@@ -254,7 +258,7 @@ def validate(source: str | Path | Mapping[str, Any], config: Any = None, *,
     return apply_ignore(report, ignore)
 
 
-def add_forward(report: ValidationReport, path: str | Path, *, engines: Any = ("vllm",),
+def add_forward(report: ValidationReport, path: str | Path, *, engines: Iterable[str] | str = ("vllm",),
                 target: str | Path | None = None, allow_pickle: bool = False, from_format: str | None = None,
                 **options: Any) -> ValidationReport:
     """Run the reference forward on ``path`` and add its report and findings (EC070) to ``report``.
@@ -286,8 +290,8 @@ def add_forward(report: ValidationReport, path: str | Path, *, engines: Any = ("
     return report
 
 
-def _validate(source: str | Path | Mapping[str, Any], config: Any = None, *,
-              engines: Any = ("vllm",), target: str | Path | None = None, numeric: bool = True, tp: int | None = None,
+def _validate(source: str | Path | Mapping[str, object], config: object = None, *,
+              engines: Iterable[str] | str = ("vllm",), target: str | Path | None = None, numeric: bool = True, tp: int | None = None,
               from_format: str | None = None, allow_pickle: bool = False,
               chunk_bytes: int = CHUNK_BYTES, progress: Progress | None = None) -> ValidationReport:
     """Validate a drafter checkpoint directory, or an in-memory state dict with its config, for ``engines``.
@@ -327,7 +331,7 @@ def _validate(source: str | Path | Mapping[str, Any], config: Any = None, *,
         store.close()
 
 
-def lint(config: Any, *, engines: Any = ("vllm",), target: str | Path | None = None,
+def lint(config: object, *, engines: Iterable[str] | str = ("vllm",), target: str | Path | None = None,
          from_format: str | None = None, tp: int | None = None, ignore: str | Iterable[str] = ()) -> ValidationReport:
     """Check a drafter config.json alone (no tensors): what each engine will make of it.
 
@@ -338,7 +342,7 @@ def lint(config: Any, *, engines: Any = ("vllm",), target: str | Path | None = N
     return apply_ignore(_lint(config, engines=engines, target=target, from_format=from_format, tp=tp), ignore)
 
 
-def _lint(config: Any, *, engines: Any = ("vllm",), target: str | Path | None = None,
+def _lint(config: object, *, engines: Iterable[str] | str = ("vllm",), target: str | Path | None = None,
           from_format: str | None = None, tp: int | None = None) -> ValidationReport:
     path = None
     keys: list[str] = []
@@ -360,7 +364,7 @@ def _lint(config: Any, *, engines: Any = ("vllm",), target: str | Path | None = 
 DECISIVE_SCORE = 50  # config-only detection at or above this is a marker (speculators_model_type, _torchspec_version...)
 
 
-def numbering_alternatives(config: Mapping[str, Any], chosen: type[Layout], family: str) -> list[type[Layout]]:
+def numbering_alternatives(config: Mapping[str, JSONValue], chosen: type[Layout], family: str) -> list[type[Layout]]:
     """Layouts a config alone cannot rule out that number its aux ids differently from ``chosen``.
 
     A config without a layout marker is read as vLLM's (the HF-style fallback), but SpecForge writes the same
@@ -395,5 +399,5 @@ def explain_layout_doubt(report: ValidationReport, alt: ValidationReport) -> Val
     return report.model_copy(update={"findings": _dedupe_sorted(findings)})
 
 
-def _profiles(engines: Any):
+def _profiles(engines: Iterable[str] | str):
     return resolve_engines(engines)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ... import architectures
 from ...drafter import AuxConvention, DrafterSpec, EagleFlags
@@ -39,6 +39,9 @@ from .reading import (  # noqa: F401
 )
 from .renames import DDP_HINT, Rename, ddp_prefixed, loader_alias, map_names, rename  # noqa: F401
 from .writing import spec_values, write_config  # noqa: F401
+
+if TYPE_CHECKING:
+    from ...jsonio import JSONObject, JSONValue
 
 # -- the layout class -------------------------------------------------------------
 
@@ -64,7 +67,7 @@ class Seen:
     ``names`` is None when only a config is at hand (``eagleconv lint``).
     """
 
-    config: Mapping[str, Any]
+    config: Mapping[str, JSONValue]
     names: set[str] | None
     metadata: Mapping[str, str] = field(default_factory=dict)
     weights_kind: str = "safetensors"
@@ -117,7 +120,7 @@ class Layout:
         return 0, []
 
     @classmethod
-    def extra_config(cls, spec: DrafterSpec) -> dict[str, Any]:
+    def extra_config(cls, spec: DrafterSpec) -> JSONObject:
         """Layout-owned config keys to add when writing (speculators_config...)."""
         return {}
 
@@ -134,7 +137,7 @@ class Layout:
         return held.aux_convention if held is not None and held.aux_convention else cls.aux_convention  # type: ignore[return-value]
 
     @classmethod
-    def read_extra(cls, config: Mapping[str, Any]) -> dict[str, Any]:
+    def read_extra(cls, config: Mapping[str, JSONValue]) -> dict[str, Any]:
         """Layout-owned values read into the spec (the verifier...)."""
         return {}
 
@@ -166,7 +169,7 @@ def bind_architectures(layout: type[Layout]) -> type[Layout]:
 
 # -- detection helpers ------------------------------------------------------------
 
-def architectures_of(config: Mapping[str, Any]) -> list[str]:
+def architectures_of(config: Mapping[str, JSONValue]) -> list[str]:
     archs = config.get("architectures")
     return [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
 
@@ -175,7 +178,7 @@ def has_prefix(names: set[str], prefix: str) -> bool:
     return any(n.startswith(prefix) for n in names)
 
 
-def marker_score(layout: type[Layout], config: Mapping[str, Any]) -> tuple[int, list[str]]:
+def marker_score(layout: type[Layout], config: Mapping[str, JSONValue]) -> tuple[int, list[str]]:
     """Checkpoints written by eagleconv name their layout in config['eagleconv']['layout']."""
     stamp = config.get("eagleconv")
     if isinstance(stamp, Mapping) and stamp.get("layout") == layout.name:

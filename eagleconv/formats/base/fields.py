@@ -74,7 +74,7 @@ class SameAs(str):
     """A layout default that copies another field (vLLM: target_hidden_size defaults to hidden_size)."""
 
 
-def get_path(config: Mapping[str, Any], path: str) -> Any:
+def get_path(config: Mapping[str, object], path: str) -> Any:
     node: Any = config
     for part in path.split("."):
         if not isinstance(node, Mapping) or part not in node:

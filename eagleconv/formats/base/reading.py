@@ -28,6 +28,9 @@ from .renames import map_names, rename
 from .speculators_config import SpeculatorsEagle3Config
 
 if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
+
+    from ...jsonio import JSONValue
     from . import Layout
 
 @dataclass
@@ -85,13 +88,13 @@ def _numeric_defaults(layout: type[Layout], arch: type[Architecture], values: di
 
 
 
-def type_problems(layout: type[Layout], config: Mapping[str, Any]) -> list[tuple[str, str]]:
+def type_problems(layout: type[Layout], config: Mapping[str, JSONValue]) -> list[tuple[str, str]]:
     """(path, message) for config values of the wrong JSON type, at every path a field is read from.
 
     null is left to the flag rules (some engines read a present null as false).
     """
     problems = []
-    checks: list[tuple[str, Any, str | None]] = []
+    checks: list[tuple[str, object, str | None]] = []
     for key, (test, must_be) in TOP_LEVEL_TYPES.items():
         if key in config and config[key] is not None and not test(config[key]):
             checks.append((key, config[key], must_be))
@@ -110,7 +113,7 @@ def type_problems(layout: type[Layout], config: Mapping[str, Any]) -> list[tuple
     return problems + [(path, m) for path, m in transformers_type_problems(config) if path not in reported]
 
 
-def read_fields(layout: type[Layout], config: Mapping[str, Any]) -> tuple[dict[str, Any], set[str]]:
+def read_fields(layout: type[Layout], config: Mapping[str, JSONValue]) -> tuple[dict[str, Any], set[str]]:
     """Canonical field values present in ``config`` (absent fields are simply missing)."""
     values: dict[str, Any] = {}
     consumed: set[str] = set()
@@ -132,7 +135,7 @@ def config_model_for(config: dict[str, Any]) -> type[BaseModel]:
     return arch.config_model()
 
 
-def read_drafter(layout: type[Layout], config: Mapping[str, Any], tensors: Mapping[str, TensorInfo],
+def read_drafter(layout: type[Layout], config: Mapping[str, JSONValue], tensors: Mapping[str, TensorInfo],
                  *, aux_convention: AuxConvention | None = None) -> ReadResult:
     """Read a checkpoint's config and tensor table through ``layout`` into a DrafterSpec.
 
@@ -159,7 +162,7 @@ def read_drafter(layout: type[Layout], config: Mapping[str, Any], tensors: Mappi
             result.add_error(f"config does not describe a valid drafter: {_short_errors(rest)}", "EC005")
         return result
 
-    def derive(key: str, value: Any, how: str) -> None:
+    def derive(key: str, value: object, how: str) -> None:
         if key not in values and value is not None:
             values[key] = value
             notes.append(f"{key} = {value} ({how})")
@@ -233,7 +236,7 @@ def read_drafter(layout: type[Layout], config: Mapping[str, Any], tensors: Mappi
     return result
 
 
-def _short_errors(errors: list[Any]) -> str:
+def _short_errors(errors: list[ErrorDetails]) -> str:
     return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}" for e in errors)
 
 
@@ -243,14 +246,14 @@ def _short(exc: Exception) -> str:
     return str(exc)
 
 
-def _as_bool(value: Any, key: str) -> bool:
+def _as_bool(value: object, key: str) -> bool:
     if isinstance(value, bool):
         return value
     raise ValueError(f"{key} must be true or false, not {value!r}")
 
 
 def _build_spec(layout: type[Layout], arch: type[Architecture], v: dict[str, Any], t: Mapping[str, TensorInfo],
-                aux_convention: AuxConvention | None, config: Mapping[str, Any],
+                aux_convention: AuxConvention | None, config: Mapping[str, JSONValue],
                 defaulted: tuple[str, ...] = ()) -> DrafterSpec:
     ids = v.get("aux_layer_ids")
     if ids is not None and (not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids)):
@@ -300,7 +303,7 @@ def _build_spec(layout: type[Layout], arch: type[Architecture], v: dict[str, Any
     )
 
 
-def carried_keys(layout: type[Layout], config: Mapping[str, Any]) -> dict[str, Any]:
+def carried_keys(layout: type[Layout], config: Mapping[str, JSONValue]) -> dict[str, Any]:
     """Config keys no field reads and the layout does not own: carried through unchanged.
 
     Keys are relative to the layout's decoder location (the top level, or

@@ -7,7 +7,7 @@ decoder location, and the provenance stamp that lets detection recognise eagleco
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ... import architectures
 from ...drafter import DrafterSpec
@@ -15,11 +15,12 @@ from ...io.dtypes import CONFIG_DTYPE_NAMES
 from .fields import MISSING, get_path, set_path
 
 if TYPE_CHECKING:
+    from ...jsonio import JSONObject
     from . import Layout
 
-def spec_values(layout: type[Layout], spec: DrafterSpec) -> dict[str, Any]:
+def spec_values(layout: type[Layout], spec: DrafterSpec) -> JSONObject:
     """Canonical field values of ``spec`` as ``layout`` writes them (aux ids in its convention)."""
-    v: dict[str, Any] = {
+    v: JSONObject = {
         "model_type": layout.model_types.get(spec.model_type, spec.model_type),
         "hidden_size": spec.hidden_size,
         "num_hidden_layers": spec.num_hidden_layers,
@@ -43,9 +44,9 @@ def spec_values(layout: type[Layout], spec: DrafterSpec) -> dict[str, Any]:
     return {k: val for k, val in v.items() if val is not None}
 
 
-def write_config(layout: type[Layout], spec: DrafterSpec, provenance: dict[str, Any]) -> dict[str, Any]:
+def write_config(layout: type[Layout], spec: DrafterSpec, provenance: JSONObject) -> JSONObject:
     """Render ``spec`` as ``layout``'s config.json (every synonym path the layout lists is written)."""
-    config: dict[str, Any] = {"architectures": list(layout.architectures[spec.architecture])}
+    config: JSONObject = {"architectures": list(layout.architectures[spec.architecture])}
     values = spec_values(layout, spec)
     for key, cf in layout.fields.items():
         if key in values:
