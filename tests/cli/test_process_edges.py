@@ -12,16 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.support.signals import default_signals  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
        "COLUMNS": "200", "HF_HUB_OFFLINE": "1"}
-
-
-def _default_signals() -> None:
-    """In the child: SIGINT/SIGHUP as a terminal would deliver them (a background test runner may ignore them)."""
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
 
 
 def outputs(directory: Path) -> dict[str, bytes]:
@@ -40,7 +35,7 @@ def test_a_closed_standard_stream_breaks_nothing(drafter, tmp_path, closed, as_j
     src, dst = drafter(producer="vllm"), tmp_path / "out"
 
     def close_it() -> None:
-        _default_signals()
+        default_signals()
         os.close(closed)
 
     keep = {0: {}, 1: {"stderr": subprocess.PIPE}, 2: {"stdout": subprocess.PIPE}}[closed]
@@ -100,7 +95,7 @@ CODES = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 def _signal_child(script: str, flag: Path, args: list[str], sig: int, delay: float) -> subprocess.CompletedProcess:
     argv = [sys.executable, "-c", script, str(flag), *args]
     child = subprocess.Popen(argv, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             preexec_fn=_default_signals)
+                             preexec_fn=default_signals)
     deadline = time.monotonic() + 60
     while not (flag.exists() and flag.read_text()):
         assert child.poll() is None, child.communicate()
@@ -151,7 +146,7 @@ def test_an_ignored_sighup_stays_ignored(drafter, tmp_path):
     argv = [sys.executable, "-c", _FLAGGED_ENTRY, str(flag), "convert", str(src), str(dst), "--to", "vllm"]
 
     def nohup() -> None:
-        _default_signals()
+        default_signals()
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
     child = subprocess.Popen(argv, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -169,7 +164,7 @@ def test_an_ignored_sighup_stays_ignored(drafter, tmp_path):
 
 def run_bytes(*args: bytes | str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess:
     argv = [os.fsencode(sys.executable), b"-m", b"eagleconv", *(os.fsencode(a) for a in args)]
-    return subprocess.run(argv, env=ENV, capture_output=True, timeout=120, cwd=cwd, preexec_fn=_default_signals)
+    return subprocess.run(argv, env=ENV, capture_output=True, timeout=120, cwd=cwd, preexec_fn=default_signals)
 
 
 def test_a_destination_that_is_not_utf8_is_reported_escaped_under_json(drafter, tmp_path):
@@ -237,7 +232,7 @@ def test_a_full_stdout_is_one_line_exit_2_and_the_destination_stays_whole(drafte
     with open("/dev/full", "w") as full:
         result = subprocess.run([sys.executable, "-m", "eagleconv", "convert", str(src), str(dst), "--to", "vllm",
                                  *(["--json"] if as_json else [])], stdout=full, stderr=subprocess.PIPE, text=True,
-                                env=ENV, timeout=120, preexec_fn=_default_signals)
+                                env=ENV, timeout=120, preexec_fn=default_signals)
     assert result.returncode == 2, result.stderr
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
     assert result.stderr.startswith("eagleconv: error: stdout: ") and "No space left" in result.stderr

@@ -22,6 +22,7 @@ import pytest
 from eagleconv.hub import PullReport, PushReport
 from tests.support.fake_hub import TOKEN, Repo
 from tests.support.hub import good, hub, push_json, run  # noqa: F401 - the loopback Hub fixture
+from tests.support.signals import default_signals  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -56,7 +57,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 def _signal_parked_push(args: list[str], flag: Path, where: str, sig: int, env: dict[str, str]) -> int:
     child = subprocess.Popen([sys.executable, "-c", _PARKED_PUSH, str(flag), where, *args], env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_signals)
     deadline = time.monotonic() + 120
     while not (flag.exists() and flag.read_text()):
         assert child.poll() is None, child.communicate()

@@ -16,6 +16,7 @@ from eagleconv import convert
 from eagleconv.errors import UsageError
 from tests.conftest import read_json
 from tests.support.files import debris
+from tests.support.signals import default_signals  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -58,7 +59,8 @@ def _interrupt_parked_writer(args: list[str], flag: Path, sig: int) -> subproces
     staging directory exists and no helper thread can take the signal) and wait for it to exit."""
     argv = [sys.executable, "-c", _PARKED_CHILD, str(flag), *args]
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=default_signals)
     deadline = time.monotonic() + 60
     while not flag.exists():
         assert child.poll() is None, child.communicate()
