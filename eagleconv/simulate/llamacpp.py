@@ -5,7 +5,8 @@ What differs from vLLM's proposer (``eagleconv.simulate``), read in llama.cpp b1
 
 * the prompt's last token is not sampled first: the target evaluates ``prompt[:-1]``, the drafter drafts from
   (``prompt[-1]``, the features of ``prompt[:-1]``), and the first target sample is verified together with
-  that draft;
+  that draft; a one-token prompt has no features to draft from, so its first round verifies an empty draft
+  (llama.cpp logs ``decode: n_tokens == 0`` for the empty prefill and goes on);
 * a draft is K = ``--spec-draft-n-max`` greedy top-1 tokens (a top-k 10 sampler, ``cur_p->data[0]``), cut
   short when the top token's probability (softmax over those 10) is under ``--spec-draft-p-min`` (default 0.0:
   never), then truncated to ``n_predict - generated - 1`` when that is positive (at 0 it is *not* truncated);
@@ -145,7 +146,9 @@ def decode(tgt: TargetModel, d: EngineDrafter, ids: tuple[int, ...], prompt: lis
     done = 0
     while True:
         n_draft_max = max(n_predict - done - 1, 0)
-        draft, top2 = draft_round(d, seq, aux, K, p_min)
+        # a one-token prompt leaves nothing to prefill: the drafter has no target features yet (eagle3's deferred
+        # boundary is unset), so llama.cpp's first round verifies an empty draft ("accepted 0/0")
+        draft, top2 = draft_round(d, seq, aux, K, p_min) if aux is not None else ([], [])
         if n_draft_max > 0:
             draft = draft[:n_draft_max]
         greedy, new_aux = target(seq, [seq[-1], *draft], len(seq) - 1)

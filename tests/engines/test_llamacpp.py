@@ -154,6 +154,20 @@ def test_first_draft_is_made_from_the_prompts_last_token(sim):
         [p[0][0] for p in sim.drafts] == [t[0] for t in sim.tokens]
 
 
+def test_a_one_token_prompt_verifies_an_empty_draft_first(server):
+    """With nothing to prefill, llama-speculative-simple has no target features to draft from: its first round
+    verifies an empty draft ("decode: n_tokens == 0", then "accepted 0/0" in b11434's log), after which it stands
+    where llama-server stands after the prompt: the first sampled token, the prompt's features."""
+    from eagleconv.simulate import simulate
+    one = [[PROMPTS[0][0]]]
+    simple = simulate(PAIR / "eagle3", PAIR / "target", one, num_speculative_tokens=3, max_tokens=16,
+                      engine="llama.cpp", llamacpp_loop="simple")
+    srv = simulate(PAIR / "eagle3", PAIR / "target", one, num_speculative_tokens=3, max_tokens=16, engine="llama.cpp")
+    assert simple.drafts[0][0] == [] and simple.tokens[0][0] == srv.tokens[0][0]
+    assert simple.drafts[0][1:4] == srv.drafts[0][:3] and any(simple.drafts[0][1:4])
+    assert simple.num_draft_tokens == sum(len(d) for d in simple.drafts[0])
+
+
 @pytest.fixture(scope="module")
 def server():
     from eagleconv.simulate import simulate
@@ -261,3 +275,28 @@ def test_trace_parser_reads_llama_speculative_simples_log():
     assert [r["emitted"] for r in trace["rounds"]] == [[198, 3725], [38]]
     assert trace["rounds"][0]["top2"][1] == [3725, 0.729, 57, 0.184]
     assert (trace["n_predict"], trace["n_drafted"], trace["n_accept"]) == (3, 2, 1)
+
+
+@pytest.mark.skipif(_build() is None, reason="no cached llama.cpp b11434 build (.ci/llamacpp-env builds it, ~35 min)")
+@pytest.mark.skipif(_smollm2() is None, reason="no SmolLM2 pair (.ci/smollm2 builds it)")
+def test_one_token_prompt_equals_real_llama_speculative_simple(tmp_path):
+    """The empty first round, checked against the binary: every draft, every emitted token and the counters."""
+    from tokenizers import Tokenizer
+
+    sys.path.insert(0, str(REPO / ".ci"))
+    from llamacpp_parity import compare, simulate_case, speculative_simple, their_gguf
+
+    build, pair = _build(), _smollm2()
+    assert build is not None and pair is not None
+    text = "Once"
+    prompt = Tokenizer.from_file(str(pair / "target" / "tokenizer.json")).encode(text).ids
+    assert len(prompt) == 1, prompt
+    target = pair / "llamacpp-target-f32.gguf"  # written by .ci/llamacpp-parity; made here when absent
+    if not target.exists():
+        target, err = their_gguf(build, pair / "target", pair / "target", tmp_path / "target.gguf")
+        assert target is not None, err
+    draft = tmp_path / "eagle3.gguf"
+    eagleconv.convert(pair / "eagle3", draft, "gguf", target=pair / "target", outtype="f32")
+    trace = speculative_simple(build, target, draft, text, 8, tmp_path)
+    assert "error" not in trace and trace["rounds"][0]["draft"] == [], trace
+    assert compare(simulate_case(pair / "eagle3", pair / "target", [prompt], 8), [trace]) == []
