@@ -123,7 +123,8 @@ class Rope(_Frozen):
     attn_factor: float | None = None
     extrapolation_factor: float | None = None
     interleaved: bool = Field(False, description="GPT-J pairwise rotation (MLA) instead of neox halves")
-    stated: dict[str, Any] = Field(default_factory=dict, description="the stated rope in both spellings, equal: rope_theta + rope_scaling and rope_parameters")
+    stated: dict[str, Any] = Field(default_factory=dict, description="the stated rope in both spellings, equal: "
+                                   "rope_theta + rope_scaling and rope_parameters")
 
     @classmethod
     def from_config(cls, stated: dict[str, Any], *, interleaved: bool = False, theta: float | None = None) -> Rope:

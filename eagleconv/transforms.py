@@ -159,8 +159,8 @@ def output_norm_refit(pre: torch.Tensor, norm: torch.Tensor, lm_head: torch.Tens
     """norm_output's compensation: (norm.weight', lm_head', residual before, after), float64.
 
     ``pre`` [N, H]: the source's pre-norm states (what EAGLE-3 feeds back).  norm.weight' makes
-    rms(pre) * norm.weight' ~= pre (least squares, each token by its relative error); lm_head' = lm_head * norm.weight / norm.weight' column-wise, so
-    lm_head'(rms(pre) * norm.weight') == lm_head(rms(pre) * norm.weight): the logits do not change.
+    rms(pre) * norm.weight' ~= pre (least squares, each token by its relative error);
+    lm_head' = lm_head * norm.weight / norm.weight' column-wise, so lm_head'(rms(pre) * norm.weight') == lm_head(rms(pre) * norm.weight): the logits do not change.
     """
     import torch
 
@@ -281,8 +281,8 @@ def plan_upgrade(loaded: LoadedDrafter, *, style: Style = "fc_norm", fc_norm: bo
             plan.new_tensors[name] = stored
             transform.computed[name] = _computed(name, stored, f"new {style} weight: {how}")
         plan.unit_variant = {n: spec.arch.unit_norm(*t.shape, dtype=t.dtype) for n, t in plan.new_tensors.items()}
-        changes.append((f"add {style} ({'one RMSNorm per aux state' if style == 'fc_norm' else 'one RMSNorm over the concatenation'}), "
-                        f"weights {plan.initialisation}", False))
+        what = "one RMSNorm per aux state" if style == "fc_norm" else "one RMSNorm over the concatenation"
+        changes.append((f"add {style} ({what}), weights {plan.initialisation}", False))
         if calibration is not None and refit:
             _refit_fc(loaded, plan, calibration, style, [spec.arch.norm_scale(plan.new_tensors[n]) for n in weights])
     if norm_output and not flags.norm_output:

@@ -37,7 +37,8 @@ def names() -> tuple[str, ...]:
     return tuple(ARCHITECTURES)
 
 
-def detect(model_type: object, config_keys: set[str] | Mapping[str, JSONValue], tensor_names: set[str] = frozenset(),  # type: ignore[assignment]
+def detect(model_type: object, config_keys: set[str] | Mapping[str, JSONValue],
+           tensor_names: set[str] = frozenset(),  # type: ignore[assignment]
            *, fallback: bool = True) -> type[Architecture] | None:
     """The family a checkpoint is, from its decoder model_type, config keys and canonical tensor names.
 

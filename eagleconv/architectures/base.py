@@ -222,8 +222,8 @@ class Architecture:
 
     # -- forward ------------------------------------------------------------------
     @classmethod
-    def attention(cls, u: torch.Tensor, pos: torch.Tensor, cache: LayerCache | None, w: WeightStore, p: str, spec: DecoderShape, rope: ResolvedRope,
-                  ops: NormOps, eps: float) -> tuple[torch.Tensor, LayerCache]:
+    def attention(cls, u: torch.Tensor, pos: torch.Tensor, cache: LayerCache | None, w: WeightStore, p: str,
+                  spec: DecoderShape, rope: ResolvedRope, ops: NormOps, eps: float) -> tuple[torch.Tensor, LayerCache]:
         """The reference forward's self-attention of one decoder layer (``p`` = "layers.N.").
 
         ``u`` [B, n, in] (layer 0: cat(embeds, hidden), 2H wide), ``pos`` [n], ``cache`` the layer's
@@ -270,8 +270,9 @@ class Architecture:
         return ops.fused_add_rms_norm(x, residual, cls.norm_scale(w.get(name)), eps)
 
     @classmethod
-    def decoder_layer(cls, u: torch.Tensor, residual: torch.Tensor, pos: torch.Tensor, cache: LayerCache | None, w: WeightStore, p: str,
-                      spec: DecoderShape, rope: ResolvedRope, ops: NormOps, eps: float) -> tuple[torch.Tensor, torch.Tensor, LayerCache]:
+    def decoder_layer(cls, u: torch.Tensor, residual: torch.Tensor, pos: torch.Tensor, cache: LayerCache | None,
+                      w: WeightStore, p: str, spec: DecoderShape, rope: ResolvedRope, ops: NormOps,
+                      eps: float) -> tuple[torch.Tensor, torch.Tensor, LayerCache]:
         """One decoder layer after its input norm, as vLLM's: attention over ``cache``, the residual add with
         post_attention_layernorm, the MLP.  Returns (MLP output, residual stream, new cache); the next layer's
         input norm adds the two (:meth:`add_rms_norm`).  The drafter's forward, the native target's, and the

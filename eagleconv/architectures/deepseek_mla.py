@@ -147,8 +147,8 @@ class DeepseekMla(Architecture):
 
     # -- forward ------------------------------------------------------------------
     @classmethod
-    def attention(cls, u: torch.Tensor, pos: torch.Tensor, cache: LayerCache | None, w: WeightStore, p: str, spec: DecoderShape, rope: ResolvedRope,
-                  ops: NormOps, eps: float) -> tuple[torch.Tensor, LayerCache]:
+    def attention(cls, u: torch.Tensor, pos: torch.Tensor, cache: LayerCache | None, w: WeightStore, p: str,
+                  spec: DecoderShape, rope: ResolvedRope, ops: NormOps, eps: float) -> tuple[torch.Tensor, LayerCache]:
         """Multi-head latent attention, expanded form (vLLM's absorbed form differs by rounding only)."""
         import torch
 

@@ -72,9 +72,10 @@ class Llama(Architecture):
         Example("automodel-llama-eagle31", "automodel", eagle31=True),
         Example("modelopt-llama-eagle3", "modelopt"),
     )
-    verdicts: ClassVar[tuple[Verdict, ...]] = (Verdict("vllm 0.32", frozenset({"EC003", "EC040"}), "vLLM cannot serve Automodel's raw layout "
-                        "(model.-prefixed names, LlamaEagle3DraftModel): that is why Automodel ships serve_vllm",
-                        layouts=frozenset({"automodel"})),)
+    verdicts: ClassVar[tuple[Verdict, ...]] = (
+        Verdict("vllm 0.32", frozenset({"EC003", "EC040"}), "vLLM cannot serve Automodel's raw layout "
+                "(model.-prefixed names, LlamaEagle3DraftModel): that is why Automodel ships serve_vllm",
+                layouts=frozenset({"automodel"})),)
 
     @classmethod
     def config_model(cls) -> type[BaseModel]:
@@ -140,15 +141,16 @@ class Llama(Architecture):
     qk_norm: ClassVar[bool] = False  # Qwen3: RMSNorm on each query and key head before RoPE
 
     @classmethod
-    def project_qkv(cls, u: torch.Tensor, w: WeightStore, a: str, spec: DecoderShape) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def project_qkv(cls, u: torch.Tensor, w: WeightStore, a: str,
+                    spec: DecoderShape) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q [B, n, heads x head_dim], k and v [B, n, kv_heads x head_dim] of the layer input (``a`` =
         "layers.N.self_attn."): three projections here; a fused family splits one."""
         return (w.linear(u, a + "q_proj.weight", a + "q_proj.bias"), w.linear(u, a + "k_proj.weight", a + "k_proj.bias"),
                 w.linear(u, a + "v_proj.weight", a + "v_proj.bias"))
 
     @classmethod
-    def attention(cls, u: torch.Tensor, pos: torch.Tensor, cache: LayerCache | None, w: WeightStore, p: str, spec: DecoderShape, rope: ResolvedRope,
-                  ops: NormOps, eps: float) -> tuple[torch.Tensor, LayerCache]:
+    def attention(cls, u: torch.Tensor, pos: torch.Tensor, cache: LayerCache | None, w: WeightStore, p: str,
+                  spec: DecoderShape, rope: ResolvedRope, ops: NormOps, eps: float) -> tuple[torch.Tensor, LayerCache]:
         """GQA with neox RoPE over the drafter's KV cache (vLLM: llama_eagle3.py, LlamaAttention)."""
         from ..nn.attention import attend_cache, extend
         from ..rope.rotary import cos_sin, rotate_neox

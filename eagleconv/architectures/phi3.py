@@ -109,7 +109,8 @@ class Phi3(Llama):
 
     # -- forward ------------------------------------------------------------------
     @classmethod
-    def project_qkv(cls, u: torch.Tensor, w: WeightStore, a: str, spec: DecoderShape) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def project_qkv(cls, u: torch.Tensor, w: WeightStore, a: str,
+                    spec: DecoderShape) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         q, k, v = w.linear(u, a + "qkv_proj.weight", a + "qkv_proj.bias").split(_qkv_rows(spec), dim=-1)
         return q, k, v
 

@@ -31,7 +31,8 @@ def _calibration_option(command: str) -> Callable[[F], F]:
 
 
 _SHARED_OPTIONS = (
-    click.option("--target", type=click.Path(path_type=str), help="Target model directory to capture aux states from (with --calibration: only lends the "
+    click.option("--target", type=click.Path(path_type=str),
+                 help="Target model directory to capture aux states from (with --calibration: only lends the "
                       "embedding / LM head rows the drafter borrows)."),
     click.option("--prompts", type=click.Path(path_type=str), help="JSON list of token-id lists to run the target on."),
     click.option("--to", "to", type=click.Choice(FORMATS), help="Destination layout (default: the source's)."),

@@ -191,8 +191,8 @@ def _plan(loaded: LoadedDrafter, to: str, *, drop: Iterable[str] = (),
             problems.append(f"computed {canonical} and {dest_names[dest]} would both be written as {dest}")
             continue
         dest_names[dest] = canonical
-        plan.append(PlanRow(source=read.canonical.get(canonical), destination=dest, shape=list(new.shape), dtype=new.dtype, action="computed",
-                            reason=new.reason))
+        plan.append(PlanRow(source=read.canonical.get(canonical), destination=dest, shape=list(new.shape),
+                            dtype=new.dtype, action="computed", reason=new.reason))
         out.append(OutputTensor(dest, new.dtype, new.shape, len(new.data), _bytes_writer(new.data)))
 
     present = (set(read.tensors) | set(computed)) - set(removed) - {

@@ -221,7 +221,8 @@ def engine_view(profile: EngineProfile, subject: Subject) -> EngineView:
     flags: dict[str, tuple[bool, str]] = {}
     for flag, rule in profile.flags.items():
         if cls is not None and flag in cls.ignores_flags:
-            flags[flag] = (cls.ignores_flags[flag], f"{cls.name} does not read it and behaves as {str(cls.ignores_flags[flag]).lower()}")
+            behaves = cls.ignores_flags[flag]
+            flags[flag] = (behaves, f"{cls.name} does not read it and behaves as {str(behaves).lower()}")
         elif flag in defaulted:
             flags[flag] = (read_flag(config, rule)[0], defaulted[flag])
         else:

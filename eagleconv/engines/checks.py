@@ -109,7 +109,8 @@ def check_architecture(subject: Subject, view: EngineView) -> list[Finding]:
         out.append(finding(view, "EC040", "error", f"{view.architecture} makes {p.label} build {view.cls.name}, a "
                            f"{view.cls.family} drafter, but this checkpoint is a {family} drafter; its "
                            f"{'MLA ' if architectures.get(family).mla else ''}tensors do not fit", effect="load_fails"))
-    if view.cls.family is not None and architectures.get(view.cls.family).mla and not view.speculators and p.wrapped_mla_model_types is not None:
+    if view.cls.family is not None and architectures.get(view.cls.family).mla and not view.speculators \
+            and p.wrapped_mla_model_types is not None:
         model_type = view.config.get("model_type")
         if not isinstance(model_type, str) or model_type not in p.wrapped_mla_model_types \
                 or view.config.get("kv_lora_rank") is None:
@@ -349,7 +350,8 @@ def check_keys(subject: Subject, view: EngineView) -> list[Finding]:
                                    effect="load_fails" if unknown_policy == "raise" else "ignored"))
             elif int(m.group(1)) >= k:
                 out.append(finding(view, "EC050", "error", f"{stored}: {label} builds fc_norm.0..{k - 1} for K = {k}; "
-                                   f"fc_norm.{m.group(1)} {'makes loading raise' if unknown_policy == 'raise' else 'is silently ignored'}",
+                                   f"fc_norm.{m.group(1)} "
+                                   f"{'makes loading raise' if unknown_policy == 'raise' else 'is silently ignored'}",
                                    stored, effect="load_fails" if unknown_policy == "raise" else "ignored"))
             continue
         if name == "input_norm.weight" and not norm_before_fc and cls.skips_input_norm:

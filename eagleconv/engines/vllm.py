@@ -228,7 +228,8 @@ def _profile(version: str, summary: str, *, qwen3: bool, propagates_eagle31: boo
     if qwen3:
         classes.update({n: QWEN3 for n in QWEN3_NAMES})
     deepseek = DEEPSEEK if deepseek_unknown == "raise" else DrafterClass(
-        DEEPSEEK.name, family="deepseek_mla", aux_count_paths=K_PATHS, ignores_flags=DEEPSEEK.ignores_flags, skips_input_norm=False, unknown_keys="ignore")
+        DEEPSEEK.name, family="deepseek_mla", aux_count_paths=K_PATHS, ignores_flags=DEEPSEEK.ignores_flags,
+        skips_input_norm=False, unknown_keys="ignore")
     classes.update({n: deepseek for n in DEEPSEEK_NAMES})
     return EngineProfile(
         engine="vllm", version=version, summary=summary, flags=FLAGS, classes=classes, capture=capture, keys=keys,

@@ -157,7 +157,8 @@ class CheckpointSource:
 
         self._tensors = TorchTensors(loaded.store, loaded.read.canonical)
         self._path = str(getattr(loaded.store, "path", "") or "") or None
-        self._unrunnable = {name: why for name in self._tensors if (why := unrunnable_dtype(name, self._tensors.info(name).dtype))}
+        self._unrunnable = {name: why for name in self._tensors
+                            if (why := unrunnable_dtype(name, self._tensors.info(name).dtype))}
 
     def names(self) -> set[str]:
         return set(self._tensors)

@@ -22,7 +22,8 @@ from ..jsonio import load_json
 from ..validation import validate
 from ..validation.api import add_forward, apply_ignore
 from ._base import (CARD, HASHING, HubError, LICENSE, MANIFEST, ManifestEntry, Progress, PushReport, RemoteFile,
-                    SCANNING, STAGING, Step, TMP_STAGE, TMP_STATE_DICT, UPLOADING, WEIGHT_SUFFIXES, _endpoint, _hub_error, offline)
+                    SCANNING, STAGING, Step, TMP_STAGE, TMP_STATE_DICT, UPLOADING, WEIGHT_SUFFIXES, _endpoint,
+                    _hub_error, offline)
 from ._evaluation import read_acceptance
 from ._card import model_card, publish_findings, serve_command, served_as, speculative_tokens, verifier_of
 from ._manifest import _hash_file, build_manifest, manifest_json, verify_manifest
@@ -375,8 +376,8 @@ def _upload(result: PushReport, staged: Path, entries: Sequence[ManifestEntry], 
     result.parent_commit = parent
     uploading = {e.path for e in entries} | {MANIFEST}
     result.deleted = sorted(f.path for f in before if f.path not in uploading and f.path.endswith(WEIGHT_SUFFIXES))
-    operations: list[CommitOperationAdd | CommitOperationDelete] = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(staged / name))
-                             for name in sorted(uploading)]
+    operations: list[CommitOperationAdd | CommitOperationDelete] = [
+        CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(staged / name)) for name in sorted(uploading)]
     operations += [CommitOperationDelete(path_in_repo=name) for name in result.deleted]
     message = commit_message or f"eagleconv {__version__}: validated drafter ({', '.join(result.validation.engines)})"
     manifest_entry, manifest_git = build_manifest(staged, [MANIFEST])

@@ -169,7 +169,8 @@ def read_header(path: str | Path, max_header_bytes: int = MAX_HEADER_BYTES) -> S
     return parse_header_bytes(path, prefix, header, file_size)
 
 
-def build_header(entries: list[tuple[str, str, tuple[int, ...], int]], metadata: dict[str, str] | None) -> tuple[bytes, list[int]]:
+def build_header(entries: list[tuple[str, str, tuple[int, ...], int]],
+                 metadata: dict[str, str] | None) -> tuple[bytes, list[int]]:
     """Serialise a header for tensors written in the given order.
 
     ``entries`` are (name, dtype, shape, nbytes).  Returns the full prefix

@@ -131,8 +131,8 @@ class _TargetFeatures:
         return greedy[start:], torch.cat([full[i] for i in self.ids], -1)[start:]
 
 
-def decode(tgt: TargetModel, d: EngineDrafter, ids: tuple[int, ...], prompt: list[int], K: int, n_predict: int, p_min: float,
-           eog: set[int], tick: Callable[[int], None]) -> tuple[list[int], list[Round]]:
+def decode(tgt: TargetModel, d: EngineDrafter, ids: tuple[int, ...], prompt: list[int], K: int, n_predict: int,
+           p_min: float, eog: set[int], tick: Callable[[int], None]) -> tuple[list[int], list[Round]]:
     """llama-speculative-simple's main loop for one prompt: (the emitted tokens, every round).  ``ids``: the
     target layers in the drafter's order (llama.cpp concatenates them in target_layers order, repeats kept)."""
     import torch
@@ -169,8 +169,9 @@ def decode(tgt: TargetModel, d: EngineDrafter, ids: tuple[int, ...], prompt: lis
             return out, rounds
 
 
-def decode_server(tgt: TargetModel, d: EngineDrafter, ids: tuple[int, ...], prompt: list[int], K: int, n_predict: int, p_min: float,
-                  eog: set[int], tick: Callable[[int], None], n_min: int = 0, n_ctx: int | None = None) -> tuple[list[int], list[Round]]:
+def decode_server(tgt: TargetModel, d: EngineDrafter, ids: tuple[int, ...], prompt: list[int], K: int, n_predict: int,
+                  p_min: float, eog: set[int], tick: Callable[[int], None], n_min: int = 0,
+                  n_ctx: int | None = None) -> tuple[list[int], list[Round]]:
     """llama-server's slot loop for one prompt (one slot, greedy): (the emitted tokens, every round).  ``n_ctx``:
     the slot's context (None: unbounded, as when prompt + n_predict fit with room to spare)."""
     import torch

@@ -227,8 +227,8 @@ def require_arguments(target: object, tp: object) -> None:
 
 
 def validate(source: str | Path | Mapping[str, object], config: object = None, *,
-             engines: Iterable[str] | str = ("vllm",), target: str | Path | None = None, numeric: bool = True, tp: int | None = None,
-             from_format: str | None = None, allow_pickle: bool = False,
+             engines: Iterable[str] | str = ("vllm",), target: str | Path | None = None, numeric: bool = True,
+             tp: int | None = None, from_format: str | None = None, allow_pickle: bool = False,
              chunk_bytes: int = CHUNK_BYTES, progress: Progress | None = None,
              ignore: str | Iterable[str] = (), forward: bool = False,
              forward_options: Mapping[str, JSONValue] | None = None) -> ValidationReport:
@@ -291,8 +291,8 @@ def add_forward(report: ValidationReport, path: str | Path, *, engines: Iterable
 
 
 def _validate(source: str | Path | Mapping[str, object], config: object = None, *,
-              engines: Iterable[str] | str = ("vllm",), target: str | Path | None = None, numeric: bool = True, tp: int | None = None,
-              from_format: str | None = None, allow_pickle: bool = False,
+              engines: Iterable[str] | str = ("vllm",), target: str | Path | None = None, numeric: bool = True,
+              tp: int | None = None, from_format: str | None = None, allow_pickle: bool = False,
               chunk_bytes: int = CHUNK_BYTES, progress: Progress | None = None) -> ValidationReport:
     """Validate a drafter checkpoint directory, or an in-memory state dict with its config, for ``engines``.
 

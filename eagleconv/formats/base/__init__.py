@@ -134,7 +134,9 @@ class Layout:
         """Numbering convention of the aux ids this layout stores for ``architecture`` (the architecture may say)."""
         held = architectures.ARCHITECTURES[architecture].layouts.get(cls.name) \
             if architecture in architectures.ARCHITECTURES else None
-        return held.aux_convention if held is not None and held.aux_convention else cls.aux_convention  # type: ignore[return-value]
+        if held is not None and held.aux_convention:
+            return held.aux_convention  # type: ignore[return-value]
+        return cls.aux_convention
 
     @classmethod
     def read_extra(cls, config: Mapping[str, JSONValue]) -> dict[str, Any]:

@@ -89,7 +89,8 @@ def map_names(layout: type[Layout], names: list[str]) -> tuple[dict[str, str], l
             errors.append(f"unmapped tensor {name!r}: no {layout.name} rule maps it to a known drafter tensor")
             continue
         if rename(layout.renames, canonical, to_canonical=False) != spelled:
-            errors.append(f"tensor {name!r} is not a {layout.name} name (its canonical name {canonical!r} is spelled differently there)")
+            errors.append(f"tensor {name!r} is not a {layout.name} name "
+                          f"(its canonical name {canonical!r} is spelled differently there)")
             continue
         if canonical in out:
             errors.append(f"tensors {out[canonical]!r} and {name!r} both map to {canonical!r}")

@@ -36,7 +36,8 @@ def spec_values(layout: type[Layout], spec: DrafterSpec) -> JSONObject:
         "draft_vocab_size": spec.draft_vocab_size,
         "target_hidden_size": spec.target_hidden_size,
         "num_aux_hidden_states": spec.aux.count,
-        "aux_layer_ids": list(ids) if (ids := spec.aux.ids_as(layout.aux_convention_for(spec.architecture))) is not None else None,
+        "aux_layer_ids": None if (ids := spec.aux.ids_as(layout.aux_convention_for(spec.architecture))) is None
+        else list(ids),
         **spec.rope.stated,  # both spellings, equal (see _build_spec)
         **spec.flags.model_dump(),
         **architectures.get(spec.architecture).config_values(spec),
