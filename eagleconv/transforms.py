@@ -160,7 +160,8 @@ def output_norm_refit(pre: torch.Tensor, norm: torch.Tensor, lm_head: torch.Tens
 
     ``pre`` [N, H]: the source's pre-norm states (what EAGLE-3 feeds back).  norm.weight' makes
     rms(pre) * norm.weight' ~= pre (least squares, each token by its relative error);
-    lm_head' = lm_head * norm.weight / norm.weight' column-wise, so lm_head'(rms(pre) * norm.weight') == lm_head(rms(pre) * norm.weight): the logits do not change.
+    lm_head' = lm_head * norm.weight / norm.weight' column-wise, so
+    lm_head'(rms(pre) * norm.weight') == lm_head(rms(pre) * norm.weight): the logits do not change.
     """
     import torch
 
