@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.support.signals import default_signals  # noqa: E402
+
+from tests.support.signals import default_signals
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),

@@ -154,7 +154,7 @@ def test_first_draft_is_made_from_the_prompts_last_token(sim):
         [p[0][0] for p in sim.drafts] == [t[0] for t in sim.tokens]
 
 
-def test_a_one_token_prompt_verifies_an_empty_draft_first(server):
+def test_a_one_token_prompt_verifies_an_empty_draft_first():
     """With nothing to prefill, llama-speculative-simple has no target features to draft from: its first round
     verifies an empty draft ("decode: n_tokens == 0", then "accepted 0/0" in b11434's log), after which it stands
     where llama-server stands after the prompt: the first sampled token, the prompt's features."""

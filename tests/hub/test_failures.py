@@ -22,7 +22,7 @@ import pytest
 from eagleconv.hub import PullReport, PushReport
 from tests.support.fake_hub import TOKEN, Repo
 from tests.support.hub import good, hub, push_json, run  # noqa: F401 - the loopback Hub fixture
-from tests.support.signals import default_signals  # noqa: E402
+from tests.support.signals import default_signals
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -16,7 +16,7 @@ from eagleconv import convert
 from eagleconv.errors import UsageError
 from tests.conftest import read_json
 from tests.support.files import debris
-from tests.support.signals import default_signals  # noqa: E402
+from tests.support.signals import default_signals
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 def spec_values(layout: type[Layout], spec: DrafterSpec) -> JSONObject:
     """Canonical field values of ``spec`` as ``layout`` writes them (aux ids in its convention)."""
+    ids = spec.aux.ids_as(layout.aux_convention_for(spec.architecture))
     v: JSONObject = {
         "model_type": layout.model_types.get(spec.model_type, spec.model_type),
         "hidden_size": spec.hidden_size,
@@ -36,8 +37,7 @@ def spec_values(layout: type[Layout], spec: DrafterSpec) -> JSONObject:
         "draft_vocab_size": spec.draft_vocab_size,
         "target_hidden_size": spec.target_hidden_size,
         "num_aux_hidden_states": spec.aux.count,
-        "aux_layer_ids": None if (ids := spec.aux.ids_as(layout.aux_convention_for(spec.architecture))) is None
-        else list(ids),
+        "aux_layer_ids": list(ids) if ids is not None else None,
         **spec.rope.stated,  # both spellings, equal (see _build_spec)
         **spec.flags.model_dump(),
         **architectures.get(spec.architecture).config_values(spec),
