@@ -43,3 +43,29 @@ def test_pull_from_a_hostile_hub_ends_in_time_in_one_line(tmp_path, routes, expe
     # the drip runs 60 s: the deadline (1 s + 60 bytes / MIN_RATE) ended it, not the server; startup under load ~5 s
     assert elapsed < 1 + 60 / MIN_RATE + 15, elapsed
     assert not (tmp_path / "p").exists()
+
+
+def test_push_to_a_dripping_hub_ends_in_time(hub_env, drafter):
+    """Every Hub request push makes drips its answer: push ends at --timeout, one line, nothing committed."""
+    from tests.support.hub import good, push_json
+
+    with HostileServer({"*": drip(every=0.2, limit=60)}) as srv:
+        hub_env.setenv("HF_ENDPOINT", srv.url)
+        start = time.monotonic()
+        code, report = push_json(good(drafter), "org/d", "--no-forward", "--timeout", "1")
+        elapsed = time.monotonic() - start
+    assert code == 2 and not report.ok and "no answer within 1 s" in (report.error or ""), report
+    assert elapsed < 1 + 60 / MIN_RATE + 10, elapsed
+    assert not any(method == "POST" and "/commit/" in path for method, path, _ in srv.seen)
+
+
+@pytest.fixture
+def hub_env(monkeypatch, tmp_path):
+    """huggingface_hub online (it read HF_HUB_OFFLINE=1 at import), a token, and a cache of the test's own."""
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_TOKEN", "hf_fake_token_for_loopback")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    return monkeypatch

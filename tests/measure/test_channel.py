@@ -166,3 +166,22 @@ def test_errors_are_typed_with_their_status(tmp_path):
     with pytest.raises(ConnectionRefusedError) as refused:
         measure(url, PROMPTS, engine="llama.cpp", max_tokens=8)
     assert isinstance(refused.value, HTTPRefusedError) and refused.value.status is None
+
+
+def test_measure_never_tells_errors_apart_by_their_text():
+    """Issue 34: the client tested "refused" in a message and run.py " HTTP 4"; types and statuses do it now."""
+    import ast
+    from pathlib import Path
+
+    import eagleconv.io.http
+    import eagleconv.measure
+
+    files = [*Path(eagleconv.measure.__file__).parent.glob("*.py"), Path(eagleconv.io.http.__file__)]
+    found = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare) and any(isinstance(op, ast.In | ast.NotIn) for op in node.ops):
+                right = ast.unparse(node.comparators[0])
+                if ".message" in right or "str(exc" in right or "text.lower()" in right:
+                    found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    assert found == []

@@ -69,7 +69,7 @@ GOOD: dict[str, Behaviour] = {
 
 
 class HostileServer:
-    """``behaviours`` replace GOOD's answer per path ("/metrics") or per method and path ("GET /x"); ``seen`` records (method, path, headers) of each request."""
+    """``behaviours`` replace GOOD's answer per path ("/metrics") or per method and path ("GET /x"), "*" any other; ``seen`` records (method, path, headers) of each request."""
 
     def __init__(self, behaviours: dict[str, Behaviour] | None = None):
         self.behaviours = {**GOOD, **(behaviours or {})}
@@ -105,7 +105,7 @@ class HostileServer:
                 path = line[1].split("?")[0]
                 srv.seen.append((line[0], path, headers))
                 behaviour = srv.behaviours.get(f"{line[0]} {path}") or srv.behaviours.get(path) or \
-                    reply(404, {"error": "not found"})
+                    srv.behaviours.get("*") or reply(404, {"error": "not found"})
                 try:
                     behaviour(self.wfile, srv.stop_event)
                 except OSError:  # the client gave up: what the test wants
