@@ -110,7 +110,7 @@ def parse_counters(text: str, prefix: str, generated: str, running: str, where: 
                 else:
                     sums[name] = sums.get(name, 0.0) + sample.value
     except ValueError as exc:
-        raise NotPrometheus(f"{where}: not Prometheus text ({short(str(exc))})") from None
+        raise NotPrometheus(f"not Prometheus text ({short(str(exc))})", where) from None
     return Counters(sums.get(f"{prefix}_num_drafts"), sums.get(f"{prefix}_num_draft_tokens"),
                     sums.get(f"{prefix}_num_accepted_tokens"), per_pos, sums.get(generated), sums.get(running))
 

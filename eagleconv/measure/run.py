@@ -26,13 +26,12 @@ TRAFFIC = ("another client's traffic: measure needs a dedicated server (one that
 def read_prompts(path: str | Path) -> list[list[int]]:
     """A JSON list of token-id lists (the file every --prompts reads), checked without importing torch, under
     simulate's bounds: the file's size, the tokens over all prompts, and each id below the largest vocabulary."""
-    from ..bounds import MAX_PROMPTS_BYTES, check_prompts_size
+    from ..bounds import MAX_PROMPTS_BYTES
     from ..jsonio import load_json
 
     data = load_json(path, MAX_PROMPTS_BYTES)
     if not isinstance(data, list) or not data:
         raise FormatError("prompts must be a non-empty JSON list of token-id lists", path)
-    check_prompts_size([p if isinstance(p, list) else [] for p in data], path)
     for n, prompt in enumerate(data):
         if not isinstance(prompt, list) or not prompt:
             raise FormatError(f"prompt {n} is not a non-empty list of token ids", path)
@@ -153,7 +152,7 @@ def _send(client: Client, profile: ServerProfile, n: int, prompt: list[int], max
     try:
         data = client.request("POST", profile.completion, body, cap="completion")
     except HTTPStatusError as exc:
-        if exc.status is not None and 400 <= exc.status < 500:  # a token id out of its vocabulary, a prompt past its
+        if exc.status is not None and 400 <= exc.status < 500:  # an id outside its vocabulary, a prompt too long
             raise PromptRefused(f"prompt {n} refused: {exc.message}: does the server serve the model these token "
                                 "ids are for?", exc.where, exc.status) from None
         raise
