@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..io.http import MAX_CONCURRENCY
 from .app import _console, _progress, cli, run_command
 
 
@@ -49,10 +50,12 @@ def render_measure(report, console) -> None:
               help="Tokens to generate per prompt (greedy, ignore_eos).")
 @click.option("--engine", type=click.Choice(("vllm", "llama.cpp")), default="vllm", show_default=True,
               help="The server: vLLM's OpenAI-compatible /v1/completions or llama-server's /completion.")
-@click.option("--concurrency", type=click.IntRange(min=1), default=1, show_default=True, metavar="C",
-              help="Requests in flight at once; above 1 the counters are totals, not per prompt.")
+@click.option("--concurrency", type=click.IntRange(min=1, max=MAX_CONCURRENCY), default=1, show_default=True,
+              metavar="C", help=f"Requests in flight at once, at most {MAX_CONCURRENCY}; above 1 the counters are "
+              "totals, not per prompt.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
-              metavar="SECONDS", help="Give up on a request after SECONDS without an answer (connect: at most 10 s).")
+              metavar="SECONDS", help="Give up on a request SECONDS after it starts, connect to last byte (connect: "
+              "at most 10 s).")
 @click.option("--model", metavar="NAME", help="The model the prompts are tokenized for; refused if the server "
               "serves another.")
 @click.option("--against", metavar="REPORT.json", type=click.Path(path_type=str),

@@ -1,5 +1,13 @@
-"""Every Hub request gets a connect and read limit (huggingface_hub sends many without one), and a Hub that keeps
-answering 5xx is retried only within that limit, without huggingface_hub's retry warnings."""
+"""Every Hub request gets a connect and read limit (huggingface_hub sends many without one), one deadline for its
+body and a cap on it, and a Hub that keeps answering 5xx is retried only within that limit, without huggingface_hub's
+retry warnings.
+
+A read limit alone is per socket read: a Hub that sends its headers and then a byte a second never trips it.  So
+each response's body (every redirect hop's too) is read against a deadline, ``--timeout`` after the request started
+plus one second per MIN_RATE bytes received (a checkpoint's gigabytes take minutes on a real link; a drip gains
+nothing), and against a cap: MAX_API_BODY for the Hub's JSON answers, the declared size for a file (h11 holds a
+body to its Content-Length), MAX_FILE_BODY for a file sent chunked.  The headers themselves are bounded per read
+and by h11's 64 KiB limit on them, not by the deadline (httpx exposes no socket to shut down before they end)."""
 
 from __future__ import annotations
 
@@ -7,6 +15,7 @@ import logging
 import math
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -42,6 +51,11 @@ _RETRY_LOGGER = "huggingface_hub.utils._http"  # its "HTTP Error 500 thrown..." 
 
 
 _client_installed = False
+_started = threading.local()  # .at: when the request this thread is sending started (a redirect's hops share it)
+
+MIN_RATE = 256 * 1024  # bytes per second a body must average, past the first --timeout seconds
+MAX_API_BODY = 64 * 1024 * 1024  # a Hub JSON answer (a repo's info, a tree page): a 100k-file repo's is ~10 MB
+MAX_FILE_BODY = 1 << 40  # a file the Hub sends chunked, without its size: 1 TiB
 
 
 def hub_timeout(seconds: float | None = None) -> float:
@@ -96,14 +110,21 @@ def _httpx_client_factory(template: _HttpxClient) -> Callable[[], Any]:  # httpx
     hooks = template.event_hooks
 
     class Stream(http.SyncByteStream):  # type: ignore[name-defined]
-        """A streamed body (downloads) whose read timeout is eagleconv's error too."""
+        """A body read against its request's deadline and its cap; its read timeout is eagleconv's error too."""
 
-        def __init__(self, inner: _ByteStream, method: str, url: str, limit: float):
-            self.inner, self.what = inner, (method, url, limit)
+        def __init__(self, inner: _ByteStream, method: str, url: str, limit: float, started: float, cap: int):
+            self.inner, self.what, self.started, self.cap = inner, (method, url, limit), started, cap
 
         def __iter__(self) -> Iterator[bytes]:
+            received = 0
             try:
-                yield from self.inner
+                for chunk in self.inner:
+                    received += len(chunk)
+                    if received > self.cap:
+                        raise HubError(f"the Hub's answer to {self.what[0]} {self.what[1]} is over {self.cap} bytes")
+                    if time.monotonic() > self.started + self.what[2] + received / MIN_RATE:
+                        raise _timed_out(*self.what)
+                    yield chunk
             except http.TimeoutException:
                 raise _timed_out(*self.what) from None
 
@@ -121,13 +142,25 @@ def _httpx_client_factory(template: _HttpxClient) -> Callable[[], Any]:  # httpx
                                              "write": _limited(old.get("write"), limit),
                                              "pool": _limited(old.get("pool"), limit)}
             url = str(request.url).split("?")[0]
+            _started.at = time.monotonic()
             try:
                 response = super().send(request, **kwargs)
             except http.TimeoutException:
                 raise _timed_out(request.method, url, limit) from None
             _bound_retries(response.status_code, response.reason_phrase, request.method, url, limit)
-            if isinstance(response.stream, http.SyncByteStream):
-                response.stream = Stream(response.stream, request.method, url, limit)
+            return response
+
+        def _send_single_request(self, request: Any) -> Any:
+            """Each hop's body wrapped before httpx reads it (it reads a redirect's, and a non-streamed answer's)."""
+            response = super()._send_single_request(request)
+            limit = _limit
+            if limit is not None and isinstance(response.stream, http.SyncByteStream):
+                url = str(request.url).split("?")[0]
+                declared = response.headers.get("Content-Length")
+                cap = (MAX_API_BODY if "/resolve/" not in url else
+                       int(declared) if declared is not None and declared.isdigit() else MAX_FILE_BODY)
+                response.stream = Stream(response.stream, request.method, url, limit,
+                                         getattr(_started, "at", time.monotonic()), cap)
             return response
 
     return lambda: Client(event_hooks=hooks, follow_redirects=True, timeout=None)

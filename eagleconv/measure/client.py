@@ -1,24 +1,36 @@
-"""HTTP to the server (requests) and its Prometheus counters (prometheus_client's parser); every failure is a
-MeasureError: one line naming the URL, exit 2."""
+"""HTTP to the server (eagleconv.io.http's bounded channel) and its Prometheus counters (prometheus_client's
+parser); every failure is an HTTPError (a MeasureError when the server answers but cannot be measured): one line
+naming the URL, exit 2."""
 
 from __future__ import annotations
 
 import json
-import threading
+import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, overload
+from typing import Literal, overload
 
 from ..errors import EagleconvError
-from ..jsonio import JSONValue
+from ..io.http import MAX_BODY, Channel, HTTPError, HTTPStatusError, short
+from ..jsonio import JSONValue, loads_strict
 
-if TYPE_CHECKING:
-    import requests
+# What each endpoint may send: a completion of 2**20 tokens with top-2 logprobs is ~100 bytes a token.
+CAPS = {"completion": 128 * 1024 * 1024, "metrics": MAX_BODY, "small": 1024 * 1024}
+METRICS_ABSENT = frozenset({404, 501})  # llama-server without --metrics answers 501, an older one 404
 
-CONNECT_TIMEOUT = 10.0
+
+class MeasureError(HTTPError):
+    """The server answers but cannot be measured (no counters, another model, foreign traffic): exit 2."""
+
+    def __init__(self, message: str, where: str = "", status: int | None = None):
+        super().__init__(message, where, status)  # most messages name the URL themselves
 
 
-class MeasureError(EagleconvError):
-    """The server cannot be measured (refused, timed out, no counters, another model, foreign traffic): exit 2."""
+class PromptRefused(MeasureError, HTTPStatusError):
+    """The server refused a prompt with a 4xx (a token id out of its vocabulary, a prompt past its context)."""
+
+
+class NotPrometheus(MeasureError):
+    """/metrics answered something else (a proxy's page): llama-server's replies' timings can stand in."""
 
 
 @dataclass
@@ -34,67 +46,48 @@ class Counters:
 
 
 class Client:
-    """One server: a requests Session per thread (a Session is not shared between threads)."""
+    """One server through the bounded channel: each request its own connection, deadline and body cap."""
 
     def __init__(self, url: str, timeout: float):
-        self.url = url.rstrip("/")
+        self.channel = Channel(url, timeout)
+        self.url = self.channel.url  # credentials removed: what reports and errors print
         self.timeout = timeout
-        self._local = threading.local()
-
-    def _session(self) -> requests.Session:
-        import requests
-
-        session = getattr(self._local, "session", None)
-        if session is None:
-            session = self._local.session = requests.Session()
-        return session
 
     @overload
     def request(self, method: str, path: str, body: JSONValue = None, *, want_json: Literal[True] = True,
-                missing_ok: bool = False) -> JSONValue: ...
+                missing_ok: bool = False, cap: str = "small") -> JSONValue: ...
 
     @overload
     def request(self, method: str, path: str, body: JSONValue = None, *, want_json: Literal[False],
-                missing_ok: bool = False) -> str | None: ...
+                missing_ok: bool = False, cap: str = "small") -> str | None: ...
 
     def request(self, method: str, path: str, body: JSONValue = None, *, want_json: bool = True,
-                missing_ok: bool = False) -> JSONValue:
-        """The reply's JSON (or text); None for a 404 when ``missing_ok``.  Failures: MeasureError."""
-        import requests
-
-        where = f"{method} {self.url}{path}"
-        try:
-            reply = self._session().request(method, self.url + path, json=body,
-                                             timeout=(min(CONNECT_TIMEOUT, self.timeout), self.timeout))
-        except requests.exceptions.ConnectTimeout:
-            raise MeasureError(f"{where}: no connection within {min(CONNECT_TIMEOUT, self.timeout):g} s") from None
-        except requests.exceptions.Timeout:
-            raise MeasureError(f"{where}: no answer within {self.timeout:g} s (--timeout SECONDS sets the limit)") \
-                from None
-        except requests.exceptions.ConnectionError as exc:
-            text = str(exc)
-            why = "connection refused (is the server running, on this port?)" if "refused" in text.lower() \
-                else f"connection failed ({_short(text)})"
-            raise MeasureError(f"{where}: {why}") from None
-        except requests.exceptions.RequestException as exc:
-            raise MeasureError(f"{where}: {type(exc).__name__}: {_short(str(exc))}") from None
-        if reply.status_code == 404 and missing_ok:
+                missing_ok: bool = False, cap: str = "small") -> JSONValue:
+        """The reply's JSON (or text); None for a 404 when ``missing_ok``.  Failures: HTTPError (typed)."""
+        data = json.dumps(body).encode() if body is not None else None
+        reply = self.channel.request(method, path, data, cap=CAPS[cap])
+        if reply.status == 404 and missing_ok:
             return None
-        if reply.status_code >= 400:
-            raise MeasureError(f"{where}: HTTP {reply.status_code}: {_server_message(reply.text)}")
-        if not want_json:
-            return reply.text
-        try:
-            return json.loads(reply.text)
-        except ValueError:
-            raise MeasureError(f"{where}: the reply is not JSON ({_short(reply.text) or 'empty'})") from None
+        if reply.status >= 400:
+            raise HTTPStatusError(f"HTTP {reply.status}: {_server_message(reply.text)}", reply.where, reply.status)
+        return reply.json() if want_json else reply.text
 
-    def counters(self, prefix: str, generated: str, running: str) -> Counters | None:
-        """The speculative counters from /metrics; None when the server has no /metrics."""
-        text = self.request("GET", "/metrics", want_json=False, missing_ok=True)
-        if text is None:
-            return None
-        return parse_counters(text, prefix, generated, running, f"{self.url}/metrics")
+    def counters(self, prefix: str, generated: str, running: str, *, optional: bool = False) -> Counters | str:
+        """The speculative counters from /metrics, or why there are none: a 404 or 501 (llama-server without
+        --metrics), and with ``optional`` (llama-server, which has the replies' timings) any error status or an
+        answer that is not Prometheus text."""
+        where = f"{self.url}/metrics"
+        reply = self.channel.request("GET", "/metrics", cap=CAPS["metrics"])
+        if reply.status in METRICS_ABSENT or (optional and reply.status >= 400):
+            return f"HTTP {reply.status} ({_server_message(reply.text)})"
+        if reply.status >= 400:
+            raise HTTPStatusError(f"HTTP {reply.status}: {_server_message(reply.text)}", reply.where, reply.status)
+        try:
+            return parse_counters(reply.text, prefix, generated, running, where)
+        except NotPrometheus as exc:
+            if optional:
+                return exc.message
+            raise
 
 
 def parse_counters(text: str, prefix: str, generated: str, running: str, where: str) -> Counters:
@@ -109,31 +102,28 @@ def parse_counters(text: str, prefix: str, generated: str, running: str, where: 
                 name = sample.name[:-6] if sample.name.endswith("_total") else sample.name
                 if name.endswith(("_created", "_bucket", "_count", "_sum")) and name not in sums:
                     continue
+                if not math.isfinite(sample.value):  # Prometheus text may say NaN or +Inf; a counter may not
+                    raise MeasureError(f"{where}: {sample.name} is {sample.value}, not a count")
                 if name == f"{prefix}_num_accepted_tokens_per_pos":
                     pos = int(sample.labels.get("position", -1))
                     per_pos[pos] = per_pos.get(pos, 0.0) + sample.value
                 else:
                     sums[name] = sums.get(name, 0.0) + sample.value
     except ValueError as exc:
-        raise MeasureError(f"{where}: not Prometheus text ({_short(str(exc))})") from None
+        raise NotPrometheus(f"not Prometheus text ({short(str(exc))})", where) from None
     return Counters(sums.get(f"{prefix}_num_drafts"), sums.get(f"{prefix}_num_draft_tokens"),
                     sums.get(f"{prefix}_num_accepted_tokens"), per_pos, sums.get(generated), sums.get(running))
-
-
-def _short(text: str, limit: int = 80) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _server_message(text: str) -> str:
     """The error message a server put in its JSON reply (vLLM: error.message or message; llama-server: error)."""
     try:
-        data = json.loads(text)
-    except ValueError:
-        return _short(text) or "no body"
+        data = loads_strict(text, "the reply")
+    except EagleconvError:
+        return short(text) or "no body"
     if isinstance(data, dict):
         err = data.get("error", data)
         if isinstance(err, dict):
-            return _short(str(err.get("message") or err))
-        return _short(str(data.get("message") or err))
-    return _short(text)
+            return short(str(err.get("message") or err))
+        return short(str(data.get("message") or err))
+    return short(text)

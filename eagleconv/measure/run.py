@@ -12,9 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..errors import FormatError, UsageError
-from .client import Client, Counters, MeasureError
+from ..io.http import MAX_CONCURRENCY, HTTPStatusError, Reply
+from .client import Client, Counters, MeasureError, PromptRefused
 from .report import MeasureReport, PromptMeasure
-from .servers import PROFILES, ServerProfile, items, version_of
+from .servers import PROFILES, ReplyError, ServerProfile, version_of
 
 Progress = Callable[[str, int, int], None]
 SETTLE_S = 5.0  # how long the counters may lag the reply (vLLM records its stats after answering)
@@ -23,10 +24,12 @@ TRAFFIC = ("another client's traffic: measure needs a dedicated server (one that
 
 
 def read_prompts(path: str | Path) -> list[list[int]]:
-    """A JSON list of token-id lists (the file every --prompts reads), checked without importing torch."""
+    """A JSON list of token-id lists (the file every --prompts reads), checked without importing torch, under
+    simulate's bounds: the file's size, the tokens over all prompts, and each id below the largest vocabulary."""
+    from ..bounds import MAX_PROMPTS_BYTES
     from ..jsonio import load_json
 
-    data = load_json(path)
+    data = load_json(path, MAX_PROMPTS_BYTES)
     if not isinstance(data, list) or not data:
         raise FormatError("prompts must be a non-empty JSON list of token-id lists", path)
     for n, prompt in enumerate(data):
@@ -35,7 +38,20 @@ def read_prompts(path: str | Path) -> list[list[int]]:
         for t in prompt:
             if not isinstance(t, int) or isinstance(t, bool) or t < 0:
                 raise FormatError(f"prompt {n}: {json.dumps(t)[:40]} is not a token id (a non-negative integer)", path)
+    check_prompt_bounds(data, path)
     return data
+
+
+def check_prompt_bounds(prompts: Sequence[Sequence[int]], source: str | Path | None) -> None:
+    """simulate's bounds on what is sent: MAX_PROMPT_TOKENS over all prompts, each id below MAX_VOCAB."""
+    from ..bounds import MAX_VOCAB, check_prompts_size, refuse
+
+    check_prompts_size(prompts, source)
+    for n, prompt in enumerate(prompts):
+        big = max(prompt, default=0)
+        if big >= MAX_VOCAB:
+            raise refuse(f"prompt {n}: token id {big} is beyond eagleconv's limit of {MAX_VOCAB} tokens in a vocabulary",
+                         source)
 
 
 def prompts_sha256(prompts: Sequence[Sequence[int]]) -> str:
@@ -56,25 +72,34 @@ def measure(url: str, prompts: Sequence[Sequence[int]] | str | Path, *, max_toke
     profile = PROFILES.get(engine)
     if profile is None:
         raise UsageError(f"--engine {engine!r}: choose one of {', '.join(PROFILES)}")
-    if max_tokens < 1 or concurrency < 1 or not timeout > 0:
-        raise UsageError("--max-tokens and --concurrency must be at least 1, --timeout positive")
-    given = read_prompts(prompts) if isinstance(prompts, str | Path) else [list(p) for p in prompts]
+    if max_tokens < 1 or not 1 <= concurrency <= MAX_CONCURRENCY or not timeout > 0:
+        raise UsageError(f"--max-tokens must be at least 1, --concurrency from 1 to {MAX_CONCURRENCY}, --timeout "
+                         "positive")
+    if isinstance(prompts, str | Path):
+        given = read_prompts(prompts)
+    else:
+        given = [list(p) for p in prompts]
+        check_prompt_bounds(given, "prompts")
     reference = load_reference(against, len(given)) if against is not None else None
     tick = progress or (lambda what, done, total: None)
     client = Client(url, timeout)
     served = _served(client, profile, model)
     version = version_of(profile, client.request("GET", profile.version, missing_ok=True))
-    metrics = lambda: client.counters(profile.prefix, profile.generated, profile.running)  # noqa: E731
-    before = metrics()
+    metrics = lambda: _scrape(client, profile)  # noqa: E731
+    first = client.counters(profile.prefix, profile.generated, profile.running, optional=profile.name != "vllm")
     notes: list[str] = []
-    if before is None and profile.name == "vllm":
-        raise MeasureError(f"{client.url}/metrics: not found; measure reads vLLM's speculative counters there")
-    if before is not None and before.num_drafts is None:
+    if isinstance(first, str) and profile.name == "vllm":
+        raise MeasureError(f"{client.url}/metrics: {first}; measure reads vLLM's speculative counters there")
+    if isinstance(first, Counters) and first.num_drafts is None:
         raise MeasureError(f"{client.url}/metrics has no {profile.prefix}_* counters: speculative decoding is off on "
                            "this server (start it with a speculative config)")
+    before = first if isinstance(first, Counters) else None
     if before is None:
-        notes.append("no /metrics (llama-server without --metrics): the counters are the replies' timings.draft_n "
-                     "and draft_n_accepted; rounds and per-position counts are not reported")
+        notes.append(f"source: the replies' timings.draft_n and draft_n_accepted, not {client.url}/metrics, which "
+                     f"answered {first} (llama-server without --metrics); rounds and per-position counts are not "
+                     "reported")
+    else:
+        notes.append(f"source: {client.url}/metrics, the engine's own counters")
     margins = reference is not None
     total = len(given) * max_tokens
     tick("generating tokens", 0, total)
@@ -94,11 +119,26 @@ def measure(url: str, prompts: Sequence[Sequence[int]] | str | Path, *, max_toke
     return report
 
 
+def _scrape(client: Client, profile: ServerProfile) -> Counters:
+    """/metrics again, once it answered: now an absent one is an error."""
+    now = client.counters(profile.prefix, profile.generated, profile.running)
+    if isinstance(now, str):
+        raise MeasureError(f"{client.url}/metrics answered {now} after it had answered counters")
+    return now
+
+
 def _served(client: Client, profile: ServerProfile, model: str | None) -> str | None:
     """The model id the server serves; a MeasureError when ``model`` is given and it serves another."""
-    data = client.request("GET", profile.models, missing_ok=True)
-    models = items(data.get("data", [])) if isinstance(data, dict) else []
-    ids = [str(m.get("id")) for m in models if isinstance(m, dict)]
+    where = f"GET {client.url}{profile.models}"
+    text = client.request("GET", profile.models, want_json=False, missing_ok=True)
+    if text is None:
+        return None  # no such endpoint (a 404)
+    data = Reply(200, text.encode(), where).json()
+    models = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(models, list) or not all(isinstance(m, dict) and isinstance(m.get("id"), str) for m in models):
+        raise MeasureError(f"the reply is {json.dumps(data)[:60]}, not an object whose data lists models with an id",
+                           where)
+    ids = [str(m["id"]) for m in models if isinstance(m, dict)]
     if model is not None and ids and not any(i == model or i.rstrip("/").endswith("/" + model.strip("/"))
                                              for i in ids):
         raise MeasureError(f"{client.url} serves {', '.join(ids)}, not {model} (the model the prompts are for)")
@@ -110,15 +150,17 @@ def _send(client: Client, profile: ServerProfile, n: int, prompt: list[int], max
     body = profile.body(prompt, max_tokens, served, margins)
     start = time.perf_counter()
     try:
-        data = client.request("POST", profile.completion, body)
-    except MeasureError as exc:
-        if " HTTP 4" in exc.message:  # a token id out of its vocabulary, a prompt past its context...
-            raise MeasureError(f"prompt {n} refused: {exc.message}: does the server serve the model these token ids "
-                               "are for?") from None
+        data = client.request("POST", profile.completion, body, cap="completion")
+    except HTTPStatusError as exc:
+        if exc.status is not None and 400 <= exc.status < 500:  # an id outside its vocabulary, a prompt too long
+            raise PromptRefused(f"prompt {n} refused: {exc.message}: does the server serve the model these token "
+                                "ids are for?", exc.where, exc.status) from None
         raise
     seconds = time.perf_counter() - start
     try:
         tokens, margin, timings = profile.reply(data)
+    except ReplyError as exc:
+        raise MeasureError(f"prompt {n}: {exc}", f"POST {client.url}{profile.completion}") from None
     except (KeyError, IndexError, TypeError, ValueError, AttributeError):
         raise MeasureError(f"POST {client.url}{profile.completion}: the reply has no generated token ids "
                            f"({json.dumps(data)[:80]}); is this a {profile.name} server?") from None
@@ -128,12 +170,11 @@ def _send(client: Client, profile: ServerProfile, n: int, prompt: list[int], max
                          top2_margins=margin, server_timings=timings)
 
 
-def _settled(metrics: Callable[[], Counters | None], before: Counters, generated: int, n: int, url: str) -> Counters:
+def _settled(metrics: Callable[[], Counters], before: Counters, generated: int, n: int, url: str) -> Counters:
     """The counters once they include this request's ``generated`` tokens (vLLM records them just after replying)."""
     deadline = time.monotonic() + SETTLE_S
     while True:
         now = metrics()
-        assert now is not None
         _forward(before, now, url)
         if now.generated is None or before.generated is None:
             return now
@@ -169,7 +210,7 @@ def _delta(before: Counters, after: Counters) -> tuple[int, int, int, list[int]]
 
 def _one_at_a_time(client: Client, profile: ServerProfile, prompts: list[list[int]], max_tokens: int,
                    served: str | None, margins: bool, before: Counters | None,
-                   metrics: Callable[[], Counters | None], tick: Progress, total: int) -> list[PromptMeasure]:
+                   metrics: Callable[[], Counters], tick: Progress, total: int) -> list[PromptMeasure]:
     results, done = [], 0
     for n, prompt in enumerate(prompts):
         if before is not None and before.running:

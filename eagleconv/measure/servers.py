@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from ..bounds import MAX_VOCAB
 from ..jsonio import JSONObject, JSONValue
 
 Reply = tuple[list[int], list[float | None] | None, dict[str, float] | None]  # tokens, top-2 margins, timings
@@ -48,16 +50,24 @@ def items(value: JSONValue) -> Iterable[JSONValue]:
     return value
 
 
-def _int(value: JSONValue) -> int:
-    if not isinstance(value, int | float | str):
-        raise TypeError(f"int() of {type(value).__name__}")
-    return int(value)
+class ReplyError(ValueError):
+    """A reply of the right shape holding a value that is not what it claims (a token id that is not one)."""
 
 
-def _float(value: JSONValue) -> float:
-    if not isinstance(value, int | float | str):
-        raise TypeError(f"float() of {type(value).__name__}")
-    return float(value)
+def _token(value: JSONValue) -> int:
+    """A generated token id as the server wrote it: an integer in 0..MAX_VOCAB-1, never coerced (425.9, "425", true
+    and -1 are refused, as a prompt's ids are)."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < MAX_VOCAB:
+        raise ReplyError(f"the server returned {json.dumps(value)[:40]} as a token id (an integer from 0 to "
+                         f"{MAX_VOCAB - 1})")
+    return value
+
+
+def _count(value: JSONValue, name: str) -> int:
+    """A count in the timings (draft_n...): a non-negative integer, never coerced."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ReplyError(f"timings.{name} is {json.dumps(value)[:40]}, not a count (a non-negative integer)")
+    return value
 
 
 def _real(value: JSONValue) -> float:
@@ -78,7 +88,7 @@ def _vllm_reply(data: JSONValue) -> Reply:
     if not isinstance(choices, list):
         raise TypeError("choices is not a list")
     choice = _object(choices[0])
-    tokens = [_int(t) for t in items(choice["token_ids"])]
+    tokens = [_token(t) for t in items(choice["token_ids"])]
     lp = choice.get("logprobs")
     top_logprobs = _object(lp).get("top_logprobs") if lp else None
     margins = [_margin([_real(v) for v in _object(top).values()]) for top in items(top_logprobs)] \
@@ -96,12 +106,12 @@ def _llama_body(prompt: list[int], max_tokens: int, model: str | None, margins: 
 
 def _llama_reply(data: JSONValue) -> Reply:
     reply = _object(data)
-    tokens = [_int(t) for t in items(reply["tokens"])]
+    tokens = [_token(t) for t in items(reply["tokens"])]
     probs = reply.get("completion_probabilities")
-    margins = [_margin([_float(_object(t)["logprob"]) for t in items(_object(p)["top_logprobs"])])
+    margins = [_margin([_real(_object(t)["logprob"]) for t in items(_object(p)["top_logprobs"])])
                for p in items(probs)] if probs else None
     timings = _object(reply.get("timings") or {})
-    drafted: dict[str, float] = {k: _float(timings[k]) for k in ("draft_n", "draft_n_accepted") if k in timings}
+    drafted: dict[str, float] = {k: _count(timings[k], k) for k in ("draft_n", "draft_n_accepted") if k in timings}
     return tokens, margins, drafted or None
 
 
