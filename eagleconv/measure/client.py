@@ -89,16 +89,18 @@ class Client:
         except ValueError:
             raise MeasureError(f"{where}: the reply is not JSON ({_short(reply.text) or 'empty'})") from None
 
-    def counters(self, prefix: str, generated: str, running: str) -> Counters | None:
+    def counters(self, prefix: str, generated: str, running: str, model: str | None = None) -> Counters | None:
         """The speculative counters from /metrics; None when the server has no /metrics."""
         text = self.request("GET", "/metrics", want_json=False, missing_ok=True)
         if text is None:
             return None
-        return parse_counters(text, prefix, generated, running, f"{self.url}/metrics")
+        return parse_counters(text, prefix, generated, running, f"{self.url}/metrics", model)
 
 
-def parse_counters(text: str, prefix: str, generated: str, running: str, where: str) -> Counters:
-    """Sum each counter over its labels (engines, model names), per_pos by its ``position`` label."""
+def parse_counters(text: str, prefix: str, generated: str, running: str, where: str,
+                   model: str | None = None) -> Counters:
+    """Sum each counter over its labels (engines), per_pos by its ``position`` label; a sample labelled with
+    another ``model_name`` than ``model`` (the one measured) is not summed in."""
     from prometheus_client.parser import text_string_to_metric_families
 
     sums: dict[str, float] = {}
@@ -106,6 +108,8 @@ def parse_counters(text: str, prefix: str, generated: str, running: str, where: 
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
+                if model is not None and sample.labels.get("model_name", model) != model:
+                    continue
                 name = sample.name[:-6] if sample.name.endswith("_total") else sample.name
                 if name.endswith(("_created", "_bucket", "_count", "_sum")) and name not in sums:
                     continue
