@@ -73,12 +73,17 @@ def simulate(ctx: click.Context, drafter: str, target: str, prompts: str | None,
 
         for path in (drafter, target):  # refused before torch is imported or anything runs
             require_exists(path)
-        from ..simulate import simulate as run
+        from ..simulate import SimulateError, simulate as run
 
         with _progress() as bar:
             report = run(drafter, target, prompts, num_speculative_tokens=k, max_tokens=max_tokens, engine=engine,
                          target_runtime=target_runtime, progress=bar.step, threads=threads, device=device,
                          p_min=p_min, llamacpp_loop=llamacpp_loop)
+        from ..measure.readback import counters_broken
+
+        broken = counters_broken(report)  # the rules push --acceptance and --against apply to this report
+        if broken is not None:
+            raise SimulateError(f"simulate's counters do not add up ({broken}): a bug in eagleconv, please report it")
         if as_json:
             click.echo(report.model_dump_json(indent=2))
         else:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from ..bounds import MAX_SPECULATIVE_TOKENS
 from ..errors import FormatError
 from ..simulate.report import SimulateReport
 from .invariants import Counts, broken
@@ -39,6 +40,8 @@ def read_report(path: str | Path) -> SimulateReport | MeasureReport:
 def counters_broken(report: SimulateReport | MeasureReport) -> str | None:
     """The first counter rule ``report`` breaks, its totals first, then prompt by prompt; None if it obeys them."""
     k = report.num_speculative_tokens
+    if k is not None and k > MAX_SPECULATIVE_TOKENS:
+        return f"K (num_speculative_tokens) {k} is over {MAX_SPECULATIVE_TOKENS}, simulate's limit"
     simulated = isinstance(report, SimulateReport)
     per_pos = report.accepted_per_position if simulated else report.accepted_per_position or None  # []: unreported
     why = broken(Counts(report.num_draft_tokens, report.num_accepted_tokens, report.num_drafts, k, per_pos,

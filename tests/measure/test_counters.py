@@ -220,7 +220,8 @@ def simulated(**edits) -> dict:
 
 
 @pytest.mark.parametrize("edits, rule", [
-    ({"num_speculative_tokens": 300_000_000}, "3 per-position counts for K=300000000"),
+    ({"num_speculative_tokens": 300_000_000}, "K (num_speculative_tokens) 300000000 is over 64"),
+    ({"num_speculative_tokens": 4}, "3 per-position counts for K=4"),
     ({"num_speculative_tokens": -2}, "K (num_speculative_tokens) -2 is not at least 1"),
     ({"max_tokens": "20"}, "max_tokens: Input should be a valid integer"),
     ({"num_accepted_tokens": 590, "num_draft_tokens": 108}, "590 drafts accepted of 108 drafted"),
@@ -295,3 +296,22 @@ def test_the_rules_on_their_own():
     assert "2^53" in (broken(Counts(drafted=2**60, accepted=0)) or "")
     assert "exactly" not in (broken(Counts(9, 3, 3, 3, [3], per_position_is_k=True)) or "")
     assert broken(Counts(9, 3, 3, 3, [3], per_position_is_k=True)) == "1 per-position counts for K=3"
+
+
+@pytest.mark.parametrize("engine", [["--engine", "vllm:0.32"], ["--engine", "llama.cpp"],
+                                    ["--engine", "llama.cpp", "--llamacpp-loop", "simple"]])
+def test_simulates_own_reports_obey_the_rules_and_read_back(tmp_path, engine):
+    """Every simulate loop's report satisfies the rules push --acceptance and --against apply (else a true report
+    could not be published), and simulate itself checks them before printing."""
+    from pathlib import Path
+
+    from eagleconv.measure.readback import read_report
+
+    pair = Path(__file__).resolve().parents[2] / "fixtures" / "tiny-pair"
+    result = CliRunner().invoke(cli, ["simulate", str(pair / "eagle3"), "--target", str(pair / "target"), "--prompts",
+                                      str(pair / "prompts.json"), "--max-tokens", "8", "--json", *engine])
+    assert result.exit_code == 0, result.output
+    path = tmp_path / "sim.json"
+    path.write_text(result.stdout)
+    report = read_report(path)
+    assert report.num_draft_tokens > 0 and len(report.accepted_per_position) == report.num_speculative_tokens
