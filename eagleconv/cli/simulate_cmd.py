@@ -73,7 +73,8 @@ def simulate(ctx: click.Context, drafter: str, target: str, prompts: str | None,
 
         for path in (drafter, target):  # refused before torch is imported or anything runs
             require_exists(path)
-        from ..simulate import SimulateError, simulate as run
+        from ..simulate import SimulateError
+        from ..simulate import simulate as run
 
         with _progress() as bar:
             report = run(drafter, target, prompts, num_speculative_tokens=k, max_tokens=max_tokens, engine=engine,
