@@ -315,3 +315,20 @@ def test_simulates_own_reports_obey_the_rules_and_read_back(tmp_path, engine):
     path.write_text(result.stdout)
     report = read_report(path)
     assert report.num_draft_tokens > 0 and len(report.accepted_per_position) == report.num_speculative_tokens
+
+
+def test_every_rich_line_escapes_control_characters(capsys):
+    """The CLI's console escapes what a caller did not (issue 36 item 12): a table cell and a line holding an
+    escape sequence, a bell and a newline print as text, while the layout's own line breaks stay."""
+    from rich.table import Table
+
+    from eagleconv.cli.app import _console
+
+    table = Table("name")
+    table.add_row("cell\x1b[31m" + HOSTILE)
+    console = _console()
+    console.print(table)
+    console.print(f"[bold]line[/bold] {HOSTILE}\nnext")
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert r"cell\x1b[31m\x1b]0;pwned" in out and out.rstrip().endswith("next")
