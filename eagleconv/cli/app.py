@@ -73,7 +73,6 @@ def _console(stderr: bool = False):
     for a pipe or a file as wide as the content (:func:`plain_layout`).  Cells that do not fit fold onto more
     lines (render.table) instead of being cut."""
     from rich.console import Console
-
     from rich.segment import Segment
 
     class _Safe(Console):
