@@ -22,6 +22,24 @@ def printable(text: str, controls: bool = True) -> str:
     return "".join(_escaped(c) if (_is_surrogate(c) or (controls and not c.isprintable())) else c for c in text)
 
 
+def shown(text: str) -> str:
+    """``text`` from outside (a server's version, a report's note) for a rich console line: control characters
+    escaped (no escape sequence, newline or bell reaches the terminal), and rich's markup brackets too."""
+    from rich.markup import escape
+
+    return escape(printable(text))
+
+
+# Markdown's and HTML's active characters: escaped, a field cannot open a heading, a link, a table cell or a tag.
+_MARKDOWN = str.maketrans({c: "\\" + c for c in "\\`*_{}[]()#+-.!|~"} | {"<": "&lt;", ">": "&gt;", "&": "&amp;"})
+
+
+def markdown_text(text: str) -> str:
+    """``text`` from outside (a server, a report) as inert markdown on one line: control characters (newlines
+    included) escaped as :func:`printable` shows them, then every markdown and HTML active character."""
+    return printable(text).translate(_MARKDOWN)
+
+
 def _is_surrogate(char: str) -> bool:
     return 0xD800 <= ord(char) <= 0xDFFF
 

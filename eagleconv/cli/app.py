@@ -73,19 +73,31 @@ def _console(stderr: bool = False):
     for a pipe or a file as wide as the content (:func:`plain_layout`).  Cells that do not fit fold onto more
     lines (render.table) instead of being cut."""
     from rich.console import Console
+    from rich.segment import Segment
 
-    class _Plain(Console):
+    class _Safe(Console):
+        def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+            """Text from anywhere (a server's version, a tensor name) is shown with its control characters
+            escaped, whichever field carried it; only rich's own control segments (cursor moves) stay codes."""
+            return super()._render_buffer(s if s.control else Segment(_visible(s.text), s.style) for s in buffer)
+
+    class _Plain(_Safe):
         def _render_buffer(self, buffer: Iterable[Segment]) -> str:  # rows padded to the widest one end in spaces: drop them
             return "\n".join(line.rstrip(" ") for line in super()._render_buffer(buffer).split("\n"))
 
     plain = not stderr and plain_layout()
-    console = (_Plain if plain else Console)(stderr=stderr, highlight=False, soft_wrap=True)
+    console = (_Plain if plain else _Safe)(stderr=stderr, highlight=False, soft_wrap=True)
     width = columns()
     if width is not None:
         console.width = width
     elif not console.is_terminal:
         console.width = PIPE_WIDTH
     return console
+
+
+def _visible(text: str) -> str:
+    """``text`` with every control character but the line breaks and tabs of the layout escaped."""
+    return text if text.isprintable() else "\n".join(printable(line.replace("\t", " ")) for line in text.split("\n"))
 
 
 def run_command(ctx: click.Context, as_json: bool, body: Callable[[], tuple[object, int]]) -> None:

@@ -22,17 +22,19 @@ def timeout_option(func):
 
 
 def render_card(card, console) -> None:
-    """What the pulled card states was checked: the engine matrix, then the acceptance."""
-    from rich.markup import escape
+    """What the pulled card states was checked: the engine matrix, then the acceptance (escaped: a card is a
+    stranger's text)."""
+    from .._text import shown as escape
 
     for e in card.engines:
-        console.print(f"card: {escape(e.engine)}: {e.verdict}" + (f" ({', '.join(e.codes)})" if e.codes else ""))
+        console.print(f"card: {escape(e.engine)}: {e.verdict}" + (f" ({escape(', '.join(e.codes))})" if e.codes else ""))
     a = card.acceptance
     if a is not None:
         rates = ", ".join(f"{r:.3f}" for r in a.acceptance_per_position)
         console.print(f"card: acceptance length {a.acceptance_length} (K={a.num_speculative_tokens}, {escape(a.engine)}"
-                      f"{' ' + escape(a.engine_version) if a.engine_version else ''}, {a.source}; per position "
-                      f"{rates}; prompts sha256 {a.prompts_sha256 or 'not recorded'}); AL = {escape(a.definition)}")
+                      f"{' ' + escape(a.engine_version) if a.engine_version else ''}, {escape(a.source)}; per position "
+                      f"{rates}; prompts sha256 {escape(a.prompts_sha256 or 'not recorded')}); AL = "
+                      f"{escape(a.definition)}")
 
 
 def _render_push(report, hide_info: bool = False) -> None:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import click
 
 from .._process import usable_cores
+from ..measure.report import DEFAULT_MAX_TOKENS
 from .app import _console, _progress, cli, run_command
 
 
 def render_simulate(report, console) -> None:
     """A small table: the counters, then one acceptance bar per draft position."""
+    from .._text import shown
     from .render import table
 
     drafts = report.num_drafts
@@ -25,7 +27,7 @@ def render_simulate(report, console) -> None:
                       + "[dim]" + "·" * (30 - round(rate * 30)) + "[/dim]")
     console.print(positions)
     for note in report.notes:
-        console.print(f"[dim]note: {note}[/dim]")
+        console.print(f"[dim]note: {shown(note)}[/dim]")
 
 
 @cli.command()
@@ -34,7 +36,7 @@ def render_simulate(report, console) -> None:
 @click.option("--prompts", metavar="FILE", help="JSON list of token-id lists (default: four short built-in prompts).")
 @click.option("--num-speculative-tokens", "k", type=click.IntRange(min=1), default=3, show_default=True,
               help="Draft tokens proposed per verification round (K, vLLM's num_speculative_tokens).")
-@click.option("--max-tokens", type=click.IntRange(min=1), default=32, show_default=True,
+@click.option("--max-tokens", type=click.IntRange(min=1), default=DEFAULT_MAX_TOKENS, show_default=True,
               help="Tokens to generate per prompt (vLLM's max_tokens, with ignore_eos).")
 @click.option("--engine", default="vllm:0.32", show_default=True, metavar="ENGINE",
               help="Engine profile whose reading of the drafter is simulated: a vLLM release, or llama.cpp "
@@ -71,12 +73,18 @@ def simulate(ctx: click.Context, drafter: str, target: str, prompts: str | None,
 
         for path in (drafter, target):  # refused before torch is imported or anything runs
             require_exists(path)
+        from ..simulate import SimulateError
         from ..simulate import simulate as run
 
         with _progress() as bar:
             report = run(drafter, target, prompts, num_speculative_tokens=k, max_tokens=max_tokens, engine=engine,
                          target_runtime=target_runtime, progress=bar.step, threads=threads, device=device,
                          p_min=p_min, llamacpp_loop=llamacpp_loop)
+        from ..measure.readback import counters_broken
+
+        broken = counters_broken(report)  # the rules push --acceptance and --against apply to this report
+        if broken is not None:
+            raise SimulateError(f"simulate's counters do not add up ({broken}): a bug in eagleconv, please report it")
         if as_json:
             click.echo(report.model_dump_json(indent=2))
         else:

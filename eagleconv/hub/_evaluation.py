@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
+from .._text import markdown_text, printable
 from ..errors import FormatError
 from ..report import Finding, ValidationReport, _Report
 
@@ -70,51 +71,53 @@ def engine_matrix(validation: ValidationReport) -> list[EngineVerdict]:
 
 
 def read_acceptance(path: str | Path) -> Acceptance:
-    """A simulate or measure report's acceptance (a FormatError naming the file when it is neither)."""
-    from ..jsonio import load_json
+    """A simulate or measure report's acceptance, read back through its schema and the counter rules (a
+    FormatError naming the file and the first broken rule otherwise: such a report never reaches a card)."""
+    import re
 
-    data = load_json(path)
-    try:
-        if not isinstance(data, dict) or "num_accepted_tokens" not in data:
-            raise FormatError("not a simulate or measure report (no num_accepted_tokens)", path)
-        source = "simulate" if "drafts" in data else "measure"
-        drafts = data.get("num_drafts")
-        rates = [round(int(n) / drafts, 4) for n in data.get("accepted_per_position") or []] if drafts else []
-        al = data.get("acceptance_length")
-        engine = str(data["engine"])
-        version = data.get("engine_version") if source == "measure" else engine.partition(":")[2] or None
-        return Acceptance(source=source, acceptance_length=round(float(al), 4) if al is not None else None,
-                          acceptance_per_position=rates, num_speculative_tokens=data.get("num_speculative_tokens"),
-                          engine=engine.partition(":")[0], engine_version=version, max_tokens=data.get("max_tokens"),
-                          num_drafts=drafts, num_accepted_tokens=data.get("num_accepted_tokens"),
-                          prompts_sha256=data.get("prompts_sha256"))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise FormatError(f"malformed report: {type(exc).__name__}: {str(exc).splitlines()[0]}", path) from None
+    from ..measure.readback import read_report
+    from ..simulate.report import SimulateReport
+
+    report = read_report(path)
+    if isinstance(report, SimulateReport):
+        source, sha, engine, _, version = "simulate", None, *report.engine.partition(":")
+    else:
+        source, sha, engine, version = "measure", report.prompts_sha256, report.engine, report.engine_version or ""
+        if not re.fullmatch(r"[0-9a-f]{64}", sha):
+            raise FormatError(f"prompts_sha256 {printable(sha)[:80]!r} is not a sha256 (64 hex digits)", path)
+    drafts = report.num_drafts
+    rates = [round(n / drafts, 4) for n in report.accepted_per_position] if drafts else []
+    al = report.acceptance_length
+    return Acceptance(source=source, acceptance_length=round(al, 4) if al is not None else None,
+                      acceptance_per_position=rates, num_speculative_tokens=report.num_speculative_tokens,
+                      engine=engine, engine_version=version or None, max_tokens=report.max_tokens,
+                      num_drafts=drafts, num_accepted_tokens=report.num_accepted_tokens, prompts_sha256=sha)
 
 
 def eval_results(acceptance: Acceptance) -> list[EvalResult]:
     """The acceptance as huggingface_hub EvalResults: the AL, then one rate per draft position."""
     from huggingface_hub import EvalResult
 
-    a = acceptance
-    engine = f"{a.engine} {a.engine_version}" if a.engine_version else a.engine
+    a = acceptance  # the YAML writer quotes what it must; control characters are shown escaped, never written
+    engine = printable(f"{a.engine} {a.engine_version}" if a.engine_version else a.engine)
     common: dict[str, Any] = dict(
         task_type="text-generation", task_name=f"speculative decoding ({engine}, K={a.num_speculative_tokens})",
         dataset_type="token-ids", dataset_name="prompts", dataset_revision=a.prompts_sha256)
-    args = {"definition": a.definition, "num_speculative_tokens": a.num_speculative_tokens, "engine": a.engine,
-            "engine_version": a.engine_version, "max_tokens": a.max_tokens, "num_drafts": a.num_drafts,
+    args = {"definition": a.definition, "num_speculative_tokens": a.num_speculative_tokens,
+            "engine": printable(a.engine), "engine_version": printable(a.engine_version) if a.engine_version else None, "max_tokens": a.max_tokens, "num_drafts": a.num_drafts,
             "num_accepted_tokens": a.num_accepted_tokens, "source": a.source}
     out = []
     if a.acceptance_length is not None:
         out.append(EvalResult(metric_type=AL_METRIC, metric_name="acceptance length", metric_value=a.acceptance_length,
                               metric_args=args, **common))
     out += [EvalResult(metric_type=f"{POSITION_METRIC}{i}", metric_name=f"acceptance rate at draft position {i}",
-                       metric_value=rate, **common) for i, rate in enumerate(a.acceptance_per_position)]
+                       metric_value=rate, **common) for i, rate in enumerate(a.acceptance_per_position, start=1)]
     return out
 
 
 def card_sections(matrix: list[EngineVerdict], acceptance: Acceptance | None) -> list[str]:
-    """The card's markdown: the engine matrix, then the acceptance with its definition."""
+    """The card's markdown: the engine matrix, then the acceptance with its definition (draft positions 1..K; what a
+    report or server stated is escaped for markdown, so it cannot add a heading, a link or a tag)."""
     lines = ["## Engine matrix", "", "| engine | verdict | findings behind it |", "|---|---|---|"]
     lines += [f"| {e.engine} | {e.verdict} | {', '.join(e.codes) or '-'} |" for e in matrix]
     lines.append("")
@@ -124,10 +127,10 @@ def card_sections(matrix: list[EngineVerdict], acceptance: Acceptance | None) ->
         where = "predicted by `eagleconv simulate`" if a.source == "simulate" else "measured by `eagleconv measure` " \
             "from the engine's own counters"
         lines += ["## Acceptance", "",
-                  f"Acceptance length **{al}** with K={a.num_speculative_tokens} on {a.engine}"
-                  f"{' ' + a.engine_version if a.engine_version else ''}, {where}; AL = {a.definition}.", "",
-                  "| draft position | acceptance rate |", "|---|---|",
-                  *(f"| {i} | {r:.4f} |" for i, r in enumerate(a.acceptance_per_position)), "",
+                  f"Acceptance length **{al}** with K={a.num_speculative_tokens} on {markdown_text(a.engine)}"
+                  f"{' ' + markdown_text(a.engine_version) if a.engine_version else ''}, {where}; AL = {a.definition}.",
+                  "", "| draft position | acceptance rate |", "|---|---|",
+                  *(f"| {i} | {r:.4f} |" for i, r in enumerate(a.acceptance_per_position, start=1)), "",
                   f"Prompts: sha256 `{a.prompts_sha256 or 'not recorded'}`, {a.max_tokens} tokens each, greedy.", ""]
     return lines
 

