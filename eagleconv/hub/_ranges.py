@@ -51,7 +51,11 @@ def retry_after_seconds(value: str | None) -> float | None:
     return float(value) if value.isdigit() else 1.0
 
 
-def with_retries(call: Callable[[], _T], *, sleep: Callable[[float], None] = time.sleep) -> _T:
+def _sleep(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def with_retries(call: Callable[[], _T]) -> _T:
     """``call()``, again after a 429 (waiting its Retry-After, bounded) or a 5xx, at most RETRIES more times."""
     for attempt in range(RETRIES + 1):
         try:
@@ -60,7 +64,7 @@ def with_retries(call: Callable[[], _T], *, sleep: Callable[[float], None] = tim
             if attempt == RETRIES or not (exc.status == 429 or exc.status >= 500):
                 raise
             wait = exc.retry_after if exc.status == 429 and exc.retry_after is not None else BACKOFF * 2**attempt
-            sleep(min(wait, MAX_RETRY_AFTER))
+            _sleep(min(wait, MAX_RETRY_AFTER))
     raise AssertionError("unreachable")
 
 

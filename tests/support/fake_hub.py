@@ -109,10 +109,11 @@ class FakeHub:
         self.server.server_close()
 
     # -- state helpers used by tests --------------------------------------------------------
-    def new_commit(self, repo: Repo, files: dict[str, bytes], parent: str | None) -> str:
+    def new_commit(self, repo: Repo, files: dict[str, Blob], parent: str | None) -> str:
         digest = hashlib.sha1(f"{parent}:{len(repo.commits)}".encode())  # noqa: S324
         for path in sorted(files):
-            digest.update(path.encode() + b"\0" + files[path])
+            blob = files[path]
+            digest.update(path.encode() + b"\0" + (blob if isinstance(blob, bytes) else git_oid(blob).encode()))
         sha = digest.hexdigest()
         repo.commits[sha] = dict(files)
         return sha
