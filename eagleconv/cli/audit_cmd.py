@@ -60,7 +60,7 @@ def audit(ctx: click.Context, repos: tuple[str, ...], from_file: str | None, wor
         with _progress(label="auditing") as bar:
             step = bar.step
             summary = run_audit(names, engines=engines, jobs=jobs, out=out, resume=resume,
-                                fail_on=cast(FailOn, fail_on), endpoint=endpoint, timeout=timeout,
+                                fail_on=cast("FailOn", fail_on), endpoint=endpoint, timeout=timeout,
                                 progress=(lambda row, done, total: step("auditing", done, total)) if step else None)
         if as_json:
             click.echo(summary.model_dump_json(indent=2))
