@@ -1,9 +1,9 @@
 """Bounded HTTP reads of a Hub repository's files: byte ranges, small JSON answers, and nothing else.
 
 The header-only ``hf://`` reader (``_remote``) and ``audit`` read a repository
-through here.  huggingface_hub builds the URLs (``hf_hub_url``) and the headers
-(``build_hf_headers``: the token, the user agent), in the same way from 0.30 to
-2.x; the request itself is the standard library's, so that every answer is
+through here.  huggingface_hub builds the headers (``build_hf_headers``: the
+token, the user agent), in the same way from 0.30 to 2.x; the URLs are its
+``/api/models/ORG/NAME/revision/REV`` and ``/ORG/NAME/resolve/COMMIT/FILE``; the request itself is the standard library's, so that every answer is
 read through one bounded ``read(n)``: a server that ignores ``Range`` or sends
 an endless body costs at most the bytes asked for.  Every byte of every answer
 is counted (``bytes_read``).  A 429 is honoured with its ``Retry-After`` (at
@@ -98,9 +98,9 @@ class RangeReader:
         self._lock = threading.Lock()
 
     def file_url(self, repo_id: str, filename: str, commit: str) -> str:
-        from huggingface_hub import hf_hub_url
-
-        return hf_hub_url(repo_id, filename, revision=commit, endpoint=self.endpoint)
+        """``hf_hub_url``'s resolve URL, built here: importing ``huggingface_hub.file_download`` for it costs more
+        than a drafter's whole header read."""
+        return f"{self.endpoint}/{repo_id}/resolve/{quote(commit, safe='')}/{quote(filename)}"
 
     def info_url(self, repo_id: str, revision: str | None) -> str:
         return f"{self.endpoint}/api/models/{repo_id}/revision/{quote(revision or 'main', safe='')}"
