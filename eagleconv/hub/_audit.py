@@ -143,6 +143,8 @@ def audit_one(ref: HubRef, *, engines: Iterable[str] | str = ("vllm",), endpoint
         row = _judged(row, check_headers(store, duplicates, engines=engines))
     except EagleconvError as exc:
         row.state, row.error = _failed_state(exc), exc.one_line()
+    except Exception as exc:  # noqa: BLE001 - a failure is a row: one repository must not end a 1,000-row audit
+        row.state, row.error = "failed", f"internal error: {type(exc).__name__}: {exc}"[:500]
     row.bytes_transferred, row.requests = reader.bytes_read, reader.requests
     row.seconds = round(time.monotonic() - started, 3)
     return row
@@ -227,19 +229,21 @@ def audit(repos: Sequence[str], *, engines: Iterable[str] | str = ("vllm",), job
     seen = {(r.repo_id, r.revision) for r in done}
     todo = [ref for ref in refs if (ref.repo_id, ref.revision) not in seen]
     started = time.monotonic()
-    rows = [r for r in done if (r.repo_id, r.revision) in {(f.repo_id, f.revision) for f in refs}]
+    asked = {(f.repo_id, f.revision) for f in refs}
+    rows = [r for r in done if (r.repo_id, r.revision) in asked]
+    pool = ThreadPoolExecutor(max_workers=jobs)
     try:
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = [pool.submit(audit_one, ref, engines=engines, endpoint=endpoint, token=token, timeout=timeout)
-                       for ref in todo]
-            for future in as_completed(futures):
-                row = future.result()
-                if rows_file is not None:
-                    rows_file.append(row)
-                rows.append(row)
-                if progress is not None:
-                    progress(row, len(rows), len(refs))
-    finally:
+        futures = [pool.submit(audit_one, ref, engines=engines, endpoint=endpoint, token=token, timeout=timeout)
+                   for ref in todo]
+        for future in as_completed(futures):
+            row = future.result()
+            if rows_file is not None:
+                rows_file.append(row)
+            rows.append(row)
+            if progress is not None:
+                progress(row, len(rows), len(refs))
+    finally:  # on Ctrl-C: the rows in flight finish (each bounded by the timeout), the queued ones never start
+        pool.shutdown(wait=True, cancel_futures=True)
         if rows_file is not None:
             rows_file.close()
     order = {(ref.repo_id, ref.revision): i for i, ref in enumerate(refs)}
