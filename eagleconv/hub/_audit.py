@@ -202,7 +202,7 @@ def search(words: str | None = None, *, author: str | None = None, limit: int | 
     try:
         return [m.id for m in HfApi(endpoint=_endpoint(endpoint), token=token).list_models(
             search=words, author=author, limit=limit)]
-    except Exception as exc:  # noqa: BLE001 - one line naming the search
+    except Exception as exc:  # one line naming the search, whatever huggingface_hub raised
         raise _hub_error(exc, "the Hub search failed", f"search {words!r}") from exc
 
 

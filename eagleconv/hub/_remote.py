@@ -21,7 +21,13 @@ from ..bounds import check_config
 from ..errors import FormatError, UnsafeInputError
 from ..io.hub_paths import HubRef, check_repo_id, check_revision, parse_hf_url
 from ..io.pickle_reader import WEIGHT_PICKLE, weight_pickles
-from ..io.reader import PICKLE_INDEX, SAFETENSORS_INDEX, Duplicates, check_weight_map, weight_map_of
+from ..io.reader import (
+    PICKLE_INDEX,
+    SAFETENSORS_INDEX,
+    Duplicates,
+    check_weight_map,
+    weight_map_of,
+)
 from ..io.remote import RemoteCheckpoint
 from ..io.safetensors_header import header_length, parse_header_bytes
 from ..io.tensor_store import TensorInfo

@@ -15,8 +15,14 @@ from eagleconv.errors import EagleconvError
 from eagleconv.hub import HubError
 from tests.support.fake_hub import Sparse
 from tests.support.hub import hub, run  # noqa: F401 - the loopback Hub fixture
-from tests.support.hub_repos import (big_drafter, directory_files, fixture_checkpoints, header_bytes, publish,
-                                     write_sparse)
+from tests.support.hub_repos import (
+    big_drafter,
+    directory_files,
+    fixture_checkpoints,
+    header_bytes,
+    publish,
+    write_sparse,
+)
 
 ENGINES = ["vllm", "sglang", "llama.cpp"]
 SPECULATORS = fixture_checkpoints()["fixtures/speculators-llama-eagle31"]
@@ -34,9 +40,9 @@ def outcome(call, *args, shown: str, **kwargs) -> dict:
     return json.loads(report.model_dump_json(exclude={"path", "hub"}).replace(shown, "PATH"))
 
 
-def same_as_local(hub, repo_id: str, directory: Path) -> dict:
+def same_as_local(fake, repo_id: str, directory: Path) -> dict:
     """validate hf:// against validate --no-numeric of the files; both outcomes equal, the remote one returned."""
-    remote = outcome(validate, f"hf://{repo_id}", engines=ENGINES, shown=f"hf://{repo_id}@{_commit(hub, repo_id)}")
+    remote = outcome(validate, f"hf://{repo_id}", engines=ENGINES, shown=f"hf://{repo_id}@{_commit(fake, repo_id)}")
     local = outcome(validate, directory, engines=ENGINES, numeric=False, shown=str(directory))
     if "raised" in local:  # the refusal is the same kind; the remote message may add --download
         assert (remote["raised"], remote["code"], remote["exit"]) == (local["raised"], local["code"], local["exit"])
@@ -45,8 +51,8 @@ def same_as_local(hub, repo_id: str, directory: Path) -> dict:
     return remote
 
 
-def _commit(hub, repo_id: str) -> str:
-    return hub.repos[repo_id].refs["main"]
+def _commit(fake, repo_id: str) -> str:
+    return fake.repos[repo_id].refs["main"]
 
 
 @pytest.fixture
