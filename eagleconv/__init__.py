@@ -63,6 +63,12 @@ def _fetch_hf(path: str) -> Path:
     return fetched
 
 
+def _open_hf_headers(path: str, duplicates: Any = None, **options: Any) -> tuple[Any, Any]:
+    """``hf://`` read from its headers, for validate / inspect / lint (``eagleconv.hub.open_hf_headers``)."""
+    opened: tuple[Any, Any] = import_module("eagleconv.hub").open_hf_headers(path, duplicates, **options)
+    return opened
+
+
 def _recognise_checkpoint(directory: Path, names: list[str], shown: str | Path) -> None:
     """For io's --overwrite check (``io.staging.check_replaceable``): a drafter checkpoint by content, or UsageError."""
     import_module("eagleconv.loading").recognise_checkpoint(directory, names, shown)
@@ -77,6 +83,8 @@ def _gguf_config(kv: Any, tensors: Any) -> dict[str, Any]:
 # The one place that wires a lower layer to a higher one: io needs the hub (hf:// paths) and layout detection
 # (what --overwrite may replace) without importing either.
 _io_hooks.fetch_hf = _fetch_hf
+_io_hooks.open_hf_headers = _open_hf_headers
+_io_hooks.hub_offline = lambda: bool(import_module("eagleconv.hub").offline())
 _io_hooks.recognise_checkpoint = _recognise_checkpoint
 _io_hooks.gguf_config = _gguf_config
 

@@ -5,14 +5,27 @@ from __future__ import annotations
 from pathlib import Path
 
 from .errors import ArgumentTypeError
-from .loading import load_drafter
+from .io.remote import needs_download, open_hf_headers, reads_headers
+from .loading import load_drafter, read_store
 from .report import FlagsView, InspectReport, TensorRow, VocabSummary
 
 
-def inspect(path: str | Path, *, from_format: str | None = None, allow_pickle: bool = False) -> InspectReport:
-    """Describe the drafter at ``path``: layout, EAGLE version, flags, dims, aux ids, vocab, tensors."""
+def inspect(path: str | Path, *, from_format: str | None = None, allow_pickle: bool = False,
+            download: bool = False) -> InspectReport:
+    """Describe the drafter at ``path``: layout, EAGLE version, flags, dims, aux ids, vocab, tensors.
+
+    ``hf://`` is read from its config, index and headers (``report.hub``: commit, bytes); ``download``
+    fetches the whole snapshot instead.
+    """
     ArgumentTypeError.require_path(path, "path")
-    loaded = load_drafter(path, layout=from_format, allow_pickle=allow_pickle)
+    hub = None
+    if reads_headers(path, download):
+        if allow_pickle:
+            raise needs_download("--allow-pickle", str(path))
+        remote, hub = open_hf_headers(str(path))
+        loaded = read_store(remote, layout=from_format)
+    else:
+        loaded = load_drafter(path, layout=from_format, allow_pickle=allow_pickle)
     try:
         spec = loaded.require_spec()
         store, read = loaded.store, loaded.read
@@ -20,7 +33,7 @@ def inspect(path: str | Path, *, from_format: str | None = None, allow_pickle: b
                 for i in sorted(store.tensors.values(), key=lambda i: i.name)]
         ids = spec.aux.ids_as("hidden_state_index")
         return InspectReport(
-            path=str(store.path),
+            path=store.label,
             format=loaded.layout.name,
             detected_by=loaded.detected_by,
             eagle_version=spec.eagle_version,
@@ -39,6 +52,7 @@ def inspect(path: str | Path, *, from_format: str | None = None, allow_pickle: b
             tensors=rows,
             notes=read.notes + store.notes,
             spec=spec,
+            hub=hub() if hub is not None else None,
         )
     finally:
         loaded.close()

@@ -49,7 +49,7 @@ class LoadedDrafter:
                 + ", ".join(self.read.missing)
             )
         first = self.read.problems()[0][0] if self.read.errors else "EC004"  # as read_findings orders them
-        raise FindingsError("; ".join(problems), self.store.path, code=first)
+        raise FindingsError("; ".join(problems), self.store.label, code=first)
 
     def torch_tensors(self) -> TorchTensors:
         """The checkpoint's tensors as torch tensors by canonical name, memory-mapped (imports torch on use)."""
@@ -68,7 +68,13 @@ def load_drafter(path: str | Path | Mapping[str, object], *, config: object = No
     ``path`` may also be an in-memory state dict, with its ``config`` (a dict, a config.json path or a
     transformers ``PretrainedConfig``): see :func:`eagleconv.io.reader.open_source`.
     """
-    store = open_source(path, config, allow_pickle=allow_pickle)
+    return read_store(open_source(path, config, allow_pickle=allow_pickle), layout=layout,
+                      aux_convention=aux_convention)
+
+
+def read_store(store: Checkpoint, *, layout: str | None = None,
+               aux_convention: AuxConvention | None = None) -> LoadedDrafter:
+    """An opened checkpoint (a directory, a state dict, or a Hub repository's headers) read through its layout."""
     try:
         if layout is not None:
             chosen, why = get_layout(layout), [f"--from {layout}"]

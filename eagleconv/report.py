@@ -85,6 +85,18 @@ class FlagsView(_Report):
     use_aux_hidden_state: bool
 
 
+class HubSource(_Report):
+    """Where a header-only ``hf://`` report was read from, and what reading it cost."""
+
+    repo_id: str
+    revision: str | None = Field(description="the revision asked for (None: main)")
+    commit: str = Field(description="the commit every file was read at")
+    header_only: bool = Field(True, description="config, index and safetensors headers only (no --download)")
+    bytes_transferred: int = Field(description="the bytes of every answer: repository info, config.json, the index, "
+                                   "the headers and the small vectors (d2t, t2d)")
+    requests: int
+
+
 class InspectReport(_Report):
     path: str
     format: str
@@ -106,6 +118,7 @@ class InspectReport(_Report):
     tensors: list[TensorRow]
     notes: list[str]
     spec: DrafterSpec
+    hub: HubSource | None = Field(None, description="hf:// read from its headers: the commit and the bytes transferred")
 
 
 class StepDivergence(_Report):
@@ -275,6 +288,7 @@ class ValidationReport(_Report):
     ignored: list[Finding] = Field(default_factory=list,
                                    description="warnings and infos the caller judged acceptable (--ignore CODE)")
     forward: ForwardReport | None = Field(None, description="validate --forward: the drafter run for K draft steps")
+    hub: HubSource | None = Field(None, description="hf:// read from its headers: the commit and the bytes transferred")
 
 
 class ErrorReport(_Report):

@@ -50,6 +50,8 @@ PUBLISHED: dict[str, str] = {
     "report-diff": "eagleconv.report:DiffReport",
     "report-simulate": "eagleconv.simulate:SimulateReport",
     "report-measure": "eagleconv.measure:MeasureReport",
+    "audit-row": "eagleconv.hub:AuditRow",
+    "report-audit": "eagleconv.hub:AuditSummary",
     "error": "eagleconv.report:ErrorReport",
 }
 

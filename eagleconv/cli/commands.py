@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, TypedDict
 import click
 
 from .app import FORMATS, _console, _progress, cli, run_command
-from .options import allow_no_verifier_option, parse_size, verifier_option
+from .options import DOWNLOAD_HELP, allow_no_verifier_option, parse_size, verifier_option
 
 if TYPE_CHECKING:
     from ..drafter import AuxConvention
@@ -24,14 +24,16 @@ if TYPE_CHECKING:
 @click.argument("path", type=click.Path(path_type=str))
 @click.option("--from", "from_format", type=click.Choice(FORMATS), help="Read as this layout instead of detecting it.")
 @click.option("--allow-pickle", is_flag=True, help="Load .bin/.pt pickles with torch.load(weights_only=True).")
+@click.option("--download", is_flag=True, help=DOWNLOAD_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
-def inspect(ctx: click.Context, path: str, from_format: str | None, allow_pickle: bool, as_json: bool) -> None:
+def inspect(ctx: click.Context, path: str, from_format: str | None, allow_pickle: bool, download: bool,
+            as_json: bool) -> None:
     """Describe a drafter (a directory or hf://ORG/NAME[@REV]): layout, EAGLE version, flags, dims, aux ids, vocab mapping, tensors."""
     from ..inspection import inspect as inspect_checkpoint
 
     def body():
-        report = inspect_checkpoint(path, from_format=from_format, allow_pickle=allow_pickle)
+        report = inspect_checkpoint(path, from_format=from_format, allow_pickle=allow_pickle, download=download)
         if as_json:
             click.echo(report.model_dump_json(indent=2))
         else:
@@ -156,3 +158,4 @@ from . import transform_cmds  # noqa: E402,F401
 from . import hub_cmds  # noqa: E402,F401
 from . import simulate_cmd  # noqa: E402,F401
 from . import measure_cmd  # noqa: E402,F401
+from . import audit_cmd  # noqa: E402,F401

@@ -44,6 +44,10 @@ IGNORE_HELP = ("Finding code judged acceptable (repeatable, e.g. --ignore EC023)
                "as ignored and do not fail --strict. Errors cannot be ignored.")
 
 
+DOWNLOAD_HELP = ("hf://: download the whole snapshot (through the HF cache) instead of reading config, index and "
+                 "safetensors headers by range requests.")
+
+
 def engines_option(func: F) -> F:
     """``--engine ENGINE`` (repeatable, default vllm): validate, lint, push, pull."""
     return click.option("--engine", "engines", multiple=True, default=("vllm",), show_default=True, metavar="ENGINE",

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from .._text import human_bytes, printable
-from ..report import ConvertReport, InspectReport
+from ..report import ConvertReport, HubSource, InspectReport
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -41,10 +41,20 @@ def grid(*styles: str) -> Table:
     return out
 
 
+def hub_line(hub: HubSource) -> str:
+    """What a header-only hf:// read cost, and what it did not do."""
+    from .._text import human_bytes
+
+    return (f"commit {hub.commit}, headers only: {human_bytes(hub.bytes_transferred)} in {hub.requests} requests "
+            "(the NaN/Inf scan, --forward, convert and simulate need the data: --download)")
+
+
 def render_inspect(report: InspectReport, console: Console) -> None:
     spec = report.spec
     summary = grid("bold", "")
     summary.add_row("path", printable(report.path))
+    if report.hub is not None:
+        summary.add_row("read", hub_line(report.hub))
     summary.add_row("format", f"{report.format}  ({'; '.join(report.detected_by)})")
     version = report.eagle_version + (f"  ({', '.join(report.eagle31_flags)})" if report.eagle31_flags else "")
     summary.add_row("EAGLE version", version)

@@ -8,6 +8,7 @@ from rich.table import Table
 
 from .._text import printable
 from ..report import ValidationReport
+from .render import hub_line
 from .render import table as make_table
 
 STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
@@ -29,6 +30,8 @@ def render_validation(report: ValidationReport, console: Console, hide_info: boo
         ids = "absent" if report.aux_layer_ids is None else f"{report.aux_layer_ids} ({report.aux_layer_convention})"
         summary.add_row("aux layer ids", ids)
     summary.add_row("engines", ", ".join(report.engines) + ("" if report.numeric_scan else "  (no numeric scan)"))
+    if report.hub is not None:
+        summary.add_row("read", hub_line(report.hub))
     console.print(summary)
     shown = [f for f in report.findings if not (hide_info and f.severity == "info")]
     if shown:

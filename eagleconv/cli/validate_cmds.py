@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import click
 
 from .app import FORMATS, _console, _progress, cli, run_command
-from .options import STRICT_HELP, engines_option, hide_info_option, ignore_option
+from .options import DOWNLOAD_HELP, STRICT_HELP, engines_option, hide_info_option, ignore_option
 
 if TYPE_CHECKING:
     from rich.status import Status
@@ -89,12 +89,13 @@ def _emit(report, as_json: bool, strict: bool = False, hide_info: bool = False) 
 @click.option("--device", default="cpu", show_default=True, help="--forward: torch device to run on (cpu, cuda).")
 @ignore_option
 @hide_info_option
+@click.option("--download", is_flag=True, help=DOWNLOAD_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def validate(ctx: click.Context, path: str, engines: tuple[str, ...], target: str | None, tp: int | None,
              no_numeric: bool, from_format: str | None, allow_pickle: bool, strict: bool, forward: bool, steps: int,
              prompts: str | None, seed: int, compute_dtype: str, recipe: str, backend: str, device: str,
-             ignore: tuple[str, ...], hide_info: bool, as_json: bool) -> None:
+             ignore: tuple[str, ...], hide_info: bool, download: bool, as_json: bool) -> None:
     """Check drafter checkpoint PATH (a directory or hf://ORG/NAME[@REV]) against what each engine will do with it.
 
     Exit 0: no error finding; 1: error findings; 2: unreadable or unsafe input.
@@ -106,6 +107,10 @@ def validate(ctx: click.Context, path: str, engines: tuple[str, ...], target: st
         raise click.UsageError("--prompts needs --forward")
 
     def body():
+        from ..io.remote import needs_download, reads_headers
+
+        if forward and reads_headers(path, download):
+            raise needs_download("--forward", path)
         if forward:
             from .._extras import need
 
@@ -113,7 +118,7 @@ def validate(ctx: click.Context, path: str, engines: tuple[str, ...], target: st
         with _progress(enabled=not no_numeric, label="scanning") as bar:
             report = validate_checkpoint(path, engines=engines, target=target, tp=tp, numeric=not no_numeric,
                                          from_format=from_format, allow_pickle=allow_pickle, progress=bar.bytes,
-                                         ignore=ignore)
+                                         ignore=ignore, download=download)
         if forward:
             _passive_omp()
             with _status(f"running {steps} draft steps"):

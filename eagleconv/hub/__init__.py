@@ -20,7 +20,8 @@ The public API is re-exported here; the private modules hold one job each:
 ``_base`` (file names, step names, errors, reports), ``_timeouts``, ``_manifest``,
 ``_download`` (snapshots), ``_transfer`` (copying and hashing with progress),
 ``_card`` (model card, publish checks), ``_evaluation`` (the card's engine matrix and acceptance),
-``_push`` and ``_pull``.  ``hf://`` path
+``_push`` and ``_pull``; ``_ranges`` (bounded range reads), ``_remote`` (``hf://`` from its headers) and
+``_audit`` (many repositories judged from their headers, one row each).  ``hf://`` path
 parsing lives in ``eagleconv.io.hub_paths`` (the readers need it below the hub).
 """
 
@@ -28,6 +29,8 @@ from __future__ import annotations
 
 from ..io.hub_paths import (HF_SCHEME, HubRef, check_repo_id, check_revision, is_hf_url, is_local_path, local_path,
                             parse_hf_url)
+from ._audit import (STATES, AuditRow, AuditSummary, RowsFile, audit, audit_one, parse_repo, read_repo_list,
+                     search, summarise)
 from ._base import (CARD, CONNECT_TIMEOUT, DEFAULT_TIMEOUT, DOWNLOADING, HASHING, HASH_CHUNK, HubError,
                     HubTimeoutError, LENIENT, LIBRARY, LICENSE, MANIFEST, MANIFEST_FORMAT, ManifestEntry, PLACING,
                     Progress, PullReport, PushReport, RemoteFile, SCANNING, STAGING, STEPS, Step, TIMEOUT_ENV,
@@ -37,11 +40,15 @@ from ._download import download, fetch_verified
 from ._evaluation import Acceptance, CardSummary, EngineVerdict, engine_matrix, read_acceptance, read_card
 from ._manifest import build_manifest, manifest_json, read_manifest, verify_manifest
 from ._pull import pull
+from ._ranges import HubHTTPError, RangeReader
+from ._remote import open_hf_headers, open_remote
 from ._push import compare, push, unhashed
 from ._timeouts import hub_timeout, hub_timeouts
 from ._transfer import checkpoint_files
 
 __all__ = [
+    "STATES", "AuditRow", "AuditSummary", "RowsFile", "audit", "audit_one", "parse_repo", "read_repo_list", "search",
+    "summarise", "HubHTTPError", "RangeReader", "open_hf_headers", "open_remote",
     "Acceptance", "CardSummary", "EngineVerdict", "engine_matrix", "read_acceptance", "read_card",
     "CARD", "CONNECT_TIMEOUT", "DEFAULT_TIMEOUT", "DOWNLOADING", "HASHING", "HASH_CHUNK", "HF_SCHEME", "HubError",
     "HubRef", "HubTimeoutError", "LENIENT", "LIBRARY", "LICENSE", "MANIFEST", "MANIFEST_FORMAT", "ManifestEntry",

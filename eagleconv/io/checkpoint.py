@@ -67,6 +67,11 @@ class Checkpoint(TensorStore):
         self._fd: int | None = None
         self._fd_path: Path | None = None
 
+    @property
+    def label(self) -> str:
+        """How reports name this checkpoint: its directory (a header-only Hub read: hf://ORG/NAME@COMMIT)."""
+        return str(self.path)
+
     # -- raw access ---------------------------------------------------------
     def _fd_for(self, loc: _Location) -> int:
         """The open shard ``loc`` is in: the very file its header came from, or UnsafeInputError naming it."""

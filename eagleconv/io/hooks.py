@@ -19,3 +19,9 @@ recognise_checkpoint: Callable[[Path, list[str], str | Path], None] | None = Non
 
 # A GGUF file's metadata (and tensor table) -> the HF-style config its layout reads (eagleconv.formats.gguf.config_from_kv).
 gguf_config: Callable[[Mapping[str, Any], Mapping[str, Any]], dict[str, Any]] | None = None
+
+# hf://ORG/NAME[@REV] read from its config, index and safetensors headers (eagleconv.hub.open_hf_headers):
+# (path, duplicates, config_only=...) -> (io.remote.RemoteCheckpoint, a function returning report.HubSource).
+open_hf_headers: Callable[..., tuple[Any, Callable[[], Any]]] | None = None
+# Whether huggingface_hub is offline (eagleconv.hub.offline): then hf:// is read from the cache, not by range requests.
+hub_offline: Callable[[], bool] | None = None

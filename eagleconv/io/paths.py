@@ -12,7 +12,7 @@ from ..errors import UnsafeInputError
 _SHARD_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
-def validate_shard_name(name: object, index_file: Path, extension: str) -> str:
+def validate_shard_name(name: object, index_file: str | Path, extension: str) -> str:
     """Reject absolute paths, drives, '..', separators and extension mismatches.
 
     The checks follow huggingface_hub's index validation (names are parsed as

@@ -117,13 +117,37 @@ def _open_safetensors(directory: Path, names: list[str]) -> tuple[dict, dict, di
 def _read_index(directory: Path, index_name: str, extension: str,
                 duplicates: Duplicates | None = None) -> dict[str, str]:
     index_path = directory / index_name
-    index = _load_json_noting(resolve_inside(directory, index_name), duplicates)
+    return weight_map_of(_load_json_noting(resolve_inside(directory, index_name), duplicates), index_path, extension)
+
+
+def weight_map_of(index: object, index_path: str | Path, extension: str) -> dict[str, str]:
+    """An index file's ``weight_map`` (tensor -> shard file), every shard a plain file name, or UnsafeInputError."""
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
         raise UnsafeInputError("index has no weight_map object", index_path)
     for shard in weight_map.values():
         validate_shard_name(shard, index_path, extension)
     return weight_map
+
+
+def check_weight_map(weight_map: Mapping[str, str], tensors: Mapping[str, TensorInfo], listing: list[str],
+                     index_path: str | Path) -> list[str]:
+    """The index against the shards' headers (UnsafeInputError on any disagreement); notes on unlisted files.
+
+    Shared by local directories and the header-only ``hf://`` reader, so both refuse the same indexes.
+    """
+    only_index = sorted(set(weight_map) - set(tensors))
+    only_headers = sorted(set(tensors) - set(weight_map))
+    if only_index:
+        raise UnsafeInputError(f"index lists tensors no shard contains: {', '.join(only_index[:5])}", index_path)
+    if only_headers:
+        raise UnsafeInputError(f"shards contain tensors the index does not list: {', '.join(only_headers[:5])}", index_path)
+    for name, info in tensors.items():
+        if weight_map[name] != info.file:
+            raise UnsafeInputError(f"index puts {name!r} in {weight_map[name]} but it is stored in {info.file}", index_path)
+    shards = set(weight_map.values())
+    unlisted = sorted(n for n in listing if n.endswith(".safetensors") and n not in shards)
+    return [f"ignored safetensors files not named by the index: {', '.join(unlisted)}"] if unlisted else []
 
 
 def require_exists(path: str | Path) -> Path:
@@ -166,19 +190,7 @@ def open_checkpoint(path: str | Path, *, allow_pickle: bool = False, duplicates:
         weight_map = _read_index(directory, SAFETENSORS_INDEX, ".safetensors", duplicates)
         shards = sorted(set(weight_map.values()))
         tensors, locations, metadata = _open_safetensors(directory, shards)
-        index_path = directory / SAFETENSORS_INDEX
-        only_index = sorted(set(weight_map) - set(tensors))
-        only_headers = sorted(set(tensors) - set(weight_map))
-        if only_index:
-            raise UnsafeInputError(f"index lists tensors no shard contains: {', '.join(only_index[:5])}", index_path)
-        if only_headers:
-            raise UnsafeInputError(f"shards contain tensors the index does not list: {', '.join(only_headers[:5])}", index_path)
-        for name, info in tensors.items():
-            if weight_map[name] != info.file:
-                raise UnsafeInputError(f"index puts {name!r} in {weight_map[name]} but it is stored in {info.file}", index_path)
-        unlisted = sorted(n for n in listing if n.endswith(".safetensors") and n not in shards)
-        if unlisted:
-            notes.append(f"ignored safetensors files not named by the index: {', '.join(unlisted)}")
+        notes += check_weight_map(weight_map, tensors, listing, directory / SAFETENSORS_INDEX)
         return Checkpoint(directory, config, "safetensors-sharded", [SAFETENSORS_INDEX, *shards],
                           tensors, locations, metadata, notes)
 

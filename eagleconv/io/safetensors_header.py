@@ -72,18 +72,18 @@ class HeaderEntry:
 
 @dataclass
 class SafetensorsHeader:
-    path: Path
+    path: str | Path  # a str for a remote file (hf://ORG/NAME@COMMIT/FILE), which a Path would mangle
     entries: dict[str, HeaderEntry]
     metadata: dict[str, str] = field(default_factory=dict)
     data_start: int = 0
     file_size: int = 0
 
 
-def _bad(path: Path, message: str) -> UnsafeInputError:
+def _bad(path: str | Path, message: str) -> UnsafeInputError:
     return UnsafeInputError(f"bad safetensors header: {message}", path)
 
 
-def parse_header_bytes(path: Path, prefix: bytes, header: bytes, file_size: int) -> SafetensorsHeader:
+def parse_header_bytes(path: str | Path, prefix: bytes, header: bytes, file_size: int) -> SafetensorsHeader:
     """Validate a header already read from ``path`` (split out so it can be fuzzed)."""
     (n,) = struct.unpack("<Q", prefix)
     data_start = 8 + n
@@ -147,6 +147,23 @@ def parse_header_bytes(path: Path, prefix: bytes, header: bytes, file_size: int)
     return SafetensorsHeader(path, {e.name: e for e in entries}, dict(metadata), data_start, file_size)
 
 
+def header_length(path: str | Path, prefix: bytes, file_size: int, max_header_bytes: int = MAX_HEADER_BYTES) -> int:
+    """The header length the first 8 bytes state, once it is known to be capped and inside the file.
+
+    Checked before the header is read, so a hostile length costs nothing (a remote file's size is the server's).
+    """
+    if len(prefix) < 8:
+        raise UnsafeInputError("file is too short to be safetensors", path)
+    if prefix[:4] == b"PK\x03\x04":
+        raise UnsafeInputError("file is a zip archive (a torch pickle), not safetensors", path)
+    (n,) = struct.unpack("<Q", prefix[:8])
+    if n > max_header_bytes:
+        raise UnsafeInputError(f"header length {n} exceeds the {max_header_bytes}-byte cap", path)
+    if 8 + n > file_size:
+        raise UnsafeInputError(f"header length {n} runs past the end of the file ({file_size} bytes)", path)
+    return int(n)
+
+
 def read_header(path: str | Path, max_header_bytes: int = MAX_HEADER_BYTES) -> SafetensorsHeader:
     """Read and validate the header of one .safetensors file."""
     path = Path(path)
@@ -154,16 +171,7 @@ def read_header(path: str | Path, max_header_bytes: int = MAX_HEADER_BYTES) -> S
         with open(path, "rb") as fh:
             file_size = os.fstat(fh.fileno()).st_size
             prefix = fh.read(8)
-            if len(prefix) < 8:
-                raise UnsafeInputError("file is too short to be safetensors", path)
-            if prefix[:4] == b"PK\x03\x04":
-                raise UnsafeInputError("file is a zip archive (a torch pickle), not safetensors", path)
-            (n,) = struct.unpack("<Q", prefix)
-            if n > max_header_bytes:
-                raise UnsafeInputError(f"header length {n} exceeds the {max_header_bytes}-byte cap", path)
-            if 8 + n > file_size:
-                raise UnsafeInputError(f"header length {n} runs past the end of the file ({file_size} bytes)", path)
-            header = fh.read(n)
+            header = fh.read(header_length(path, prefix, file_size, max_header_bytes))
     except OSError as exc:
         raise UnsafeInputError(f"cannot read: {exc.strerror or exc}", path) from exc
     return parse_header_bytes(path, prefix, header, file_size)

@@ -22,7 +22,9 @@ from ..engines.view import engine_findings
 from ..errors import ArgumentTypeError, EagleconvError, FormatError, UsageError
 from ..formats import LAYOUTS, detect_layout, get_layout, read_drafter
 from ..formats.base import Layout, ReadResult, Seen, architectures_of
+from ..io.checkpoint import Checkpoint
 from ..io.reader import CHUNK_BYTES, TensorStore, open_checkpoint, open_state_dict, require_source
+from ..io.remote import needs_download, open_hf_headers, reads_headers
 from ..jsonio import config_dict
 from ..report import Finding, FlagsView, ValidationReport
 from .codes import CODES
@@ -231,7 +233,7 @@ def validate(source: str | Path | Mapping[str, object], config: object = None, *
              tp: int | None = None, from_format: str | None = None, allow_pickle: bool = False,
              chunk_bytes: int = CHUNK_BYTES, progress: Progress | None = None,
              ignore: str | Iterable[str] = (), forward: bool = False,
-             forward_options: Mapping[str, JSONValue] | None = None) -> ValidationReport:
+             forward_options: Mapping[str, JSONValue] | None = None, download: bool = False) -> ValidationReport:
     """Validate a drafter checkpoint directory, or an in-memory state dict with its config, for ``engines``.
 
     ``config`` goes with a state dict only (io.reader.require_source: a mismatch is an ArgumentTypeError).
@@ -244,11 +246,23 @@ def validate(source: str | Path | Mapping[str, object], config: object = None, *
     :func:`eagleconv.forward.validate_forward` (steps, prompts, seed, dtype,
     recipe, backend, device).  A checkpoint directory only, and only when
     its layout was read.
+
+    ``hf://`` is read from its config, index and safetensors headers alone (range
+    requests; ``report.hub`` states the commit and the bytes transferred): the
+    same report as ``numeric=False`` on the downloaded snapshot.  ``download``
+    fetches the whole snapshot instead, which the numeric scan and ``forward`` need.
     """
     require_source(source, config)
     require_arguments(target, tp)
     if forward and isinstance(source, Mapping):
         raise UsageError("forward=True needs a checkpoint directory: the forward pass reads weights from files")
+    if reads_headers(source, download):
+        if forward:
+            raise needs_download("--forward", str(source))
+        if allow_pickle:
+            raise needs_download("--allow-pickle", str(source))
+        return apply_ignore(_validate_headers(str(source), engines=engines, target=target, tp=tp,
+                                              from_format=from_format), ignore)
     report = _validate(source, config, engines=engines, target=target, numeric=numeric, tp=tp,
                        from_format=from_format, allow_pickle=allow_pickle, chunk_bytes=chunk_bytes,
                        progress=progress)
@@ -331,6 +345,37 @@ def _validate(source: str | Path | Mapping[str, object], config: object = None, 
         store.close()
 
 
+def _validate_headers(source: str, *, engines: Iterable[str] | str, target: str | Path | None, tp: int | None,
+                      from_format: str | None) -> ValidationReport:
+    """``hf://`` from its headers: ``check`` without tensor data, as ``numeric=False`` runs on a directory."""
+    duplicates: list[tuple[Path, str]] = []
+    try:
+        store, cost = open_hf_headers(source, duplicates)
+    except EagleconvError as exc:
+        if exc.code not in JUDGED_CODES:
+            raise
+        return _report([_judged(exc)], path=source, engines=[p.label for p in _profiles(engines)])
+    report = check_headers(store, duplicates, engines=engines, target=target, tp=tp, from_format=from_format)
+    report.hub = cost()
+    return report
+
+
+def check_headers(store: Checkpoint, duplicates: list[tuple[Path, str]], *, engines: Iterable[str] | str,
+                  target: str | Path | None = None, tp: int | None = None,
+                  from_format: str | None = None) -> ValidationReport:
+    """An opened checkpoint judged without its tensor data (d2t and t2d aside): what ``numeric=False`` runs.
+
+    ``duplicates``: the (file, key) pairs its opening recorded (EC001).  The header-only ``hf://`` read and
+    ``audit`` call it on a Hub repository's headers.
+    """
+    if store.config is None:
+        raise FormatError("no config.json: cannot tell which drafter layout this is", store.label)
+    return check(store.config, store, path=store.label, layout_name=from_format, engines=engines, target=target,
+                 tp=tp, numeric=False, chunk_bytes=CHUNK_BYTES, weights_kind=store.weights_kind,
+                 metadata=store.metadata,
+                 prior=[f for file, key in duplicates for f in duplicate_findings(f"{store.label}/{file}", [key])])
+
+
 def lint(config: object, *, engines: Iterable[str] | str = ("vllm",), target: str | Path | None = None,
          from_format: str | None = None, tp: int | None = None, ignore: str | Iterable[str] = ()) -> ValidationReport:
     """Check a drafter config.json alone (no tensors): what each engine will make of it.
@@ -346,12 +391,21 @@ def _lint(config: object, *, engines: Iterable[str] | str = ("vllm",), target: s
           from_format: str | None = None, tp: int | None = None) -> ValidationReport:
     path = None
     keys: list[str] = []
-    if isinstance(config, str | os.PathLike):
+    hub = None
+    if reads_headers(config):  # config.json alone, by one request
+        duplicates: list[tuple[Path, str]] = []
+        store, cost = open_hf_headers(str(config), duplicates, config_only=True)
+        if store.config is None:
+            raise FormatError("the repository has no config.json", store.label)
+        config, path, hub = store.config, f"{store.label}/config.json", cost()
+        keys = [key for _, key in duplicates]
+    elif isinstance(config, str | os.PathLike):
         path = str(Path(config) / "config.json" if Path(config).is_dir() else config)
-    config = config_dict(config, duplicates=keys)
+    config = config_dict(config, duplicates=None if hub is not None else keys)
     prior = duplicate_findings(path, keys) if path is not None else []
     report = check(config, None, path=path, layout_name=from_format, engines=engines, target=target, tp=tp,
                    numeric=False, chunk_bytes=CHUNK_BYTES, prior=prior)
+    report.hub = hub
     if from_format is not None or report.format is None or report.aux_layer_ids is None:
         return report
     for other in numbering_alternatives(config, get_layout(report.format), report.architecture or "llama"):

@@ -14,6 +14,15 @@ writer commit first, so the client's ``parentCommit`` is stale (412); ``"all-500
 a 500 (a Hub that is down); ``"resolve-500"`` answers the file downloads (``/resolve/``) with a 500, which
 huggingface_hub retries five times.
 
+Read-side switches (header-only ``hf://`` and ``audit``): a file may be a :class:`Sparse` (a 5 GB drafter that is
+its header then zeros, served by range, never built); ``/resolve/`` answers ``Range`` with 206 and
+``Content-Range``; ``GET /api/models`` searches (``search``, ``author``, ``limit``).  ``hub.throttle[repo_id] = n``
+answers that repository's next n requests with 429 and ``Retry-After: hub.retry_after``; ``hub.broken`` (repo
+ids) answers 500; ``hub.slow[repo_id] = s`` waits s seconds before each answer; ``hub.truncate`` (repo ids)
+sends half of each file's bytes then closes; ``Repo.gated`` answers the files with 403 GatedRepo;
+``hub.on_info`` runs after each model-info answer (a push landing between two reads).  A private repository
+read without the token is a 401, as on the Hub.
+
 Other switches: ``hub.hold`` names routes ("create", "info", "tree", "commit",
 "resolve") whose answer waits until ``hub.release`` is set (at most
 ``hold_s``), a server that holds responses; ``hub.list_without_hash`` lists
@@ -26,7 +35,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -34,15 +46,36 @@ from urllib.parse import parse_qs, unquote, urlsplit
 TOKEN = "hf_fake_token_for_loopback"
 
 
-def git_oid(data: bytes) -> str:
-    return hashlib.sha1(f"blob {len(data)}\0".encode() + data).hexdigest()  # noqa: S324
+@dataclass(frozen=True)
+class Sparse:
+    """A large file that is ``head`` then zeros up to ``size``: its bytes are made per range, never all at once."""
+
+    head: bytes
+    size: int
+
+    def __len__(self) -> int:
+        return self.size
+
+    def slice(self, start: int, end: int) -> bytes:
+        part = self.head[start:end]
+        return part + bytes(max(0, end - max(start, len(self.head))))
+
+
+Blob = bytes | Sparse
+
+
+def git_oid(data: Blob) -> str:
+    if isinstance(data, Sparse):
+        return hashlib.sha1(b"sparse %d\0" % data.size + data.head).hexdigest()
+    return hashlib.sha1(f"blob {len(data)}\0".encode() + data).hexdigest()
 
 
 @dataclass
 class Repo:
     private: bool
-    commits: dict[str, dict[str, bytes]] = field(default_factory=dict)  # sha -> {path: bytes}
+    commits: dict[str, dict[str, Blob]] = field(default_factory=dict)  # sha -> {path: bytes}
     refs: dict[str, str] = field(default_factory=dict)  # branch or refs/pr/N -> sha
+    gated: bool = False
 
 
 class FakeHub:
@@ -55,6 +88,12 @@ class FakeHub:
         self.release = threading.Event()
         self.list_without_hash = False
         self.corrupt: set[str] = set()
+        self.throttle: dict[str, int] = {}
+        self.retry_after = 1
+        self.broken: set[str] = set()
+        self.slow: dict[str, float] = {}
+        self.truncate: set[str] = set()
+        self.on_info: Callable[[str], None] | None = None
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.url = f"http://127.0.0.1:{self.server.server_port}"
@@ -70,15 +109,24 @@ class FakeHub:
         self.server.server_close()
 
     # -- state helpers used by tests --------------------------------------------------------
-    def new_commit(self, repo: Repo, files: dict[str, bytes], parent: str | None) -> str:
+    def new_commit(self, repo: Repo, files: dict[str, Blob], parent: str | None) -> str:
         digest = hashlib.sha1(f"{parent}:{len(repo.commits)}".encode())  # noqa: S324
         for path in sorted(files):
-            digest.update(path.encode() + b"\0" + files[path])
+            blob = files[path]
+            digest.update(path.encode() + b"\0" + (blob if isinstance(blob, bytes) else git_oid(blob).encode()))
         sha = digest.hexdigest()
         repo.commits[sha] = dict(files)
         return sha
 
-    def files(self, repo_id: str, revision: str = "main") -> dict[str, bytes]:
+    def add(self, repo_id: str, files: dict[str, Blob], *, private: bool = False, gated: bool = False) -> str:
+        """Publish ``files`` as a repository's next commit on main (the repository made if new); its sha."""
+        with self.lock:
+            repo = self.repos.setdefault(repo_id, Repo(private=private, gated=gated))
+            parent = repo.refs.get("main")
+            repo.refs["main"] = sha = self.new_commit(repo, files, parent)
+        return sha
+
+    def files(self, repo_id: str, revision: str = "main") -> dict[str, Blob]:
         repo = self.repos[repo_id]
         return repo.commits[repo.refs.get(revision, revision)]
 
@@ -119,10 +167,32 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
         def _repo(self, repo_id: str, write: bool) -> Repo | None:
             repo = hub.repos.get(repo_id)
             if repo is None or ((write or repo.private) and not self._authorized()):
-                self._error(404 if repo is None or not write else 401, f"Repository {repo_id} not found",
-                            "RepoNotFound")
+                self._error(404 if repo is None else 401, f"Repository {repo_id} not found", "RepoNotFound")
                 return None
             return repo
+
+        def _read_switches(self, repo_id: str) -> bool:
+            """The per-repository read failures; True when one answered."""
+            if repo_id in hub.slow:
+                time.sleep(hub.slow[repo_id])
+            with hub.lock:
+                throttled = hub.throttle.get(repo_id, 0) > 0
+                if throttled:
+                    hub.throttle[repo_id] -= 1
+            if throttled:
+                self._send(429, {"error": "rate limited"}, {"Retry-After": str(hub.retry_after)})
+                return True
+            if repo_id in hub.broken:
+                self._error(500, "Internal Error")
+                return True
+            return False
+
+        def _search(self, query: dict[str, list[str]]) -> None:
+            words = query.get("search", [""])[0].lower()
+            author = query.get("author", [None])[0]
+            limit = int(query.get("limit", ["1000000"])[0])
+            found = [r for r in sorted(hub.repos) if words in r.lower() and (author is None or r.startswith(f"{author}/"))]
+            self._send(200, [{"id": r, "modelId": r, "private": hub.repos[r].private} for r in found[:limit]])
 
         def _resolve(self, repo: Repo, rev: str) -> str | None:
             sha = repo.refs.get(rev) or (rev if rev in repo.commits else None)
@@ -144,8 +214,12 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             if self.command == "POST" and url.path == "/api/validate-yaml":
                 self._body()
                 return self._send(200, {"errors": [], "warnings": []})
+            if self.command == "GET" and parts == ["api", "models"]:
+                return self._search(query)
             if len(parts) >= 4 and parts[0] == "api" and parts[1] == "models":
                 repo_id, action, rest = f"{parts[2]}/{parts[3]}", (parts[4] if len(parts) > 4 else ""), parts[5:]
+                if self.command == "GET" and action in ("", "revision") and self._read_switches(repo_id):
+                    return None
                 if self.command == "GET" and action in ("", "revision"):
                     self._held("info")
                     return self._info(repo_id, unquote(rest[0]) if rest else "main")
@@ -163,6 +237,8 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 self._held("resolve")
                 if hub.fail == "resolve-500":
                     return self._error(500, "Internal Error")
+                if self._read_switches(f"{parts[0]}/{parts[1]}"):
+                    return None
                 return self._download(f"{parts[0]}/{parts[1]}", unquote(parts[3]), unquote("/".join(parts[4:])))
             self._error(404, f"no route for {self.command} {url.path}")
 
@@ -198,7 +274,10 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             sha = self._resolve(repo, rev)
             if sha is not None:
                 self._send(200, {"id": repo_id, "sha": sha, "private": repo.private,
+                                 "gated": "manual" if repo.gated else False,
                                  "siblings": [{"rfilename": p} for p in sorted(repo.commits[sha])]})
+                if hub.on_info is not None:
+                    hub.on_info(repo_id)
 
         def _tree(self, repo_id: str, rev: str) -> None:
             repo = self._repo(repo_id, write=False)
@@ -287,6 +366,36 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             if data is None:
                 return self._send(404, {"error": "Entry not found"}, {"X-Error-Code": "EntryNotFound",
                                                                        "X-Repo-Commit": sha})
-            self._send(200, raw=data, headers={"X-Repo-Commit": sha, "ETag": f'"{git_oid(data)}"'})
+            if repo.gated:
+                return self._error(403, f"Access to model {repo_id} is restricted", "GatedRepo")
+            headers = {"X-Repo-Commit": sha, "ETag": f'"{git_oid(data)}"'}
+            wanted = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range") or "")
+            if wanted is None:
+                return self._send(200, raw=data if isinstance(data, bytes) else data.slice(0, data.size),
+                                  headers=headers)
+            start = int(wanted[1])
+            end = min(len(data), int(wanted[2]) + 1 if wanted[2] else len(data))
+            if start >= len(data):
+                return self._send(416, {"error": "Range Not Satisfiable"}, {"Content-Range": f"bytes */{len(data)}"})
+            part = data[start:end] if isinstance(data, bytes) else data.slice(start, end)
+            headers["Content-Range"] = f"bytes {start}-{end - 1}/{len(data)}"
+            if repo_id in hub.truncate:  # the length promised, half the bytes sent, the connection closed
+                self.send_response(206)
+                self.send_header("Content-Length", str(len(part)))
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(part[:len(part) // 2])
+                self.close_connection = True
+                return None
+            self.send_response(206)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(len(part)))
+            for k, v in headers.items():
+                self.send_header(k, v)
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(part)
+            return None
 
     return Handler
