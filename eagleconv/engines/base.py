@@ -49,6 +49,9 @@ class DrafterClass:
     skips_input_norm: bool = True  # input_norm.* is skipped silently while norm_before_fc is off
     unknown_keys: str | None = None  # overrides KeyRules.unknown for this class
     dropped: tuple[str, ...] = ()  # substrings this class's loader skips on top of KeyRules.dropped
+    # other families whose tensors this class loads as its own (vLLM's Llama drafter stacks q/k/v and gate/up into
+    # qkv_proj/gate_up_proj, so Phi-3's fused tensors are its parameters as stored)
+    loads_families: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

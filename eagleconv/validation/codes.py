@@ -115,9 +115,10 @@ CODES: dict[str, Code] = {c.code: c for c in sorted([
          "divisible as the engine requires, or (a library caller's tp=) N is below 1. The vocabulary is padded, not "
          "split exactly, and is reported as info.",
          severity="error; info for vocabulary padding"),
-    Code("EC052", "drafter contradicts the target model",
+    Code("EC052", "drafter contradicts the target model, or the engine cannot load the target",
          "The drafter's target hidden size or vocabulary differs from the target model's config.json (--target), "
-         "or the drafter shares the target's embedding at a different width.",
+         "or the drafter shares the target's embedding at a different width; or the engine cannot load the target "
+         "as saved (vLLM: a DeepSeek MoE target's e_score_correction_bias without topk_method noaux_tc).",
          severity="error"),
     Code("EC053", "weight stored as integers",
          "A weight or bias (fc, a norm, a projection, lm_head, embed_tokens) is stored as an integer or BOOL dtype. "
