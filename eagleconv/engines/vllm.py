@@ -260,6 +260,7 @@ def check_mla(subject: Subject, view: EngineView) -> list[Finding]:
 
 
 ROUTING_BIAS = "mlp.gate.e_score_correction_bias"  # DeepseekV2MoE makes it only for topk_method noaux_tc (:327)
+DEEPSEEK_TARGET_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2"})  # targets vLLM builds DeepseekV2MoE for
 MOE_TARGET_TYPES = frozenset({"deepseek_v3", "kimi_k2"})  # transformers' DeepseekV3 router always saves the bias
 
 
@@ -285,7 +286,7 @@ def check_target_routing(subject: Subject, view: EngineView) -> list[Finding]:
     from ..target import read_target_config
 
     file, raw = read_target_config(subject.target.path)
-    if raw.get("topk_method") == "noaux_tc":
+    if raw.get("model_type") not in DEEPSEEK_TARGET_TYPES or raw.get("topk_method") == "noaux_tc":
         return []
     names = _target_tensor_names(file.parent)
     stated = f"topk_method {raw.get('topk_method')!r}"

@@ -89,7 +89,8 @@ CODES: dict[str, Code] = {c.code: c for c in sorted([
          severity='error'),
     Code("EC040", "engine cannot load the architecture as intended",
          "The engine does not recognise this architecture/model_type as the drafter class it needs.",
-         severity="error when the engine's registry is known to lack the name; warning when eagleconv's copy of the registry is partial"),
+         severity="error when the engine's registry is known to lack the name; warning when eagleconv's copy of the "
+                  "registry is partial, or where the engine ran it although its code says otherwise (vLLM: kimi_k2 MLA)"),
     Code("EC041", "serving method is auto-detected wrongly",
          "The engine picks the speculative method from the model path; for this path it picks the wrong one "
          "(vLLM: a path containing 'eagle-' is served as EAGLE-1; one with neither 'eagle-' nor 'eagle3' as a "

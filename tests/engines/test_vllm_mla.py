@@ -179,3 +179,27 @@ def test_simulate_runs_the_fused_llama_labelled_drafter_as_the_split_one(tmp_pat
     split = simulate(pair / "eagle3", pair / "target", prompts, max_tokens=12)
     run = simulate(fused, pair / "target", prompts, max_tokens=12)
     assert (run.tokens, run.drafts, run.num_accepted_tokens) == (split.tokens, split.drafts, split.num_accepted_tokens)
+
+
+def test_upgrade_and_downgrade_to_vllm_write_deepseek_v2(tmp_path):
+    from eagleconv.eagle31 import downgrade, upgrade
+
+    eagle3 = make_drafter(tmp_path / "e3", DrafterRecipe(producer="torchspec", architecture="deepseek_mla",
+                                                         dims=KIMI_LATENT))
+    upgrade(eagle3, tmp_path / "up", to="vllm", refit=False)
+    downgrade(kimi(tmp_path), tmp_path / "down", to="vllm", allow_lossy=True)
+    for out in ("up", "down"):
+        assert read_json(tmp_path / out / "config.json")["model_type"] == "deepseek_v2"
+        assert ec040(eagleconv.validate(tmp_path / out, numeric=False)) == []
+
+
+def test_target_routing_reads_only_deepseek_targets(tmp_path):
+    """A Llama target is not opened for routing tensors: its weights' headers are never read for this check."""
+    target = tmp_path / "t"
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 32, "vocab_size": 128,
+                                                    "num_hidden_layers": 16, "num_attention_heads": 4}))
+    (target / "model.safetensors").write_bytes(b"not safetensors")  # would be refused if it were read
+    convert(kimi(tmp_path), tmp_path / "v", "vllm")
+    report = eagleconv.validate(tmp_path / "v", target=target, numeric=False)
+    assert not [f for f in report.findings if f.code == "EC052" and f.engine == V032]
