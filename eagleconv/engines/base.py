@@ -113,6 +113,9 @@ class EngineProfile:
     reads_gguf: bool = False  # loads llama.cpp's one-file GGUF drafter (else its checks do not apply to one)
     gguf_checks: tuple[Callable[..., list[Finding]], ...] = ()  # run instead of ``checks`` on a GGUF drafter
     checks: tuple[Callable[..., list[Finding]], ...] = ()
+    # of ``checks``, those whose errors stop the engine before a first draft (simulate and --forward refuse), beside
+    # the architecture and aux-count checks every profile has
+    load_checks: tuple[Callable[..., list[Finding]], ...] = ()
     # how the engine serves a drafter it loads (engines.view.serving_view: simulate); None: not modelled that far
     serve: Callable[[DrafterView], DrafterView] | None = None
     packs_linears: bool = False  # runs its linears through oneDNN with weights reordered once (vLLM's CPU backend)

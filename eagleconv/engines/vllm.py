@@ -375,6 +375,7 @@ def _profile(version: str, summary: str, *, qwen3: bool, propagates_eagle31: boo
         shares_from_target={"embed_tokens.weight": "absent", "lm_head.weight": "absent"},
         tensor_parallel=True,
         checks=(*COMMON_CHECKS, check_mla, check_target_routing, check_tensor_parallel, check_method_detection),
+        load_checks=(check_mla,),
         serve=serve,
         packs_linears=True,
         history=history,

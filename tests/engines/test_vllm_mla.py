@@ -203,3 +203,22 @@ def test_target_routing_reads_only_deepseek_targets(tmp_path):
     convert(kimi(tmp_path), tmp_path / "v", "vllm")
     report = eagleconv.validate(tmp_path / "v", target=target, numeric=False)
     assert not [f for f in report.findings if f.code == "EC052" and f.engine == V032]
+
+
+@pytest.mark.parametrize("case", ["q_lora_rank null", "model_type deepseek_v3", "latent width 20"])
+def test_simulate_refuses_what_vllm_cannot_run(tmp_path, case):
+    """simulate gave counters for these; vLLM 0.32 fails to load them (or at the first forward)."""
+    from eagleconv.simulate import SimulateError, simulate
+    from tests.forward.test_api import tiny_target
+
+    dims = {"q_lora_rank null": TinyDims(kv_lora_rank=512, qk_rope_head_dim=64, q_lora_rank=None),
+            "latent width 20": TinyDims()}.get(case, KIMI_LATENT)
+    out = tmp_path / "v"
+    convert(kimi(tmp_path, dims=dims), out, "vllm")
+    if case == "model_type deepseek_v3":
+        edit_config(out, model_type="deepseek_v3")
+    target = tiny_target(tmp_path / "target", layers=14)
+    with pytest.raises(SimulateError, match="fails at load"):
+        simulate(out, target, [[1, 2, 3]], max_tokens=4)
+    convert(kimi(tmp_path / "ok", dims=KIMI_LATENT), tmp_path / "ok-v", "vllm")  # what convert writes runs
+    assert len(simulate(tmp_path / "ok-v", target, [[1, 2, 3]], max_tokens=4).tokens[0]) == 4
