@@ -47,7 +47,7 @@ class TinyDims:
     aux_ids: tuple[int, ...] = (2, 8, 13)  # vLLM numbering (hidden state entering layer i)
     target_layers: int = 16
     # MLA (Kimi K2.x style)
-    q_lora_rank: int = 24
+    q_lora_rank: int | None = 24  # None: q_proj instead of the q_a/q_b latent (vLLM 0.32 cannot load it)
     kv_lora_rank: int = 16
     qk_nope_head_dim: int = 8
     qk_rope_head_dim: int = 4
@@ -55,6 +55,9 @@ class TinyDims:
 
 
 WIDE_TARGET = TinyDims(target_hidden=48)
+# Kimi K2's MLA latent (kv_lora_rank 512 + qk_rope_head_dim 64 = 576): the one width every vLLM 0.32 MLA backend,
+# the CPU one included, runs (the default 16 + 4 is outside vLLM's set and fails at its first forward)
+KIMI_LATENT = TinyDims(kv_lora_rank=512, qk_rope_head_dim=64)
 
 
 @dataclass(frozen=True)

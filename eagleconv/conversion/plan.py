@@ -12,7 +12,7 @@ import functools
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from .. import __version__
+from .. import __version__, architectures
 from ..canonical import layer_indices
 from ..drafter import EAGLE31_FLAGS, AuxConvention, AuxLayers, DrafterSpec, Verifier
 from ..errors import ConversionError, FindingsError, UsageError
@@ -308,9 +308,14 @@ def _config_changes(loaded: LoadedDrafter, dst: type[Layout], spec: DrafterSpec,
         changes.append(f"aux layer ids renumbered {list(spec.aux.ids)} ({spec.aux.convention}) -> "
                        f"{list(spec.aux.ids_as(dst.aux_convention_for(spec.architecture)) or [])} "
                        f"({dst.aux_convention_for(spec.architecture)})")
+    held = architectures.ARCHITECTURES[spec.architecture].layouts.get(dst.name)
+    labels = config.get("architectures"), config.get("model_type")
+    relabelled = labels != (source.get("architectures"), source.get("model_type"))
     if spec.model_type in dst.model_types:
         changes.append(f"model_type {spec.model_type} -> {dst.model_types[spec.model_type]} "
-                       f"(so the {dst.name} consumer recognises the drafter)")
+                       f"({held.why if held is not None and held.why else f'so the {dst.name} consumer recognises the drafter'})")
+    elif held is not None and held.why and relabelled:
+        changes.append(f"architectures {labels[0]}: {held.why}")
     if spec.aux.ids is None:
         changes.append("no aux layer ids to write: engines will guess the target layers (pass --aux-layer-ids)")
     return changes

@@ -49,6 +49,9 @@ class DrafterClass:
     skips_input_norm: bool = True  # input_norm.* is skipped silently while norm_before_fc is off
     unknown_keys: str | None = None  # overrides KeyRules.unknown for this class
     dropped: tuple[str, ...] = ()  # substrings this class's loader skips on top of KeyRules.dropped
+    # other families whose tensors this class loads as its own (vLLM's Llama drafter stacks q/k/v and gate/up into
+    # qkv_proj/gate_up_proj, so Phi-3's fused tensors are its parameters as stored)
+    loads_families: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,9 @@ class EngineProfile:
     reads_gguf: bool = False  # loads llama.cpp's one-file GGUF drafter (else its checks do not apply to one)
     gguf_checks: tuple[Callable[..., list[Finding]], ...] = ()  # run instead of ``checks`` on a GGUF drafter
     checks: tuple[Callable[..., list[Finding]], ...] = ()
+    # of ``checks``, those whose errors stop the engine before a first draft (simulate and --forward refuse), beside
+    # the architecture and aux-count checks every profile has
+    load_checks: tuple[Callable[..., list[Finding]], ...] = ()
     # how the engine serves a drafter it loads (engines.view.serving_view: simulate); None: not modelled that far
     serve: Callable[[DrafterView], DrafterView] | None = None
     packs_linears: bool = False  # runs its linears through oneDNN with weights reordered once (vLLM's CPU backend)

@@ -105,19 +105,11 @@ def check_architecture(subject: Subject, view: EngineView) -> list[Finding]:
         return out + [finding(view, "EC040", severity, f"architecture {', '.join(archs)}{rewritten} {known} in {p.label} "
                               f"(known: {', '.join(sorted(p.classes))})", effect="load_fails")]
     family = family_of(subject)
-    if view.cls.family is not None and family is not None and family != view.cls.family:
+    if view.cls.family is not None and family is not None and family != view.cls.family \
+            and family not in view.cls.loads_families:
         out.append(finding(view, "EC040", "error", f"{view.architecture} makes {p.label} build {view.cls.name}, a "
                            f"{view.cls.family} drafter, but this checkpoint is a {family} drafter; its "
                            f"{'MLA ' if architectures.get(family).mla else ''}tensors do not fit", effect="load_fails"))
-    if view.cls.family is not None and architectures.get(view.cls.family).mla and not view.speculators \
-            and p.wrapped_mla_model_types is not None:
-        model_type = view.config.get("model_type")
-        if not isinstance(model_type, str) or model_type not in p.wrapped_mla_model_types \
-                or view.config.get("kv_lora_rank") is None:
-            out.append(finding(view, "EC040", "error", f"model_type {model_type!r}: {p.label} treats a wrapped EAGLE "
-                               f"drafter as MLA only for model_type in {sorted(p.wrapped_mla_model_types)} with "
-                               "kv_lora_rank set, so this MLA drafter is not run as MLA (vllm#45760). Set model_type "
-                               "deepseek_v3 (eagleconv convert --to vllm does)", effect="load_fails"))
     return out
 
 
@@ -300,7 +292,7 @@ def check_keys(subject: Subject, view: EngineView) -> list[Finding]:
         cls = next((c for c in view.profile.classes.values() if c.family == spec.architecture), None)
         if cls is None:
             return []
-    if cls.family is not None and cls.family != spec.architecture:
+    if cls.family is not None and cls.family != spec.architecture and spec.architecture not in cls.loads_families:
         return []  # reported by check_architecture; the names cannot be judged against the wrong class
     label = view.profile.label
     fc_norm = view.flags.get("fc_norm", (False, ""))[0]

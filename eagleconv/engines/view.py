@@ -104,8 +104,8 @@ def view_drafter(profile: EngineProfile, loaded: LoadedDrafter, intended_ids: tu
     subject = subject_of(loaded, target)
     reading = engine_view(profile, subject)
     report = EngineForward(engine=profile.label, runs=False, aux_layer_ids=None)
-    fatal = [f.message for check in (check_architecture, check_aux_count) for f in check(subject, reading)
-             if f.severity == "error"]
+    fatal = [f.message for check in (check_architecture, check_aux_count, *profile.load_checks)
+             for f in check(subject, reading) if f.severity == "error"]
     if fatal:
         report.reason = fatal[0]
         return DrafterView(profile=profile, subject=subject, reading=reading, report=report, spec=None,

