@@ -186,7 +186,15 @@ class DraftState:
 
 def propose_batch(model: DraftModel, states: Sequence[DraftState], seqs: Sequence[Sequence[int]],
                   new_aux: Sequence[torch.Tensor], k: int) -> list[list[int]]:
-    """vLLM's proposer for one round of every request at once: k drafts per request.
+    """vLLM's proposer for one round of every request at once: k drafts per request (:func:`draft_batch`)."""
+    toks, _ = draft_batch(model, states, seqs, new_aux, k)
+    return [[int(t[i]) for t in toks] for i in range(len(states))]
+
+
+def draft_batch(model: DraftModel, states: Sequence[DraftState], seqs: Sequence[Sequence[int]],
+                new_aux: Sequence[torch.Tensor], k: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """One proposer round of every request at once, per step: the draft tokens [S] and their logits [S, V] (what
+    llama.cpp's early stop reads).
 
     Per request: ``seqs[i]`` every verified token (x_0..x_T), ``new_aux[i]`` the target's captured states of
     positions rows..T-1 (those its state has not seen).  A first pass over all requests' new rows, then k-1
@@ -205,8 +213,8 @@ def propose_batch(model: DraftModel, states: Sequence[DraftState], seqs: Sequenc
     r = m.forward(ids, positions, m.combine(torch.cat(list(new_aux)).unsqueeze(0)), cache, logits_rows=last)
     for i, (st, T) in enumerate(zip(states, ends)):
         st.cache, st.rows = [_entries(c)[i] for c in r.cache], T
-    toks, _, _ = m.recurse(r.logits[0], r.feedback[0, last], r.cache, k, RaggedRows(ends))
-    return [[int(t[i]) for t in toks] for i in range(len(states))]
+    toks, logits, _ = m.recurse(r.logits[0], r.feedback[0, last], r.cache, k, RaggedRows(ends))
+    return toks, logits
 
 
 @dataclass(frozen=True)

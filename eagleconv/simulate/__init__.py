@@ -24,20 +24,18 @@ drafted tokens depend on it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
-
+from typing import TYPE_CHECKING
 
 from .drafter import EngineDrafter, engine_drafter
+from .loop import Request, VllmPolicy, decode, per_position, rounds_for
 from .report import SimulateError, SimulateReport, accept_greedy
 
 if TYPE_CHECKING:
-    from ..bounds import ModelDims
     import torch
 
-    from ..forward.native_target import NativeTarget
+    from ..bounds import ModelDims
     from ..forward.protocols import TargetModel
     from ..forward.run import StepProgress
 
@@ -91,9 +89,9 @@ def simulate(drafter: str | Path, target: str | Path, prompts: Sequence[Sequence
     ``threads``: torch's intra-op threads, 1 to the cores this process may use (default: those cores that other
     processes leave idle, measured while torch loads: _process.default_threads).  ``device``: where the
     target and drafter run (``cuda`` needs eagleconv's runtime and a CUDA device).  ``kv_cache`` (eagleconv's
-    runtime only): keys and values kept across rounds and all prompts verified in one pass per step
-    (forward.kv_cache); False re-runs everything each round, prompt by prompt (the reference the tests compare
-    it with; the transformers runtime always runs that way).  ``p_min`` (``--engine llama.cpp`` only):
+    runtime only, either engine): keys and values kept across rounds and all prompts verified in one pass per
+    step (forward.kv_cache); False re-runs everything each round, prompt by prompt (the reference the tests
+    compare it with; the transformers runtime always runs that way).  ``p_min`` (``--engine llama.cpp`` only):
     llama.cpp's ``--spec-draft-p-min`` early stop (eagleconv.simulate.llamacpp).  ``llamacpp_loop``
     (``--engine llama.cpp`` only): ``server``, llama-server's slot loop (what is deployed), or ``simple``,
     llama-speculative-simple's (the parity tier's reference); their differences: eagleconv.simulate.llamacpp.
@@ -144,133 +142,6 @@ def simulate(drafter: str | Path, target: str | Path, prompts: Sequence[Sequence
     return report
 
 
-@dataclass
-class _Request:
-    """One prompt in flight: its verified tokens, every proposal so far, and the target's states the drafter is
-    given next (the cached path: the rows it has not seen; the full re-run: all but the last)."""
-
-    prompt: list[int]
-    seq: list[int]
-    drafts: list[list[int]]
-    limit: int  # max_tokens, lowered so prompt + output stay within max_model_len (vLLM's FINISHED_LENGTH_CAPPED)
-    out_len: int = 1
-    aux: torch.Tensor | None = None
-
-
-class _Rounds(Protocol):
-    """The target's and the drafter's side of simulate's rounds, with whatever caches they keep (_decode's parameter)."""
-
-    def prefill(self, reqs: list[_Request]) -> list[int]: ...  # each prompt's first token; sets r.aux
-
-    def verify(self, reqs: list[_Request]) -> list[list[int]]: ...  # the target's tokens after [last, d_1..d_K]
-
-    def accepted(self, r: _Request, accepted: int) -> None: ...  # after r.seq took the accepted and bonus tokens
-
-    def draft(self, reqs: list[_Request]) -> None: ...  # one proposal appended to each r.drafts
-
-
-class _Cached:
-    """All prompts in lockstep, as vLLM's scheduler runs them: one target pass per step over every unfinished
-    prompt's rows (the prefill: every prompt row; then each prompt's [last token, d_1..d_K]), and one proposer batch,
-    the keys and values of both kept across rounds (forward.kv_cache)."""
-
-    def __init__(self, tgt: NativeTarget, d: EngineDrafter, K: int, reqs: list[_Request]):
-        from ..forward.kv_cache import DraftState, SlotCache
-
-        self.tgt, self.d, self.K = tgt, d, K
-        # a round writes K+1 rows from the last verified position, which is before len(prompt) + max_tokens
-        caches = SlotCache.batch(tgt.num_layers, max(len(r.prompt) + r.limit for r in reqs) + K, len(reqs))
-        self.slots = {id(r): c for r, c in zip(reqs, caches)}
-        self.states = {id(r): DraftState() for r in reqs}
-
-    def _step(self, segments: list[tuple[_Request, list[int], int, slice]]) -> list[list[int]]:
-        from ..forward.kv_cache import Segment, target_step
-
-        outs = target_step(self.tgt, [Segment(self.slots[id(r)], rows, start, pick) for r, rows, start, pick in segments],
-                           self.d.capture)
-        for (r, *_), (_, aux) in zip(segments, outs):
-            r.aux = aux
-        return [[int(g) for g in greedy] for greedy, _ in outs]
-
-    def prefill(self, reqs: list[_Request]) -> list[int]:
-        return [greedy[-1] for greedy in self._step([(r, r.prompt, 0, slice(-1, None)) for r in reqs])]
-
-    def verify(self, reqs: list[_Request]) -> list[list[int]]:
-        return self._step([(r, [r.seq[-1], *r.drafts[-1]], len(r.seq) - 1, slice(None)) for r in reqs])
-
-    def accepted(self, r: _Request, accepted: int) -> None:
-        # the target's rows of the accepted tokens are the drafter's new first-pass rows; the rejected drafts'
-        # slots (target and drafter) are written again next round
-        assert r.aux is not None
-        r.aux = r.aux[:accepted + 1]
-
-    def draft(self, reqs: list[_Request]) -> None:  # one proposer batch, as vLLM runs it
-        from ..forward.kv_cache import propose_batch
-
-        drafts = propose_batch(self.d.model, [self.states[id(r)] for r in reqs], [r.seq for r in reqs],
-                               [r.aux for r in reqs if r.aux is not None], self.K)
-        for r, proposed in zip(reqs, drafts):
-            r.drafts.append(proposed)
-
-
-class _Rerun:
-    """No cache: the target over the whole sequence and the drafter's first pass over every verified row each
-    round, prompt by prompt: the plain definition, for the transformers runtime and as the cached path's reference."""
-
-    def __init__(self, tgt: TargetModel, d: EngineDrafter, K: int):
-        self.tgt, self.d, self.K = tgt, d, K
-
-    def _pass(self, r: _Request, tokens: list[int]) -> list[int]:
-        import torch
-
-        greedy, states = self.tgt.forward(tokens, self.d.capture)
-        r.aux = torch.cat([states[i] for i in self.d.capture], -1)
-        return [int(g) for g in greedy]
-
-    def prefill(self, reqs: list[_Request]) -> list[int]:
-        return [self._pass(r, r.seq)[-1] for r in reqs]
-
-    def verify(self, reqs: list[_Request]) -> list[list[int]]:
-        n = [len(r.seq) for r in reqs]
-        return [self._pass(r, r.seq + r.drafts[-1])[m - 1:m + self.K] for r, m in zip(reqs, n)]
-
-    def accepted(self, r: _Request, accepted: int) -> None:
-        assert r.aux is not None
-        r.aux = r.aux[:len(r.seq) - 1]
-
-    def draft(self, reqs: list[_Request]) -> None:
-        for r in reqs:
-            assert r.aux is not None
-            r.drafts.append(propose(self.d, r.seq, r.aux, self.K))
-
-
-def _decode(rounds: _Rounds, reqs: list[_Request], K: int, tick: Callable[[int], None]
-            ) -> tuple[list[list[int]], list[list[list[int]]], int, list[int]]:
-    """vLLM's greedy speculative decoding of every request: prefill, propose; then verify, accept, propose until
-    each has its tokens.  ``rounds`` is what computes it (_Cached, _Rerun); the bookkeeping is this loop's."""
-    for r, first in zip(reqs, rounds.prefill(reqs)):
-        r.seq.append(first)
-        tick(1)
-    rounds.draft(reqs)
-    per_pos, accepted_total = [0] * K, 0
-    while True:
-        active = [r for r in reqs if r.out_len < r.limit]
-        if not active:
-            break
-        for r, verified in zip(active, rounds.verify(active)):
-            drafts = r.drafts[-1]
-            accepted = accept_greedy(drafts, verified[:K], per_pos)
-            accepted_total += accepted
-            r.seq += [*drafts[:accepted], verified[accepted]]
-            tick(min(accepted + 1, r.limit - r.out_len))
-            r.out_len += accepted + 1
-            rounds.accepted(r, accepted)
-        rounds.draft(active)
-    num_drafts = sum(len(r.drafts) - 1 for r in reqs)
-    return ([r.seq[len(r.prompt):][:r.limit] for r in reqs], [r.drafts for r in reqs], num_drafts,
-            [accepted_total, *per_pos])
-
-
 def _limits(prompts: list[list[int]], max_tokens: int, dims: ModelDims | None) -> tuple[list[int], list[str]]:
     """Each prompt's output length: max_tokens, or fewer where prompt + output would pass the target's
     max_position_embeddings (vLLM's max_model_len: its scheduler stops the request there, FINISHED_LENGTH_CAPPED;
@@ -292,12 +163,10 @@ def _simulate(drafter: str | Path, target: str | Path, prompts: list[list[int]],
               llamacpp_loop: str = "server") -> SimulateReport:
     import torch
 
+    from ..bounds import ModelDims, check_decode
     from ..engines import resolve_engines
-
     from ..forward.inputs import check_prompts
     from ..forward.weights import PACK_MIN_BYTES
-
-    from ..bounds import ModelDims, check_decode
     from ..target import target_dims
 
     progress("loading the target and the drafter", 0, 2)
@@ -313,10 +182,10 @@ def _simulate(drafter: str | Path, target: str | Path, prompts: list[list[int]],
     tgt.pack_linears()  # on the CPU: weights reordered once for oneDNN, as vLLM runs its linears
     prompts = check_prompts(prompts, source, tgt.vocab_size)
     progress("loading the target and the drafter", 1, 2)
-    if resolve_engines([engine])[0].engine == "llama.cpp":  # a different loop, one request at a time
+    if resolve_engines([engine])[0].engine == "llama.cpp":  # the same loop, llama.cpp's policy
         from .llamacpp import simulate_llamacpp
         return simulate_llamacpp(drafter, target, tgt, prompts, num_speculative_tokens, max_tokens, engine, p_min,
-                                 progress, loop=llamacpp_loop)
+                                 progress, loop=llamacpp_loop, kv_cache=kv_cache)
     d = engine_drafter(drafter, engine, tgt, device)
     spec = d.model.spec
     if dims is not None and spec.head_dim is not None:  # the drafter's own KV cache (MLA's is smaller than this)
@@ -334,21 +203,22 @@ def _simulate(drafter: str | Path, target: str | Path, prompts: list[list[int]],
 
     progress(generating, 0, planned)
     K = num_speculative_tokens
-    reqs = [_Request(list(p), list(p), [], n) for p, n in zip(prompts, limits)]
-    from ..forward.native_target import NativeTarget
-
-    rounds: _Rounds = _Cached(tgt, d, K, reqs) if kv_cache and isinstance(tgt, NativeTarget) else _Rerun(tgt, d, K)
+    reqs = [Request(list(p), list(p), n) for p, n in zip(prompts, limits)]
+    # a round writes K+1 rows from the last verified position, which is before len(prompt) + max_tokens
+    rounds = rounds_for(tgt, d, d.capture, reqs, max(len(r.prompt) + r.limit for r in reqs) + K, kv_cache)
     with torch.no_grad():
-        all_tokens, all_drafts, num_drafts, (accepted_total, *per_pos) = _decode(rounds, reqs, K, tick)
+        decode(rounds, reqs, VllmPolicy(K, tick))
     progress(generating, planned, planned)
+    num_drafts = sum(len(r.rounds) for r in reqs)
+    accepted_total = sum(rd.accepted for r in reqs for rd in r.rounds)
     n_target, n_drafter = tgt.packed_weights, d.model.packed_weights
     packed = (f"linears of {n_target} target and {n_drafter} drafter weights (those of {PACK_MIN_BYTES >> 20} MiB or "
               "more): oneDNN, each reordered once, as vLLM's CPU backend runs them")
     return SimulateReport(
-        tokens=all_tokens, num_drafts=num_drafts, num_draft_tokens=num_drafts * K,
-        num_accepted_tokens=accepted_total, accepted_per_position=per_pos,
+        tokens=[r.out[:r.limit] for r in reqs], num_drafts=num_drafts, num_draft_tokens=num_drafts * K,
+        num_accepted_tokens=accepted_total, accepted_per_position=per_position(reqs, K),
         acceptance_length=1 + accepted_total / num_drafts if num_drafts else None,
-        drafts=all_drafts, engine=engine, num_speculative_tokens=K, max_tokens=max_tokens,
+        drafts=[r.drafts for r in reqs], engine=engine, num_speculative_tokens=K, max_tokens=max_tokens,
         target_runtime=tgt.runtime,
         notes=[*d.notes, *capped, "aux layers captured as vLLM's V1 runner does: " + str(list(d.capture)),
                *([packed] if n_target + n_drafter else []),

@@ -11,6 +11,7 @@ from .report import SimulateError
 
 if TYPE_CHECKING:
     from ..forward.protocols import DraftModel, TargetModel
+    from ..target import TargetInfo
 
 
 @dataclass(kw_only=True)
@@ -38,7 +39,6 @@ def engine_drafter(drafter: str | Path, engine: str, target: TargetModel, device
     from ..forward.model import Drafter
     from ..forward.weights import BlockCache, CheckpointSource, ResidentSource
     from ..loading import load_drafter
-    from ..target import load_target
 
     profile = resolve_engines([engine])[0]
     if profile.serve is None:
@@ -54,7 +54,7 @@ def engine_drafter(drafter: str | Path, engine: str, target: TargetModel, device
     intended = loaded.require_spec()
     L = target.num_layers
     view = serving_view(profile, loaded, default_aux_ids(intended, L), L,
-                        target=load_target(target_dir) if target_dir is not None else None)
+                        target=target_info(target, target_dir) if target_dir is not None else None)
     if view.refused is not None or view.spec is None:
         raise SimulateError(f"{path}: {view.refused}", code=None)
     extra = fill_tensors(view.spec, view.fills, target.lm_head)
@@ -63,3 +63,16 @@ def engine_drafter(drafter: str | Path, engine: str, target: TargetModel, device
                     target_embed=target.embed.float(), path=str(path), device=device, cache=BlockCache(1 << 40),
                     pack=profile.packs_linears)  # on the CPU: oneDNN with weights reordered once, as vLLM runs its linears
     return EngineDrafter(model=model, capture=view.capture, layers=view.layers, notes=view.notes)
+
+
+def target_info(target: TargetModel, target_dir: str | Path) -> TargetInfo:
+    """The target's config for the engine checks that read it (llama.cpp's).  eagleconv's runtime runs only configs
+    whose every field it understands, every number stated, so its own are the ones transformers' AutoConfig would
+    give: no transformers import (``target.load_target``'s, most of simulate --engine llama.cpp's fixed cost)."""
+    from ..forward.native_target import NativeTarget
+    from ..target import TargetInfo, load_target
+
+    if isinstance(target, NativeTarget):
+        return TargetInfo(str(target_dir), target.architecture.name, target.hidden_size, target.vocab_size,
+                          target.num_layers)
+    return load_target(target_dir)

@@ -1,4 +1,5 @@
-"""``simulate --engine llama.cpp``: llama-speculative-simple's loop (llama.cpp b11434), one request at a time.
+"""``simulate --engine llama.cpp``: llama-server's and llama-speculative-simple's loops (llama.cpp b11434), as
+policies of simulate's one decode loop (eagleconv.simulate.loop: cached, all prompts in lockstep).
 
 What differs from vLLM's proposer (``eagleconv.simulate``), read in llama.cpp b11434's code
 (``examples/speculative-simple/speculative-simple.cpp``, ``common/speculative.cpp``, eagle3 impl):
@@ -16,8 +17,9 @@ What differs from vLLM's proposer (``eagleconv.simulate``), read in llama.cpp b1
 * target features: ``llama_set_embeddings_layer_inp(ctx_tgt, id)``, the input of layer ``id`` (vLLM's
   numbering); the drafter's recursion feeds back its pre-norm state; no fc_norm, no norm_output.
 
-Same math as vLLM's drafter otherwise: each round is a fresh first pass over every verified row (llama.cpp
-keeps KV and rewrites the deferred boundary row, which computes the same thing).
+Same math as vLLM's drafter otherwise: each round computes what a fresh first pass over every verified row
+computes (llama.cpp keeps KV and rewrites the deferred boundary row; simulate keeps the drafter's first-pass
+cache, forward.kv_cache.DraftState, and runs only the newly verified rows).
 
 llama-server's loop (``tools/server/server-context.cpp``, the default: what users deploy) differs from
 llama-speculative-simple's, read in the same release:
@@ -39,11 +41,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..engines.llamacpp import EOG_TOKEN_TEXTS
+from .loop import Request, Round, per_position, rounds_for
+from .loop import decode as decode_all
 from .report import accept_greedy
 
 if TYPE_CHECKING:
@@ -53,16 +57,6 @@ if TYPE_CHECKING:
     from ..forward.run import StepProgress
     from .drafter import EngineDrafter
     from .report import SimulateReport
-
-
-@dataclass
-class Round:
-    """One verification round: the draft, how many were accepted, the tokens emitted, each draft step's top-2."""
-
-    draft: list[int]
-    accepted: int
-    emitted: list[int]
-    top2: list[tuple[int, float, int, float]] = field(default_factory=list)  # (id, p, id, p) per draft step
 
 
 def eog_ids(target_dir: str | Path) -> set[int]:
@@ -86,133 +80,154 @@ def eog_ids(target_dir: str | Path) -> set[int]:
     return out
 
 
-def draft_round(d: EngineDrafter, tokens: Sequence[int], aux: Any, k: int, p_min: float
-                ) -> tuple[list[int], list[tuple[int, float, int, float]]]:
-    """common_speculative_impl_draft_eagle3::draft: K greedy steps, stopping where top-10 softmax p < p_min."""
+def cut_draft(tokens: Sequence[int], logits: Sequence[torch.Tensor], p_min: float
+              ) -> tuple[list[int], list[tuple[int, float, int, float]]]:
+    """common_speculative_impl_draft_eagle3::draft's early stop over a proposal: its K greedy steps up to the first
+    whose top token's probability (softmax over the top 10) is under ``p_min``; and each step's top-2."""
     import torch
 
-    from ..forward.model import DraftInputs
-
-    T = len(tokens) - 1
-    result = d.model.draft(DraftInputs(torch.tensor([list(tokens)]), aux[:T].unsqueeze(0)), k)
     draft, top2 = [], []
-    for step, logits in zip(result.tokens, result.logits):
-        vals, idx = torch.topk(logits[0].float(), 10)
+    for token, z in zip(tokens, logits):
+        vals, idx = torch.topk(z.float(), 10)
         p = torch.softmax(vals.double(), -1)
         top2.append((int(idx[0]), float(p[0]), int(idx[1]), float(p[1])))  # full-vocab logits: target ids
         if float(p[0]) < p_min:
             break
-        draft.append(int(step[0]))
+        draft.append(token)
     return draft, top2
 
 
-class _TargetFeatures:
-    """The target for both of llama.cpp's loops: the greedy token after each of ``tokens`` (at positions start..)
-    and their captured states.  eagleconv's runtime keeps its KV cache across rounds, as llama.cpp runs its target;
-    the transformers runtime re-reads ``seq[:start]`` each time."""
+@dataclass
+class ServerPolicy:
+    """llama-server's slot loop (one slot per request, greedy): the prompt evaluated whole and its token sampled;
+    a draft only while the budget ``n_draft_max`` is positive, dropped under ``n_min``, cut to the budget; a round
+    counted only when it carried a draft; a request stops at ``n_predict`` tokens or an end-of-generation token.
+    ``n_ctx``: the slot's context (None: unbounded, as when prompt + n_predict fit with room to spare)."""
 
-    def __init__(self, tgt: TargetModel, d: EngineDrafter, ids: tuple[int, ...], capacity: int):
-        from ..forward.kv_cache import SlotCache
-        from ..forward.native_target import NativeTarget
+    K: int
+    n_predict: int
+    p_min: float
+    eog: set[int]
+    tick: Callable[[int], None]
+    n_min: int = 0
+    n_ctx: int | None = None
 
-        self.tgt, self.d, self.ids = tgt, d, ids
-        self.native = tgt if isinstance(tgt, NativeTarget) else None
-        self.cache = SlotCache(tgt.num_layers, capacity) if self.native is not None else None
+    def prefill(self, r: Request) -> list[int]:
+        return r.prompt
 
-    def __call__(self, seq: list[int], tokens: list[int], start: int) -> tuple[torch.Tensor, torch.Tensor]:
-        import torch
+    def start(self, r: Request, first: int | None) -> None:
+        assert first is not None
+        r.out.append(first)
+        r.seq.append(first)
+        self.tick(1)
+        r.done = first in self.eog or self.n_predict <= 1
 
-        if self.native is not None and self.cache is not None:
-            from ..forward.kv_cache import Segment, target_step
+    def _budget(self, r: Request) -> int:
+        n_draft_max = self.n_predict - len(r.out) - 1  # n_remaining - 1
+        if self.n_ctx is not None:
+            n_draft_max = min(self.n_ctx - (len(r.seq) - 1) - 2, n_draft_max)
+        return n_draft_max
 
-            [(greedy, states)] = target_step(self.native, [Segment(self.cache, tokens, start)], self.ids)
-            return greedy, states
-        greedy, full = self.tgt.forward(seq[:start] + tokens, self.d.capture)
-        return greedy[start:], torch.cat([full[i] for i in self.ids], -1)[start:]
+    def proposes(self, r: Request) -> bool:
+        return not r.done and self._budget(r) > 0  # else the target decodes one token plainly
+
+    def proposed(self, r: Request, tokens: list[int], logits: Sequence[torch.Tensor]) -> None:
+        draft, r.top2 = cut_draft(tokens, logits, self.p_min)
+        r.draft = [] if len(draft) < self.n_min else draft[:self._budget(r)]  # n_min before the truncation
+
+    def verified(self, r: Request, verified: list[int]) -> int:
+        accepted = accept_greedy(r.draft, verified)
+        emitted = verified[:accepted + 1]
+        if r.draft:
+            r.rounds.append(Round(r.draft, accepted, emitted, r.top2))
+        for tok in emitted:
+            r.out.append(tok)
+            if tok in self.eog or len(r.out) >= self.n_predict:  # the rest of the round is dropped
+                r.done = True
+                break
+        r.seq += emitted
+        self.tick(len(emitted))
+        return accepted
 
 
-def decode(tgt: TargetModel, d: EngineDrafter, ids: tuple[int, ...], prompt: list[int], K: int, n_predict: int,
-           p_min: float, eog: set[int], tick: Callable[[int], None]) -> tuple[list[int], list[Round]]:
-    """llama-speculative-simple's main loop for one prompt: (the emitted tokens, every round).  ``ids``: the
-    target layers in the drafter's order (llama.cpp concatenates them in target_layers order, repeats kept)."""
-    import torch
+@dataclass
+class SimplePolicy:
+    """llama-speculative-simple's loop: the target evaluates ``prompt[:-1]`` and the first draft is made from
+    (``prompt[-1]``, their features) before anything is sampled (a one-token prompt has no features: its first
+    round verifies an empty draft); a draft is cut to ``n_predict - emitted - 1`` only while that is positive; every
+    round counts; a request stops once more than ``n_predict`` tokens were emitted, or at an end-of-generation
+    token."""
 
-    target = _TargetFeatures(tgt, d, ids, len(prompt) + n_predict + 2 * K + 2)
-    seq: list[int] = []
-    _, aux = target(seq, prompt[:-1], 0) if len(prompt) > 1 else (None, None)
-    seq = list(prompt)  # prompt_tgt + [id_last]
-    out: list[int] = []
-    rounds: list[Round] = []
-    done = 0
-    while True:
-        n_draft_max = max(n_predict - done - 1, 0)
+    K: int
+    n_predict: int
+    p_min: float
+    eog: set[int]
+    tick: Callable[[int], None]
+
+    def prefill(self, r: Request) -> list[int]:
+        return r.prompt[:-1]
+
+    def start(self, r: Request, first: int | None) -> None:
+        pass  # nothing sampled: seq is prompt_tgt + [id_last]
+
+    def proposes(self, r: Request) -> bool:
         # a one-token prompt leaves nothing to prefill: the drafter has no target features yet (eagle3's deferred
         # boundary is unset), so llama.cpp's first round verifies an empty draft ("accepted 0/0")
-        draft, top2 = draft_round(d, seq, aux, K, p_min) if aux is not None else ([], [])
-        if n_draft_max > 0:
-            draft = draft[:n_draft_max]
-        greedy, new_aux = target(seq, [seq[-1], *draft], len(seq) - 1)
-        verified = [int(g) for g in greedy]
-        emitted = verified[:accept_greedy(draft, verified) + 1]  # the accepted drafts and the target's own next token
-        rounds.append(Round(draft, len(emitted) - 1, emitted, top2))
-        done += len(emitted)
+        return not r.done and len(r.seq) > 1
+
+    def proposed(self, r: Request, tokens: list[int], logits: Sequence[torch.Tensor]) -> None:
+        draft, r.top2 = cut_draft(tokens, logits, self.p_min)
+        n_draft_max = self.n_predict - emitted(r) - 1
+        r.draft = draft[:n_draft_max] if n_draft_max > 0 else draft
+
+    def verified(self, r: Request, verified: list[int]) -> int:
+        accepted = accept_greedy(r.draft, verified)
+        emitted_now = verified[:accepted + 1]  # the accepted drafts and the target's own next token
+        r.rounds.append(Round(r.draft, accepted, emitted_now, r.top2))
         eos = False
-        for tok in emitted:
-            out.append(tok)
-            if tok in eog:
+        for tok in emitted_now:
+            r.out.append(tok)
+            if tok in self.eog:
                 eos = True
                 break
-        seq += emitted
-        aux = torch.cat([aux, new_aux[:len(emitted)]]) if aux is not None else new_aux[:len(emitted)]
-        tick(len(emitted))
-        if done > n_predict or eos:
-            return out, rounds
+        r.seq += emitted_now
+        self.tick(len(emitted_now))
+        r.done = emitted(r) > self.n_predict or eos
+        return accepted
 
 
-def decode_server(tgt: TargetModel, d: EngineDrafter, ids: tuple[int, ...], prompt: list[int], K: int, n_predict: int,
-                  p_min: float, eog: set[int], tick: Callable[[int], None], n_min: int = 0,
-                  n_ctx: int | None = None) -> tuple[list[int], list[Round]]:
-    """llama-server's slot loop for one prompt (one slot, greedy): (the emitted tokens, every round).  ``n_ctx``:
-    the slot's context (None: unbounded, as when prompt + n_predict fit with room to spare)."""
+def emitted(r: Request) -> int:
+    """Every token the target emitted so far (llama-speculative-simple's n_predict counter)."""
+    return sum(len(rd.emitted) for rd in r.rounds)
+
+
+def run(tgt: TargetModel, d: EngineDrafter, prompts: Sequence[Sequence[int]], policy: ServerPolicy | SimplePolicy,
+        kv_cache: bool = True) -> list[Request]:
+    """Every prompt through one of llama.cpp's loops on simulate's decode loop (eagleconv.simulate.loop), the
+    target's states in the drafter's order (``d.layers``: llama.cpp concatenates them in target_layers order)."""
     import torch
 
-    target = _TargetFeatures(tgt, d, ids, len(prompt) + n_predict + 2 * K + 2)
-    seq: list[int] = []
-    greedy, aux = target(seq, list(prompt), 0)  # the whole prompt, then its first token sampled
-    out = [int(greedy[-1])]
-    seq = [*prompt, out[0]]
-    rounds: list[Round] = []
-    tick(1)
-    if out[0] in eog or n_predict <= 1:
-        return out, rounds
-    while True:
-        n_remaining = n_predict - len(out)
-        n_draft_max = n_remaining - 1
-        if n_ctx is not None:
-            n_draft_max = min(n_ctx - (len(seq) - 1) - 2, n_draft_max)
-        draft: list[int] = []
-        top2: list[tuple[int, float, int, float]] = []
-        if n_draft_max > 0:
-            draft, top2 = draft_round(d, seq, aux, K, p_min)
-            if len(draft) < n_min:
-                draft = []
-            draft = draft[:n_draft_max]
-        greedy, new_aux = target(seq, [seq[-1], *draft], len(seq) - 1)
-        verified = [int(g) for g in greedy]
-        emitted = verified[:accept_greedy(draft, verified) + 1]
-        if draft:
-            rounds.append(Round(draft, len(emitted) - 1, emitted, top2))
-        stop = False
-        for tok in emitted:
-            out.append(tok)
-            if tok in eog or len(out) >= n_predict:
-                stop = True
-                break
-        seq += emitted
-        aux = torch.cat([aux, new_aux[:len(emitted)]])
-        tick(len(emitted))
-        if stop:
-            return out, rounds
+    reqs = [Request(list(p), list(p), policy.n_predict) for p in prompts]
+    # the simple loop runs past n_predict by up to a round: K + 1 tokens, a round writing K + 1 rows after them
+    capacity = max(len(p) for p in prompts) + policy.n_predict + 2 * policy.K + 2
+    with torch.no_grad():
+        decode_all(rounds_for(tgt, d, d.layers, reqs, capacity, kv_cache), reqs, policy)
+    return reqs
+
+
+def decode(tgt: TargetModel, d: EngineDrafter, prompt: list[int], K: int, n_predict: int, p_min: float,
+           eog: set[int], tick: Callable[[int], None]) -> tuple[list[int], list[Round]]:
+    """llama-speculative-simple's main loop for one prompt: (the emitted tokens, every round)."""
+    [r] = run(tgt, d, [prompt], SimplePolicy(K, n_predict, p_min, eog, tick))
+    return r.out, r.rounds
+
+
+def decode_server(tgt: TargetModel, d: EngineDrafter, prompt: list[int], K: int, n_predict: int, p_min: float,
+                  eog: set[int], tick: Callable[[int], None], n_min: int = 0, n_ctx: int | None = None
+                  ) -> tuple[list[int], list[Round]]:
+    """llama-server's slot loop for one prompt (one slot, greedy): (the emitted tokens, every round)."""
+    [r] = run(tgt, d, [prompt], ServerPolicy(K, n_predict, p_min, eog, tick, n_min, n_ctx))
+    return r.out, r.rounds
 
 
 LOOPS = ("server", "simple")  # llama-server (default), llama-speculative-simple
@@ -233,14 +248,13 @@ def counters(rounds: Sequence[Round]) -> Counters:
 
 
 def simulate_llamacpp(drafter: str | Path, target_dir: str | Path, tgt: TargetModel, prompts: list[list[int]], K: int,
-                      n_predict: int, engine: str, p_min: float, progress: StepProgress, loop: str = "server"
-                      ) -> SimulateReport:
+                      n_predict: int, engine: str, p_min: float, progress: StepProgress, loop: str = "server",
+                      kv_cache: bool = True) -> SimulateReport:
     """Every prompt through llama-server's slot loop (``loop="server"``: ``n_predict`` per request,
     ``--spec-draft-n-max K --spec-draft-n-min 0``, greedy) or llama-speculative-simple's (``loop="simple"``:
-    ``-n n_predict --spec-draft-n-max K --temp 0``)."""
+    ``-n n_predict --spec-draft-n-max K --temp 0``), all prompts in lockstep on the cached path (each prompt's
+    tokens and rounds are its own: the loops' decisions are per request)."""
     import math
-
-    import torch
 
     from ..engines import resolve_engines
     from .drafter import engine_drafter
@@ -252,7 +266,6 @@ def simulate_llamacpp(drafter: str | Path, target_dir: str | Path, tgt: TargetMo
         raise SimulateError(f"--p-min {p_min}: a probability between 0 and 1", code=None)
     profile = resolve_engines([engine])[0]
     d = engine_drafter(drafter, engine, tgt, target_dir=target_dir)
-    ids = d.layers
     progress("loading the target and the drafter", 2, 2)
     eog = eog_ids(target_dir)
     generating, planned, done = "generating tokens", len(prompts) * (n_predict + 1), [0]
@@ -261,31 +274,24 @@ def simulate_llamacpp(drafter: str | Path, target_dir: str | Path, tgt: TargetMo
         done[0] += n
         progress(generating, min(done[0], planned), planned)
 
-    tokens, drafts, generated, per_pos, all_rounds = [], [], [], [0] * K, []
-    with torch.no_grad():
-        for prompt in prompts:
-            if loop == "server":
-                out, rounds = decode_server(tgt, d, ids, prompt, K, n_predict, p_min, eog, tick)
-                tokens.append(out)
-                # the trailing [] is the step after the last round, which drafted nothing (as vLLM's reports end
-                # with the proposal no round verified)
-                drafts.append([*(r.draft for r in rounds), []])
-                generated.append(len(out))
-            else:
-                out, rounds = decode(tgt, d, ids, prompt, K, n_predict, p_min, eog, tick)
-                tokens.append(out)
-                drafts.append([r.draft for r in rounds])
-                generated.append(counters(rounds).n_predict)
-            for r in rounds:
-                for i in range(r.accepted):
-                    per_pos[i] += 1
-            all_rounds += rounds
+    policy = (ServerPolicy if loop == "server" else SimplePolicy)(K, n_predict, p_min, eog, tick)
+    reqs = run(tgt, d, prompts, policy, kv_cache)
     progress(generating, planned, planned)
+    if loop == "server":
+        # the trailing [] is the step after the last round, which drafted nothing (as vLLM's reports end with the
+        # proposal no round verified)
+        drafts = [[*(rd.draft for rd in r.rounds), []] for r in reqs]
+        generated = [len(r.out) for r in reqs]
+    else:
+        drafts = [[rd.draft for rd in r.rounds] for r in reqs]
+        generated = [emitted(r) for r in reqs]
+    all_rounds = [rd for r in reqs for rd in r.rounds]
     c = counters(all_rounds)
-    with_drafts = sum(1 for r in all_rounds if r.draft)
+    with_drafts = sum(1 for rd in all_rounds if rd.draft)
     return SimulateReport(
-        tokens=tokens, num_drafts=with_drafts, num_draft_tokens=c.n_drafted, num_accepted_tokens=c.n_accept,
-        accepted_per_position=per_pos, acceptance_length=1 + c.n_accept / with_drafts if with_drafts else math.nan,
+        tokens=[r.out for r in reqs], num_drafts=with_drafts, num_draft_tokens=c.n_drafted,
+        num_accepted_tokens=c.n_accept, accepted_per_position=per_position(reqs, K),
+        acceptance_length=1 + c.n_accept / with_drafts if with_drafts else math.nan,
         drafts=drafts, engine=profile.label, num_speculative_tokens=K, max_tokens=n_predict,
         target_runtime=tgt.runtime, num_generated=generated,
         notes=[*d.notes, _count_note(loop, c, len(all_rounds), n_predict, eog),
