@@ -4,47 +4,59 @@ The public API is re-exported here lazily, so ``import eagleconv`` (and the
 CLI's ``--help``) stays fast and never imports torch.
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations`` and private aliases only: this module's namespace is the public API
+# (tests/test_public_api.py), so nothing it merely uses may show up in it.
+from importlib import import_module as _import_module
+from pathlib import Path as _Path
+from typing import TYPE_CHECKING
+from typing import Any as _Any
 
-from importlib import import_module
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
+from ._version import __version__
 from .io import hooks as _io_hooks
 
-__version__ = "0.1.0"
-
+# The public API, stated once: name -> the module that defines it.  ``__all__`` is derived from it, the
+# TYPE_CHECKING block below spells the same imports for type checkers, and tests/test_public_api.py holds the
+# three (and docs/library.md's list) equal.
 _EXPORTS = {
+    # reading, converting, validating
+    "inspect": "eagleconv.inspection",
     "convert": "eagleconv.conversion",
     "plan_conversion": "eagleconv.conversion",
-    "inspect": "eagleconv.inspection",
-    "upgrade": "eagleconv.eagle31",
-    "downgrade": "eagleconv.eagle31",
-    "TransformReport": "eagleconv.report",
     "validate": "eagleconv.validation",
     "lint": "eagleconv.validation",
+    "open_checkpoint": "eagleconv.io.reader",
     "load_drafter": "eagleconv.loading",
+    "LAYOUTS": "eagleconv.formats",
+    # EAGLE-3 <-> 3.1
+    "upgrade": "eagleconv.eagle31",
+    "downgrade": "eagleconv.eagle31",
+    # the forward (the [forward] extra)
     "load": "eagleconv.forward",
     "diff": "eagleconv.forward",
     "capture_aux_states": "eagleconv.forward",
     "Drafter": "eagleconv.forward",
-    "DiffReport": "eagleconv.report",
-    "ForwardReport": "eagleconv.report",
-    "LoadedDrafter": "eagleconv.loading",
+    # the Hub
+    "push": "eagleconv.hub",
+    "pull": "eagleconv.hub",
+    # the canonical description
     "DrafterSpec": "eagleconv.drafter",
     "AuxLayers": "eagleconv.drafter",
     "EagleFlags": "eagleconv.drafter",
     "MlaDims": "eagleconv.drafter",
-    "ConvertReport": "eagleconv.report",
-    "InspectReport": "eagleconv.report",
+    "LoadedDrafter": "eagleconv.loading",
+    # reports
     "Finding": "eagleconv.report",
+    "InspectReport": "eagleconv.report",
+    "ConvertReport": "eagleconv.report",
     "ValidationReport": "eagleconv.report",
-    "push": "eagleconv.hub",
-    "pull": "eagleconv.hub",
+    "TransformReport": "eagleconv.report",
+    "DiffReport": "eagleconv.report",
+    "ForwardReport": "eagleconv.report",
+    "SimulateReport": "eagleconv.simulate",
+    "MeasureReport": "eagleconv.measure",
     "PushReport": "eagleconv.hub",
     "PullReport": "eagleconv.hub",
-    "open_checkpoint": "eagleconv.io.reader",
-    "LAYOUTS": "eagleconv.formats",
+    # errors (each also subclasses the builtin it means where there is one)
     "EagleconvError": "eagleconv.errors",
     "ConversionError": "eagleconv.errors",
     "FormatError": "eagleconv.errors",
@@ -52,31 +64,33 @@ _EXPORTS = {
     "UnsafeInputError": "eagleconv.errors",
     "UsageError": "eagleconv.errors",
     "ArgumentTypeError": "eagleconv.errors",
+    "SimulateError": "eagleconv.simulate",
+    "MeasureError": "eagleconv.measure",
 }
 
-__all__ = sorted([*_EXPORTS, "__version__"])
+__all__ = ["__version__", *_EXPORTS]
 
 
-def _fetch_hf(path: str) -> Path:
+def _fetch_hf(path: str) -> _Path:
     """``hf://`` -> the verified snapshot, for io (``io.hub_paths.local_path``); the hub is imported only when used."""
-    fetched: Path = import_module("eagleconv.hub").fetch_verified(path)
+    fetched: _Path = _import_module("eagleconv.hub").fetch_verified(path)
     return fetched
 
 
-def _open_hf_headers(path: str, duplicates: Any = None, **options: Any) -> tuple[Any, Any]:
+def _open_hf_headers(path: str, duplicates: _Any = None, **options: _Any) -> tuple[_Any, _Any]:
     """``hf://`` read from its headers, for validate / inspect / lint (``eagleconv.hub.open_hf_headers``)."""
-    opened: tuple[Any, Any] = import_module("eagleconv.hub").open_hf_headers(path, duplicates, **options)
+    opened: tuple[_Any, _Any] = _import_module("eagleconv.hub").open_hf_headers(path, duplicates, **options)
     return opened
 
 
-def _recognise_checkpoint(directory: Path, names: list[str], shown: str | Path) -> None:
+def _recognise_checkpoint(directory: _Path, names: list[str], shown: "str | _Path") -> None:
     """For io's --overwrite check (``io.staging.check_replaceable``): a drafter checkpoint by content, or UsageError."""
-    import_module("eagleconv.loading").recognise_checkpoint(directory, names, shown)
+    _import_module("eagleconv.loading").recognise_checkpoint(directory, names, shown)
 
 
-def _gguf_config(kv: Any, tensors: Any) -> dict[str, Any]:
+def _gguf_config(kv: _Any, tensors: _Any) -> dict[str, _Any]:
     """For io's GGUF reader (``io.gguf_file.open_gguf``): the GGUF layout's metadata -> config.json view."""
-    config: dict[str, Any] = import_module("eagleconv.formats.gguf").config_from_kv(kv, tensors)
+    config: dict[str, _Any] = _import_module("eagleconv.formats.gguf").config_from_kv(kv, tensors)
     return config
 
 
@@ -84,32 +98,34 @@ def _gguf_config(kv: Any, tensors: Any) -> dict[str, Any]:
 # (what --overwrite may replace) without importing either.
 _io_hooks.fetch_hf = _fetch_hf
 _io_hooks.open_hf_headers = _open_hf_headers
-_io_hooks.hub_offline = lambda: bool(import_module("eagleconv.hub").offline())
+_io_hooks.hub_offline = lambda: bool(_import_module("eagleconv.hub").offline())
 _io_hooks.recognise_checkpoint = _recognise_checkpoint
 _io_hooks.gguf_config = _gguf_config
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'eagleconv' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
+    value = getattr(_import_module(module), name)
     globals()[name] = value
     return value
 
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .conversion import convert, plan_conversion  # noqa: F401
-    from .drafter import AuxLayers, DrafterSpec, EagleFlags, MlaDims  # noqa: F401
-    from .errors import (ArgumentTypeError, ConversionError, EagleconvError, FindingsError, FormatError,  # noqa: F401
+    from .conversion import convert, plan_conversion
+    from .drafter import AuxLayers, DrafterSpec, EagleFlags, MlaDims
+    from .eagle31 import downgrade, upgrade
+    from .errors import (ArgumentTypeError, ConversionError, EagleconvError, FindingsError, FormatError,
                          UnsafeInputError, UsageError)
-    from .formats import LAYOUTS  # noqa: F401
-    from .eagle31 import downgrade, upgrade  # noqa: F401
-    from .inspection import inspect  # noqa: F401
-    from .validation import lint, validate  # noqa: F401
-    from .io.reader import open_checkpoint  # noqa: F401
-    from .loading import LoadedDrafter, load_drafter  # noqa: F401
-    from .forward import Drafter, capture_aux_states, diff, load  # noqa: F401
-    from .report import DiffReport, ForwardReport  # noqa: F401
-    from .report import ConvertReport, Finding, InspectReport, TransformReport, ValidationReport  # noqa: F401
-    from .hub import PullReport, PushReport, pull, push  # noqa: F401
+    from .formats import LAYOUTS
+    from .forward import Drafter, capture_aux_states, diff, load
+    from .hub import PullReport, PushReport, pull, push
+    from .inspection import inspect
+    from .io.reader import open_checkpoint
+    from .loading import LoadedDrafter, load_drafter
+    from .measure import MeasureError, MeasureReport
+    from .report import (ConvertReport, DiffReport, Finding, ForwardReport, InspectReport, TransformReport,
+                         ValidationReport)
+    from .simulate import SimulateError, SimulateReport
+    from .validation import lint, validate

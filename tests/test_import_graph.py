@@ -24,7 +24,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "eagleconv"
 
 # Bottom to top.  A layer's groups may import each other (the cycle check still applies) and anything below.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "_extras", "_process", "_text", "jsonio", "bounds", "registry", "kernels"),  # exceptions, process state, printable text, strict JSON, size bounds
+    ("_version", "errors", "_extras", "_process", "_text", "jsonio", "bounds", "registry", "kernels"),  # exceptions, process state, printable text, strict JSON, size bounds
     ("io",),  # safetensors headers, reader, writer, staging, hf:// parsing
     ("rope", "nn", "config_fields", "target"),  # leaves: RoPE, shared tensor math, config field models; the target's config.json
     ("architectures",),  # one module per decoder family (a spec read as config_fields.DecoderShape)
@@ -93,7 +93,7 @@ def imports() -> list[tuple[str, str, int, bool]]:
                 for alias in node.names:
                     if f"{source}.{alias.name}" in modules:
                         targets.append(f"{source}.{alias.name}")  # a submodule: that module, not the package
-                    elif not (source == "eagleconv" and alias.name == "__version__"):  # the facade's constant
+                    else:
                         targets.append(source)
             for target in dict.fromkeys(targets):
                 if target.split(".")[0] != "eagleconv":

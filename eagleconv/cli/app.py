@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, TextIO
 
 import click
 
-from .. import __version__
+from .._version import __version__
 from .._text import printable
 from ..errors import EagleconvError, Interrupted
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
+from .._version import __version__
 from ..drafter import AuxConvention, Verifier
 from ..errors import ArgumentTypeError, ConversionError
 from ..io.gguf_writer import GgufTensor, StagedFile, write_gguf

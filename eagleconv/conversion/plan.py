@@ -12,7 +12,8 @@ import functools
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from .. import __version__, architectures
+from .. import architectures
+from .._version import __version__
 from ..canonical import layer_indices
 from ..drafter import EAGLE31_FLAGS, AuxConvention, AuxLayers, DrafterSpec, Verifier
 from ..errors import ConversionError, FindingsError, UsageError

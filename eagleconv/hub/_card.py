@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from .. import __version__
+from .._version import __version__
 from ..drafter import EagleFlags
 from ..engines import resolve_engines
 from ..errors import UsageError

@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .. import __version__
+from .._version import __version__
 from ..errors import UnsafeInputError
 from ..jsonio import load_json
 from ._base import HASH_CHUNK, LENIENT, MANIFEST, MANIFEST_FORMAT, ManifestEntry

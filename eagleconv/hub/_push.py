@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import __version__
+from .._version import __version__
 from .._extras import need
 from ..errors import DestinationError, EagleconvError, MissingExtraError, UsageError
 from ..inspection import inspect
