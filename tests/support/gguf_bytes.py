@@ -30,7 +30,7 @@ class Gguf:
 
     kv: dict[str, tuple[int, int | None, Any]]
     tensors: list[tuple[str, int, tuple[int, ...], int]]
-    data: bytes
+    data: bytes = field(repr=False)
     alignment: int = 32
     extra: list[tuple[str, tuple[int, int | None, Any]]] = field(default_factory=list)  # appended, even if repeated
 
