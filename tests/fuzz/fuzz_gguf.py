@@ -114,6 +114,10 @@ def check(path: Path, work: Path, deadline: float) -> None:
         shutil.rmtree(out, ignore_errors=True)
 
 
+class _Done(Exception):
+    """The time is up (``--seconds``): hypothesis stops at the first exception it sees."""
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--examples", type=int, default=10 ** 9)
@@ -145,13 +149,16 @@ def main(argv: list[str]) -> int:
         def run(g: Gguf) -> None:
             nonlocal runs
             if stop is not None and time.monotonic() > stop:
-                return
+                raise _Done
             runs += 1
             check(g.write(work / "h.gguf"), work, args.deadline)
 
         for key, (vtype, sub, v) in FIXED.items():  # the bombs round 5 found, in every run
             run = example(Gguf(dict(base.kv), list(base.tensors), base.data).set(key, vtype, v, sub))(run)
-        run()
+        try:
+            run()
+        except _Done:
+            pass
         print(f"gguf fuzz: {runs} files through inspect, validate and convert under a {limit >> 20} MiB address "
               "space: each read, or refused in one line")
     finally:

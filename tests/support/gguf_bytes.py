@@ -34,6 +34,11 @@ class Gguf:
     alignment: int = 32
     extra: list[tuple[str, tuple[int, int | None, Any]]] = field(default_factory=list)  # appended, even if repeated
 
+    def __repr__(self) -> str:  # the keys and tensors a failing input changed, not megabytes of data
+        kv = {k: (t, s, v if not isinstance(v, list) or len(v) < 8 else f"<{len(v)} items>")
+              for k, (t, s, v) in self.kv.items()}
+        return f"Gguf(kv={kv!r}, tensors={self.tensors!r}, extra={self.extra!r})"
+
     @classmethod
     def read(cls, path: Path) -> Gguf:
         header = read_header(path)
