@@ -242,3 +242,13 @@ def test_default_target_layers_below_zero_are_refused_not_written(tmp_path: Path
     code, output = convert_to_gguf(target, tmp_path, src)
     assert code == 1 and "[2, 1, -1]" in output and "EC013" in output, output
     assert not (tmp_path / "d.gguf").exists()
+
+
+@pytest.mark.parametrize("layers", [0, 10 ** 9])
+def test_a_target_gguf_is_bounded_as_its_config_would_be(layers: int, tmp_path: Path) -> None:
+    """A --target GGUF's sizes are held to config.json's bounds (block_count 0 gave a drafter without aux ids
+    eagle3.target_layers [2, 0, -3])."""
+    target = make_target(tmp_path / "target.gguf", layers=layers, hidden=256, vocab=512)
+    code, output = convert_to_gguf(target, tmp_path)
+    assert code == 2 and "llama.block_count" in output and len(output.strip().splitlines()) == 1, output
+    assert not (tmp_path / "d.gguf").exists()
