@@ -35,6 +35,13 @@ MAX_SPECULATIVE_TOKENS = 64  # simulate --num-speculative-tokens; vLLM runs sing
 MAX_PROMPTS_BYTES = 16 * 1024 * 1024  # a prompts file (JSON: Python's lists take ~18x its bytes)
 MAX_CALIBRATION_BYTES = 16 * 1024 ** 3  # an upgrade --calibration file (also held to the memory it needs)
 MEMORY_SHARE = 0.8  # of the memory available to the process, what one allocation from a config may take
+# A GGUF header (io.gguf_file.read_header): what its metadata may make eagleconv hold.  A target's tokenizer is the
+# largest published content: Gemma 3's 262,144 tokens are ~0.8M array elements (tokens, scores, types) and ~4 MiB
+# of text; llama 3's adds 280,147 merges.
+MAX_GGUF_KEYS = 1 << 16  # metadata keys; llama.cpp's converter writes ~50
+MAX_GGUF_TENSORS = 1 << 16  # tensor table entries; a 405B target has ~1,100
+MAX_GGUF_ELEMENTS = 1 << 22  # array elements in one header, read or walked (a 256k-vocab tokenizer: ~0.8M)
+MAX_GGUF_TEXT = 1 << 26  # bytes of strings decoded in one header (a 256k-vocab tokenizer: ~4-8 MiB)
 
 _TENSORS_PER_LAYER = 16  # a decoder layer's most tensors (MLA with biases: 13); the shared ones are a handful
 
@@ -87,15 +94,18 @@ class ConfigSizes:
     tensor_names: int = 0
 
 
-def check_config(config: Mapping[str, object], source: str | Path | None = None) -> ConfigSizes:
+def check_config(config: Mapping[str, object], source: str | Path | None = None,
+                 spelled: Mapping[str, str] | None = None) -> ConfigSizes:
     """Refuse a config (drafter or target) whose stated sizes are over the limits; what it implies otherwise.
 
     Every integer field that sizes something is bounded by name at any depth (speculators'
     ``transformer_layer_config``, ``eagle_config``, a target's ``text_config``); aux id lists by length; and
-    the tensor names the layers imply.  Non-integers are left to the typed checks that follow.
+    the tensor names the layers imply.  Non-integers are left to the typed checks that follow.  ``spelled``:
+    how the source spells a top-level field (a GGUF's ``eagle3.block_count`` for ``num_hidden_layers``).
     """
     layers = aux = 0
     for where, key, value in _walk(config):
+        where = spelled.get(where, where) if spelled else where
         if isinstance(value, list) and _is_aux_list(key):
             if len(value) > MAX_AUX:
                 raise refuse(f"{where} lists {len(value)} layer ids; eagleconv reads at most {MAX_AUX} "

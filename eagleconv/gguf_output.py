@@ -197,8 +197,8 @@ def target_layers(spec: DrafterSpec, target: TargetMeta, notes: list[str]) -> li
         notes.append(f"the source records no aux layer ids: eagle3.target_layers = {chosen}, llama.cpp's converter's "
                      f"default for a {n}-layer target ([2, N//2, N-3]); pass --aux-layer-ids if the drafter was "
                      "trained on others")
-        return chosen
-    if spec.aux.convention != "hidden_state_index":
+        ids = tuple(chosen)  # a target of under 3 layers gives an id below 0: refused below, not written
+    elif spec.aux.convention != "hidden_state_index":
         notes.append(f"aux layer ids {list(spec.aux.ids or [])} ({spec.aux.convention}) written as "
                      f"eagle3.target_layers = {list(ids)} (llama.cpp reads the input of layer id)")
     bad = [i for i in ids if not 0 <= i <= n]

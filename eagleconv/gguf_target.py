@@ -15,12 +15,11 @@ llama.cpp's converter reads them from ``--target-model-dir``; eagleconv reads th
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import FormatError, MissingExtraError, UsageError
+from .errors import FormatError, MissingExtraError, UnsafeInputError, UsageError
 from .io.gguf_file import is_gguf, read_header
 from .io.gguf_writer import KeyValue
 
@@ -80,6 +79,7 @@ def _from_gguf(path: Path) -> TargetMeta:
     layers, hidden = get(f"{arch}.block_count"), get(f"{arch}.embedding_length")
     tokens = kv.get("tokenizer.ggml.tokens")
     vocab = len(tokens[2]) if tokens is not None else get(f"{arch}.vocab_size")
+    _check_sizes({f"{arch}.block_count": layers, f"{arch}.embedding_length": hidden, f"{arch}.vocab_size": vocab}, path)
     keys = [KeyValue(key, value, gguf.GGUFValueType(vtype), gguf.GGUFValueType(sub) if sub is not None else None)
             for key, (vtype, sub, value) in kv.items() if key.startswith("tokenizer.")]
     if "tokenizer.ggml.model" not in kv:
@@ -89,21 +89,65 @@ def _from_gguf(path: Path) -> TargetMeta:
                        f"its {len(keys)} tokenizer.* keys copied verbatim"])
 
 
-def _from_hf_dir(path: Path) -> TargetMeta:
+def _check_sizes(sizes: dict[str, Any], path: Path) -> None:
+    """The target's layer count, hidden size and vocab: positive integers within eagleconv.bounds' limits (a
+    target GGUF is held to what its config.json would be)."""
+    from .bounds import MAX_DIM, MAX_LAYERS, MAX_VOCAB
+
+    for (key, value), limit in zip(sizes.items(), (MAX_LAYERS, MAX_DIM, MAX_VOCAB)):
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= limit:
+            raise UnsafeInputError(f"{key} is {value!r}, not an integer from 1 to eagleconv's limit of {limit} "
+                                   "(docs/security.md)", path)
+
+
+# The target directory's files llama.cpp's converter (gguf.SpecialVocab, LlamaHfVocab) and transformers' tokenizer
+# read: each checked before either opens it (inside the directory, capped, and JSON through the strict reader).
+SIDE_JSON = ("config.json", "tokenizer_config.json", "added_tokens.json", "special_tokens_map.json",
+             "chat_template.json", "tokenizer.json", "vocab.json")
+SIDE_RAW = ("tokenizer.model", "merges.txt", "chat_template.jinja")
+MAX_SIDE_BYTES = 64 * 1024 * 1024  # tokenizer.json of a 256k vocab is ~33 MiB (Gemma 3); a config ~ KiB
+
+
+def check_side_files(path: Path) -> None:
+    """Refuse a target directory whose side files are hostile: a symlink out of it (``io.paths`` policy), a file
+    past :data:`MAX_SIDE_BYTES`, JSON that the strict reader refuses (BOM, non-UTF-8, nesting, duplicate keys) or
+    that is not an object, a chat template that is not UTF-8.  One line naming the file, exit 2."""
+    import os
+
+    from .bounds import read_capped
+    from .io.paths import resolve_inside
     from .jsonio import load_json
+
+    for name in (*SIDE_JSON, *SIDE_RAW):
+        if not os.path.lexists(path / name):
+            continue
+        file = resolve_inside(path, name)
+        if name in SIDE_JSON:
+            if not isinstance(load_json(file, max_bytes=MAX_SIDE_BYTES), dict):
+                raise FormatError(f"{name} is not a JSON object", file)
+        else:
+            data = read_capped(file, name, MAX_SIDE_BYTES)
+            if name.endswith(".jinja"):
+                try:
+                    data.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise UnsafeInputError(f"not UTF-8 at byte {exc.start}", file) from None
+
+
+def _from_hf_dir(path: Path) -> TargetMeta:
+    from .target import read_target_config
 
     config_path = path / "config.json"
     if not config_path.is_file():
         raise UsageError("--target directory has no config.json", path)
-    config = load_json(config_path)
-    if not isinstance(config, dict):
-        raise FormatError("config.json is not a JSON object", config_path)
+    check_side_files(path)
+    _, config = read_target_config(config_path)  # typed and bounded: no layer count 0, -5, true or 1e9
     if isinstance(config.get("text_config"), dict):
         config = {**config, **config["text_config"]}
-    try:
-        layers, vocab, hidden = (int(config[k]) for k in ("num_hidden_layers", "vocab_size", "hidden_size"))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise FormatError(f"config.json lacks a usable {exc}", config_path) from None
+    missing = next((k for k in ("num_hidden_layers", "vocab_size", "hidden_size") if k not in config), None)
+    if missing is not None:
+        raise FormatError(f"config.json has no {missing}", config_path)
+    layers, vocab, hidden = config["num_hidden_layers"], config["vocab_size"], config["hidden_size"]
     kind, what = _vocab_kind(path)
     return TargetMeta(str(path), layers, vocab, hidden, sentencepiece_dir=path, vocab_kind=kind, notes=[
         f"target metadata from {path}: {layers} layers, vocab {vocab}; {what}"])
@@ -119,7 +163,7 @@ def _vocab_kind(path: Path) -> tuple[str, str]:
                          "tokenizer, or --target TARGET.gguf", path)
     from .jsonio import load_json
 
-    tokenizer = load_json(file)
+    tokenizer = load_json(file, max_bytes=MAX_SIDE_BYTES)
     model = tokenizer.get("model") if isinstance(tokenizer, dict) else None
     decoder = tokenizer.get("decoder") if isinstance(tokenizer, dict) else None
     if not isinstance(model, dict):
@@ -221,7 +265,9 @@ def _prefix_space(path: Path) -> list[KeyValue]:
 
     config_file = path / "tokenizer_config.json"
     if config_file.is_file():
-        prefix = json.loads(config_file.read_text(encoding="utf-8")).get("add_prefix_space")
+        from .jsonio import load_json
+
+        prefix = load_json(config_file).get("add_prefix_space")  # an object: check_side_files
         if prefix is not None:
             return [KeyValue("tokenizer.ggml.add_space_prefix", bool(prefix), gguf.GGUFValueType.BOOL)]
     return []
@@ -239,7 +285,11 @@ def sentencepiece_keys(path: Path, vocab_size: int) -> list[KeyValue]:
                                 "sentencepiece", "sentencepiece") from None
     T = gguf.TokenType
     sp = SentencePieceProcessor()
-    sp.LoadFromFile(str(path / "tokenizer.model"))
+    try:
+        sp.LoadFromFile(str(path / "tokenizer.model"))
+    except (RuntimeError, OSError) as exc:  # sentencepiece's "Internal: ... ModelProto" on any other bytes
+        raise FormatError(f"not a SentencePiece model ({str(exc).strip().splitlines()[-1][:120]})",
+                          path / "tokenizer.model") from None
     tokens = [f"[PAD{i}]".encode() for i in range(vocab_size)]
     scores = [-10000.0] * vocab_size
     types = [int(T.UNUSED)] * vocab_size
@@ -249,8 +299,12 @@ def sentencepiece_keys(path: Path, vocab_size: int) -> list[KeyValue]:
         tokens[i], scores[i], types[i] = sp.IdToPiece(i).encode(), sp.GetScore(i), int(kind)
     added = path / "added_tokens.json"
     if added.is_file():
-        for text, i in json.loads(added.read_text(encoding="utf-8")).items():
-            if i < vocab_size:
+        from .jsonio import load_json
+
+        for text, i in load_json(added).items():  # an object: check_side_files
+            if not isinstance(i, int) or isinstance(i, bool) or i < 0:
+                raise FormatError(f"{text!r} has id {i!r}, not a token id (an integer from 0)", added)
+            if i < vocab_size:  # the converter's rule: a larger id is ignored ("id is out of range")
                 tokens[i], scores[i], types[i] = text.encode(), -1000.0, int(T.USER_DEFINED)
     V = gguf.GGUFValueType
     keys = _prefix_space(path)

@@ -14,9 +14,12 @@ layer id (``llama_set_embeddings_layer_inp``), vLLM's numbering.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
+from ..bounds import check_config
+from ..errors import FormatError, UnsafeInputError
 from . import register
 from .base import Capability, ConfigField, Layout, Rename, Seen, hf_fields
 
@@ -129,7 +132,8 @@ def config_from_kv(kv: Mapping[str, Any], tensors: Mapping[str, Any]) -> dict[st
     arch = kv.get("general.architecture")
     config: dict[str, Any] = {"gguf_architecture": arch, "model_type": "llama"}
     if arch != ARCH:
-        return config
+        raise FormatError(f"general.architecture is {arch!r}: eagleconv reads llama.cpp's EAGLE-3 draft GGUFs "
+                          f"(general.architecture = {ARCH!r}); a target model's GGUF is what --target takes")
     known = {gguf_key(k) for k in KEYS.values()} | {gguf_key(k) for k in RESTATED}
     for field, template in KEYS.items():
         key = gguf_key(template)
@@ -149,4 +153,37 @@ def config_from_kv(kv: Mapping[str, Any], tensors: Mapping[str, Any]) -> dict[st
     extra = {k: v for k, v in kv.items() if k.startswith(f"{ARCH}.") and k not in known}
     if extra:
         config.setdefault("gguf_metadata", {}).update(extra)
+    check_values(kv, config)
     return config
+
+
+# Fields the loader sizes something from (a positive integer each), and the floats it computes with (finite, > 0).
+COUNTS = ("max_position_embeddings", "hidden_size", "num_hidden_layers", "intermediate_size", "num_attention_heads",
+          "num_key_value_heads", "head_dim", "vocab_size", "target_hidden_size")
+POSITIVE_FLOATS = ("rope_theta", "rms_norm_eps")
+
+
+def check_values(kv: Mapping[str, Any], config: Mapping[str, Any]) -> None:
+    """The metadata held to config.json's rules (docs/security.md, "GGUF files"): counts are positive integers
+    within eagleconv.bounds' limits (not BOOL or FLOAT values), every float is finite (JSON cannot state inf;
+    a GGUF can), and ``target_layers`` are layer ids from 0.  A refusal is one UnsafeInputError naming the key."""
+    names = {field: gguf_key(template) for field, template in KEYS.items()}
+    for key, value in kv.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise UnsafeInputError(f"{key} is {value}, not a finite number")
+    for field in COUNTS:
+        value = config.get(field)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise UnsafeInputError(f"{names[field]} is {value!r}, not a positive integer")
+    for field in POSITIVE_FLOATS:
+        value = config.get(field)
+        if value is not None and (not isinstance(value, int | float) or isinstance(value, bool) or value <= 0):
+            raise UnsafeInputError(f"{names[field]} is {value!r}, not a number > 0")
+    ids = config.get("eagle_aux_hidden_state_layer_ids")
+    if ids is not None:
+        bad = next((i for i in ids if not isinstance(i, int) or isinstance(i, bool) or i < 0), None) \
+            if isinstance(ids, list) else ids
+        if bad is not None:
+            raise UnsafeInputError(f"{names['eagle_aux_hidden_state_layer_ids']} holds {bad!r}: llama.cpp's target "
+                                   "layer ids are integers from 0")
+    check_config(config, None, spelled=names)

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import FormatError, UnsafeInputError
+from ..bounds import MAX_GGUF_ELEMENTS, MAX_GGUF_KEYS, MAX_GGUF_TENSORS, MAX_GGUF_TEXT
+from ..errors import EagleconvError, FormatError, UnsafeInputError
 from .checkpoint import Checkpoint, _identity, _Location
 from .tensor_store import TensorInfo
 from .durable import write_all
@@ -123,8 +124,13 @@ class GgufHeader:
 
 
 class _Cursor:
+    """A walk over the header: every read bounded by the file, everything decoded by the budget of
+    :data:`~eagleconv.bounds.MAX_GGUF_ELEMENTS` array elements and :data:`~eagleconv.bounds.MAX_GGUF_TEXT` bytes
+    of text (a sparse file can state a 3e8-element array in 3 MB on disk)."""
+
     def __init__(self, data: memoryview, path: Path):
         self.data, self.pos, self.path = data, 0, path
+        self.elements = self.text = 0
 
     def take(self, fmt: str) -> Any:
         import struct
@@ -136,7 +142,11 @@ class _Cursor:
         self.pos += size
         return value
 
-    def string(self, decode: bool = True) -> Any:  # str, bytes where not UTF-8, None when not decoded
+    def _over_text(self, what: str) -> UnsafeInputError:
+        return UnsafeInputError(f"{what}: the header's strings pass eagleconv's limit of {MAX_GGUF_TEXT} bytes "
+                                "(docs/security.md)", self.path)
+
+    def string(self, decode: bool = True, what: str = "a key") -> Any:  # str, bytes where not UTF-8, None: not decoded
         n = self.take("<Q")
         if self.pos + n > len(self.data):
             raise FormatError(f"not a readable GGUF file: a string of {n} bytes at byte {self.pos} runs past the end",
@@ -145,16 +155,20 @@ class _Cursor:
         self.pos += n
         if not decode:
             return None
+        self.text += n
+        if self.text > MAX_GGUF_TEXT:
+            raise self._over_text(what)
         try:
             return bytes(raw).decode("utf-8")
         except UnicodeDecodeError:
             return bytes(raw)
 
-    def strings(self, count: int, decode: bool) -> list[str] | list[bytes] | int:
+    def strings(self, count: int, decode: bool, what: str) -> list[str] | list[bytes] | int:
         """``count`` strings (bytes where not UTF-8) in one tight loop: a vocabulary has 10^5 of them."""
         import struct
 
         unpack, data, pos, end = struct.Struct("<Q").unpack_from, self.data, self.pos, len(self.data)
+        budget = MAX_GGUF_TEXT - self.text if decode else end
         out: list[bytes] = []
         for _ in range(count):
             if pos + 8 > end:
@@ -164,27 +178,35 @@ class _Cursor:
             if pos > end:
                 break
             if decode:
+                budget -= n
+                if budget < 0:
+                    raise self._over_text(what)
                 out.append(bytes(data[pos - n:pos]))
         else:
             self.pos = pos
             if not decode:
                 return count
+            self.text = MAX_GGUF_TEXT - budget
             try:
                 return [b.decode("utf-8") for b in out]
             except UnicodeDecodeError:
                 return out
         raise FormatError(f"not a readable GGUF file: an array of {count} strings runs past the end", self.path)
 
-    def value(self, vtype: int, decode: bool) -> tuple[int | None, Any]:
+    def value(self, vtype: int, decode: bool, key: str) -> tuple[int | None, Any]:
         import struct
 
         if vtype in _SCALARS:
             return None, self.take(_SCALARS[vtype])
         if vtype == _STRING:
-            return None, self.string(decode)
+            return None, self.string(decode, f"metadata key {key!r}")
         if vtype != _ARRAY:
             raise FormatError(f"not a readable GGUF file: unknown value type {vtype} at byte {self.pos}", self.path)
         sub, count = self.take("<I"), self.take("<Q")
+        self.elements += count  # walked or decoded, an array's elements are paid for before they are read
+        if self.elements > MAX_GGUF_ELEMENTS:
+            raise UnsafeInputError(f"metadata key {key!r} is an array of {count} elements: past eagleconv's limit of "
+                                   f"{MAX_GGUF_ELEMENTS} array elements in a GGUF header (docs/security.md)", self.path)
         if sub in _SCALARS:
             size = struct.calcsize(_SCALARS[sub]) * count
             if self.pos + size > len(self.data):
@@ -198,7 +220,7 @@ class _Cursor:
         if sub == _STRING:
             if count > len(self.data) // 8:
                 raise FormatError(f"not a readable GGUF file: an array of {count} strings cannot fit", self.path)
-            return sub, self.strings(count, decode)
+            return sub, self.strings(count, decode, f"metadata key {key!r}")
         raise FormatError(f"not a readable GGUF file: arrays of type {sub} are not read", self.path)
 
 
@@ -232,25 +254,37 @@ def read_header(path: str | Path, *, skip: Sequence[str] = ()) -> GgufHeader:
         n_tensors, n_kv = c.take("<Q"), c.take("<Q")
         if n_tensors > size // 24 or n_kv > size // 12:
             raise FormatError(f"not a readable GGUF file: {n_tensors} tensors and {n_kv} keys cannot fit", path)
+        if n_tensors > MAX_GGUF_TENSORS or n_kv > MAX_GGUF_KEYS:
+            raise UnsafeInputError(f"the header states {n_tensors} tensors and {n_kv} keys: past eagleconv's limits of "
+                                   f"{MAX_GGUF_TENSORS} and {MAX_GGUF_KEYS} (docs/security.md)", path)
         kv: dict[str, tuple[int, int | None, Any]] = {}
         for _ in range(n_kv):
             key = c.string()
             vtype = c.take("<I")
-            sub, value = c.value(vtype, decode=key not in skip)
+            sub, value = c.value(vtype, key not in skip, key)
             if key in kv:
                 raise FormatError(f"not a readable GGUF file: key {key!r} appears twice", path)
             kv[key] = (vtype, sub, value)
         tensors = []
+        seen: set[str] = set()
         for _ in range(n_tensors):
-            name = c.string()
+            name = c.string(what="a tensor name")
+            if name in seen:  # gguf's GGUFReader: "Found duplicated tensor"; which copy a reader takes is its own
+                raise FormatError(f"not a readable GGUF file: tensor {name!r} appears twice", path)
+            seen.add(name)
             n_dims = c.take("<I")
             if not 1 <= n_dims <= MAX_DIMS:
                 raise FormatError(f"not a readable GGUF file: tensor {name!r} has {n_dims} dimensions", path)
             ne = tuple(c.take("<Q") for _ in range(n_dims))
             tensors.append((name, c.take("<I"), ne, c.take("<Q")))
-        alignment = kv.get("general.alignment", (4, None, 32))[2]
-        if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
-            raise FormatError(f"not a readable GGUF file: general.alignment {alignment!r}", path)
+        vtype, _, alignment = kv.get("general.alignment", (4, None, 32))
+        if vtype != 4 or alignment <= 0 or alignment & (alignment - 1):  # llama.cpp reads it as a UINT32 only
+            raise FormatError(f"not a readable GGUF file: general.alignment {alignment!r} is not a UINT32 power of 2",
+                              path)
+        misaligned = next((t for t in tensors if t[3] % alignment), None)
+        if misaligned is not None:
+            raise FormatError(f"not a readable GGUF file: tensor {misaligned[0]!r} starts at offset {misaligned[3]}, "
+                              f"not a multiple of general.alignment {alignment}", path)
         data_start = c.pos + (-c.pos % alignment)
         del c
         return GgufHeader(kv, tensors, data_start, size)
@@ -314,6 +348,14 @@ def _template_match(name: str, template: str) -> bool:
     return middle.isdigit()
 
 
+def _refuse_overlaps(locations: Mapping[str, _Location], path: Path) -> None:
+    """Two tensors sharing bytes: gguf's own writer never does it, and a reader that edits one edits both."""
+    spans = sorted((loc.start, loc.end, name) for name, loc in locations.items() if loc.end > loc.start)
+    for (_, end, first), (start, _, second) in zip(spans, spans[1:]):
+        if start < end:
+            raise FormatError(f"not a readable GGUF file: tensors {first!r} and {second!r} share bytes", path)
+
+
 def open_gguf(path: str | Path, *, config_from_kv: Callable[[Mapping[str, Any], Mapping[str, TensorInfo]], dict]
               | None = None) -> GgufCheckpoint:
     """Open a GGUF drafter: its header parsed, no tensor data read.  A malformed file is one FormatError.
@@ -357,16 +399,24 @@ def open_gguf(path: str | Path, *, config_from_kv: Callable[[Mapping[str, Any], 
             raise FormatError(f"tensor {name!r} ({ggml_type}, shape {list(shape)}) does not fit the file", path)
         if name == ABSOLUTE_IDS and dtype not in ID_DTYPES:
             raise FormatError(f"d2t is {dtype}; llama.cpp stores it as I64 absolute target ids", path)
+        tensors[name] = info
+        locations[name] = _Location(path, start, start + nbytes, identity)
+    _refuse_overlaps(locations, path)
+    config = None
+    if config_from_kv is not None:
+        try:  # the layout's reading of the metadata, bounded as config.json is (eagleconv.bounds)
+            config = config_from_kv(kv, tensors)
+        except EagleconvError as exc:
+            raise type(exc)(exc.message, exc.path or path, exc.code) from None
+    for name, info in tensors.items():
         for template, key in ROPE_ROWS.items():
             if _template_match(name, template):
                 heads = kv.get(key.format(arch=arch))
+                shape = info.shape
                 if not isinstance(heads, int) or heads <= 0 or len(shape) != 2 or shape[0] % (2 * heads):
                     raise FormatError(f"{name}: shape {list(shape)} does not split into {key.format(arch=arch)} = "
                                       f"{heads!r} heads of an even size", path)
                 rope_heads[name] = heads
-        tensors[name] = info
-        locations[name] = _Location(path, start, start + nbytes, identity)
-    config = config_from_kv(kv, tensors) if config_from_kv is not None else None
     metadata = {f"gguf:{k}": v for k, v in counts.items()}
     notes = ["d2t read from llama.cpp's absolute target ids (d2t + arange) as offsets"] if ABSOLUTE_IDS in tensors else []
     if rope_heads:
