@@ -136,3 +136,26 @@ def test_the_five_classes_against_real_llamacpp(tmp_path: Path) -> None:
     outcomes = json.loads((tmp_path / "llamacpp-parity.json").read_text())["outcomes"]
     got = {name: (outcomes[name]["observed"], outcomes[name]["agrees"]) for name in OBSERVED}
     assert got == {name: (seen, True) for name, seen in OBSERVED.items()}, proc.stdout[-3000:]
+
+
+# -- llama.cpp's own converter (its source is enough: no build) --------------------------------
+
+from tests.formats.test_gguf_llamacpp_converter import _skip_reason, contents, hf_target, theirs  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def hf_target_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return hf_target(tmp_path_factory.mktemp("hf") / "target", hidden=256, vocab=512)
+
+
+@pytest.mark.skipif(_skip_reason() is not None, reason=_skip_reason() or "")
+@pytest.mark.parametrize("name", ["rotary_emb.inv_freq buffer", "model.-prefixed layer names"])
+def test_llamacpps_converter_writes_what_convert_to_gguf_writes(name: str, hf_target_dir: Path, tmp_path: Path) -> None:
+    """The two classes decided in llama.cpp's converter (it skips the buffer; its HF tensor map names
+    model.layers.0.* blk.0.*): its GGUF and eagleconv's are equal byte for byte, metadata included. Each case
+    spawns their converter (it imports torch and transformers: ~10 s idle, ~30 s on a loaded 2-core machine)."""
+    src = build(name, tmp_path / "src")
+    done = theirs(src, hf_target_dir, tmp_path / "theirs.gguf")
+    assert done.returncode == 0, done.stderr[-2000:]
+    convert(src, tmp_path / "mine.gguf", "gguf", target=hf_target_dir, outtype="f32", numeric=False)
+    assert contents(tmp_path / "mine.gguf") == contents(tmp_path / "theirs.gguf")
