@@ -27,9 +27,10 @@ from ..canonical import FC_NORM_NAME, expected_tensors
 from ..formats.gguf import GgufLayout
 from ..report import Finding
 from .registry import register
-from .base import ActivationRule, CaptureRules, DrafterClass, EngineProfile, EngineView, FlagRule, KeyRules, Subject, Translation, lookup
-from .checks import (check_activation, check_architecture, check_capture, check_flags, check_keys, check_sharing, checkpoint_aux_count,
-                     emits, finding)
+from .base import (ActivationRule, CaptureRules, DrafterClass, EngineProfile, EngineView, FlagRule, KeyRules, Subject,
+                   Translation, lookup)
+from .checks import (check_activation, check_architecture, check_capture, check_flags, check_keys, check_sharing,
+                     checkpoint_aux_count, emits, finding)
 from .llamacpp_gguf import GGUF_CHECKS
 from .view import DrafterView, Fill, load_failures
 
@@ -199,7 +200,7 @@ def check_gguf_tensors(subject: Subject, view: EngineView) -> list[Finding]:
         return []
     names = list(refused)
     shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-    return [finding(view, "EC003", "error", f"{shown}: {sorted(set(refused.values()))[0]} (convert --to gguf refuses "
+    return [finding(view, "EC003", "error", f"{shown}: {min(refused.values())} (convert --to gguf refuses "
                     "them for the same reason); llama.cpp's converter writes them and its loader fails with "
                     "'done_getting_tensors: wrong number of tensors'", names[0], effect="load_fails")]
 
