@@ -46,6 +46,50 @@ def _set_top_aux(c: dict, ids: list[int]) -> None:
     c["eagle_aux_hidden_state_layer_ids"] = list(ids)
 
 
+# issue 32's five classes: validate's verdict disagreed with llama.cpp b11434 on each (edits shared with the unit
+# tests, tests/engines/test_llamacpp_verdicts.py, which run them on the tiny pair)
+def _inv_freq(c: dict, t: dict) -> None:
+    import torch
+
+    d = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+    theta = float(c.get("rope_theta", 10000.0))
+    t["layers.0.self_attn.rotary_emb.inv_freq"] = 1.0 / theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d)
+
+
+def _attention_bias(c: dict, t: dict) -> None:
+    import torch
+
+    c["attention_bias"] = True
+    for p in "qkvo":
+        rows = t[f"layers.0.self_attn.{p}_proj.weight"].shape[0]
+        t[f"layers.0.self_attn.{p}_proj.bias"] = torch.zeros(rows, dtype=t[f"layers.0.self_attn.{p}_proj.weight"].dtype)
+
+
+def _model_prefixed_layers(c: dict, t: dict) -> None:
+    for n in [n for n in t if n.startswith("layers.")]:
+        t["model." + n] = t.pop(n)
+
+
+def _padded_vocab(c: dict, t: dict) -> None:
+    import torch
+
+    c["vocab_size"] += 128
+    t["t2d"] = torch.cat([t["t2d"], torch.zeros(128, dtype=t["t2d"].dtype)])
+
+
+ISSUE_32 = (
+    Variant("hidden_act gelu", "eagle3", "hidden_act: gelu (the weights unchanged)",
+            lambda c, t: c.update(hidden_act="gelu"), stated=True),
+    Variant("rotary_emb.inv_freq buffer", "eagle3", "layers.0.self_attn.rotary_emb.inv_freq added (from rope_theta)",
+            _inv_freq),
+    Variant("attention biases", "eagle3", "attention_bias: true, zero q/k/v/o biases", _attention_bias),
+    Variant("model.-prefixed layer names", "eagle3", "layers.0.* renamed model.layers.0.* (fc, norm, lm_head kept)",
+            _model_prefixed_layers),
+    Variant("vocab_size padded past the target's", "eagle3", "vocab_size + 128, t2d padded with 128 False",
+            _padded_vocab),
+)
+
+
 VARIANTS: tuple[Variant, ...] = (
     Variant("aux id past the target's last layer", "eagle3", "top-level aux ids [2, 15, 31] on a 30-layer target",
             lambda c, t: _set_top_aux(c, [2, 15, 31])),
@@ -66,6 +110,7 @@ VARIANTS: tuple[Variant, ...] = (
                       "(the same gap as the vLLM tier's)"),
     Variant("norm_before_fc only under eagle_config", "eagle3-nbf", "top-level norm_before_fc removed (kept nested)",
             lambda c, t: c.pop("norm_before_fc")),
+    *ISSUE_32,
 )
 
 
@@ -271,7 +316,8 @@ def main() -> int:
             observed = "intended"
         else:
             mine = [[r["draft"] for r in t["rounds"]] for t in traces]
-            observed = "intended" if mine == base_drafts.get(variant.base, [])[:n_prompts] else "differs"
+            same = mine == base_drafts.get(variant.base, [])[:n_prompts]
+            observed = ("differs" if same else "intended") if variant.stated else ("intended" if same else "differs")
         entry: dict = {"observed": observed, "what": variant.what if variant else "base drafter",
                        "llama.cpp": {"converter_error": err} if gguf is None else
                        ({"error": errors[0]} if errors else {k: [t.get(k) for t in traces] for k in

@@ -24,8 +24,13 @@ CANONICAL_NAME = re.compile(
     r"|lm_head\.weight|d2t|t2d"
     r"|layers\.\d+\.(?:input_layernorm|hidden_norm|post_attention_layernorm)\.weight"
     rf"|layers\.\d+\.self_attn\.{_ATTN}\.(?:weight|bias)"
-    rf"|layers\.\d+\.mlp\.{_MLP}\.(?:weight|bias))$"
+    rf"|layers\.\d+\.mlp\.{_MLP}\.(?:weight|bias)"
+    r"|layers\.\d+\.self_attn\.rotary_emb\.(?:inv_freq|cos_cached|sin_cached))$"
 )
+# RoPE buffers some trainers save beside the parameters: each is recomputed from the rope config by every reader
+# (transformers, vLLM, llama.cpp's converter skips ``.rotary_emb.inv_freq``), so they are read, never carried, and
+# every conversion reports dropping them (issue 32)
+BUFFER_NAME = re.compile(r"^layers\.\d+\.self_attn\.rotary_emb\.(?:inv_freq|cos_cached|sin_cached)$")
 
 LAYER_NAME = re.compile(r"^layers\.(\d+)\.")
 FC_NORM_NAME = re.compile(r"^fc_norm\.(\d+)\.weight$")

@@ -50,6 +50,9 @@ class Variant:
     edit: Edit
     known_gap: str = ""  # why eagleconv's prediction is known to differ from what vLLM did (reported, not hidden)
     undefined: bool = False  # what vLLM does is not determined (uninitialised memory): the gap shows on some runs
+    # the edit changes what the checkpoint says it computes, not its weights (hidden_act): drafting exactly as the
+    # base drafter then means the engine ignored the statement ("differs"), drafting otherwise that it followed it
+    stated: bool = False
 
 
 def _eagle_config(config: JSONObject) -> JSONObject:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from .. import architectures
 from .._version import __version__
-from ..canonical import layer_indices
+from ..canonical import BUFFER_NAME, layer_indices
 from ..drafter import EAGLE31_FLAGS, AuxConvention, AuxLayers, DrafterSpec, Verifier
 from ..errors import ConversionError, FindingsError, UsageError
 from ..formats import get_layout
@@ -155,6 +155,11 @@ def _plan(loaded: LoadedDrafter, to: str, *, drop: Iterable[str] = (),
             continue
         if canonical in computed:
             continue  # emitted below with the other computed tensors
+        if BUFFER_NAME.match(canonical):
+            plan.append(PlanRow(source=src_name, destination=None, shape=list(info.shape), dtype=info.dtype,
+                                action="drop", reason="a RoPE buffer, not a parameter: every engine recomputes it "
+                                "from the rope config (llama.cpp's converter and vLLM's loader skip it too)"))
+            continue
         cap = dst.holding_policy(canonical)
         if cap is not None:
             if cap.policy == "derive":

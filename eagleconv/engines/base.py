@@ -21,7 +21,7 @@ from ..formats.base import MISSING, get_path
 if TYPE_CHECKING:
     from ..jsonio import JSONObject, JSONValue
     from ..formats.base import Layout, ReadResult
-    from ..report import Finding, Runner
+    from ..report import Effect, Finding, Runner
     from ..target import TargetInfo
     from .view import DrafterView
 
@@ -34,6 +34,16 @@ class FlagRule:
     _: KW_ONLY
     default: bool = False
     null_is_false: bool = False  # the engine tests key presence, so a present null reads as false and wins
+
+
+@dataclass(frozen=True)
+class ActivationRule:
+    """What the engine's MLP does with the config's ``hidden_act``: computes it, raises, or computes its own."""
+
+    computes: frozenset[str]  # hidden_act values the engine computes as stated
+    _: KW_ONLY
+    otherwise: Effect  # what any other value does: "load_fails" (it raises) | "runs_differently" (its own activation)
+    why: str  # what the engine does instead, with its code cited
 
 
 @dataclass(frozen=True)
@@ -110,6 +120,7 @@ class EngineProfile:
     speculators_view: Callable[[Mapping[str, JSONValue]], Translation] | None = None
     shares_from_target: dict[str, str] = field(default_factory=dict)  # canonical -> "absent" | "always" | "same_width"
     tensor_parallel: bool = False
+    activation: ActivationRule | None = None  # None: what the engine does with hidden_act is not modelled
     reads_gguf: bool = False  # loads llama.cpp's one-file GGUF drafter (else its checks do not apply to one)
     gguf_checks: tuple[Callable[..., list[Finding]], ...] = ()  # run instead of ``checks`` on a GGUF drafter
     checks: tuple[Callable[..., list[Finding]], ...] = ()

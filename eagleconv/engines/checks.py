@@ -464,5 +464,15 @@ def check_tensor_parallel(subject: Subject, view: EngineView) -> list[Finding]:
     return out
 
 
+@emits("EC040")
+def check_activation(subject: Subject, view: EngineView) -> list[Finding]:
+    """The checkpoint's stated MLP activation (hidden_act) against what the engine's MLP computes (issue 32)."""
+    rule, act = view.profile.activation, lookup(view.config, "hidden_act")
+    if rule is None or not isinstance(act, str) or act in rule.computes:
+        return []
+    return [finding(view, "EC040", "error", f"hidden_act = {act!r}: {view.profile.label} {rule.why}",
+                    effect=rule.otherwise)]
+
+
 COMMON_CHECKS: tuple[Check, ...] = (check_architecture, check_aux_count, check_capture, check_flags, check_keys,
-                                    check_sharing)
+                                    check_sharing, check_activation)

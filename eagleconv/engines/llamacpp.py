@@ -7,13 +7,15 @@ profile is that converter and the runtime together:
 
 * the converter reads the drafter's *top-level* keys only: ``eagle_aux_hidden_state_layer_ids`` copied verbatim
   (absent: ``[2, N//2, N-3]``), ``norm_before_residual``, ``norm_before_fc``, ``target_hidden_size`` (absent: the
-  target's hidden size); ``eagle_config.*`` is never read; it renames ``midlayer.``/``layers.0.``, drops ``t2d``
+  target's hidden size); ``eagle_config.*`` and ``hidden_act`` are never read; it renames ``midlayer.``/
+  ``layers.0.``, maps ``model.layers.N.*`` through gguf-py's HF table, drops ``t2d`` and ``rotary_emb.inv_freq``
   and stops on any tensor it cannot map (``fc_norm.*``: "Can not map tensor");
+* what the GGUF can hold is ``formats/gguf.py``'s table, which ``convert --to gguf`` refuses by too (biases);
 * flags it has no switch for (``fc_norm``, ``norm_output``) are reported by the shared ``check_flags``;
 * the runtime (``src/models/eagle3.cpp``, ``common/speculative.cpp``) demands exactly 3 target layers, aborts on
   an id past the target's last layer, requires every layer tensor, takes embeddings and the output projection
-  from the target when absent, sizes the draft vocab by ``d2t`` (without it: the target's vocab), and has no
-  per-layer ``fc_norm`` and no ``norm_output``.
+  from the target when absent, sizes the draft vocab by ``d2t`` (without it: the target's vocab), computes SiLU
+  whatever ``hidden_act`` says, and has no per-layer ``fc_norm`` and no ``norm_output``.
 """
 
 from __future__ import annotations
@@ -21,11 +23,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from ..canonical import FC_NORM_NAME, expected_tensors
+from ..formats.gguf import GgufLayout
 from ..report import Finding
 from .registry import register
-from .base import CaptureRules, DrafterClass, EngineProfile, EngineView, FlagRule, KeyRules, Subject, Translation, lookup
-from .checks import (check_architecture, check_capture, check_flags, check_keys, check_sharing, checkpoint_aux_count,
-                     emits, finding)
+from .base import (ActivationRule, CaptureRules, DrafterClass, EngineProfile, EngineView, FlagRule, KeyRules, Subject,
+                   Translation, lookup)
+from .checks import (check_activation, check_architecture, check_capture, check_flags, check_keys, check_sharing,
+                     checkpoint_aux_count, emits, finding)
 from .llamacpp_gguf import GGUF_CHECKS
 from .view import DrafterView, Fill, load_failures
 
@@ -62,9 +67,20 @@ CAPTURE = CaptureRules(
                        "exceeds target n_layer')",
 )
 
+# src/models/eagle3.cpp build_ffn(..., LLM_FFN_SILU, ...): the graph's activation is fixed and the converter never
+# reads hidden_act; "swish" is transformers' other name for SiLU
+ACTIVATION = ActivationRule(frozenset({"silu", "swish"}), otherwise="runs_differently",
+                            why="computes SiLU whatever the config states (eagle3.cpp build_ffn: LLM_FFN_SILU; the "
+                                "converter never reads hidden_act): it loads and drafts with an activation the "
+                                "drafter was not trained with")
+
 KEYS = KeyRules(
-    renames=(("midlayer.", "layers.0."),),
-    dropped=("t2d",),
+    # conversion/llama.py index_tensors: midlayer.* -> model.layers.0.*, which (like a model.layers.N.* name as
+    # stored) gguf-py's HF tensor map names blk.N.*; it also maps model.fc (dflash's), model.norm, model.embed_tokens.
+    # Not model.input_norm (only a bare input_norm.weight becomes enc.output_norm) nor model.d2t/t2d
+    renames=(("midlayer.", "layers.0."), ("model.layers.", "layers."), ("model.fc.", "fc."),
+             ("model.norm.", "norm."), ("model.embed_tokens.", "embed_tokens.")),
+    dropped=("t2d", "rotary_emb.inv_freq"),  # conversion/base.py prepare_tensors skips ".rotary_emb.inv_freq"
     unknown="raise",
     unknown_bias="raise",  # the converter maps a .bias, then llama.cpp's loader finds a tensor it never creates
     raises="cannot be served: llama.cpp's converter stops with 'Can not map tensor', or (a name it maps) "
@@ -162,6 +178,46 @@ def check_nested_only(subject: Subject, view: EngineView) -> list[Finding]:
                     "convert --to gguf writes the trained ids", effect="runs_differently")]
 
 
+@emits("EC003")
+def check_gguf_tensors(subject: Subject, view: EngineView) -> list[Finding]:
+    """Tensors the config promises (attention_bias, mlp_bias) that llama.cpp's eagle3 has no place for.
+
+    What llama.cpp holds is read once, from the GGUF layout's table (``GgufLayout.holding_policy``): ``convert --to
+    gguf`` refuses by it and this check predicts by it, so the two cannot disagree.  llama.cpp's converter maps a
+    ``.bias`` (its tensor map tries both suffixes) and the loader, which creates none, fails the tensor count.
+    Names the config does not promise are check_keys' (unknown_bias), fc_norm EC021's.
+    """
+    spec, read = subject.spec, subject.read
+    if spec is None or read is None or not subject.has_tensors:
+        return []
+    promised = expected_tensors(spec)
+    refused: dict[str, str] = {}
+    for canonical, stored in sorted(read.canonical.items()):
+        cap = GgufLayout.holding_policy(canonical)
+        if cap is not None and cap.policy == "never" and canonical in promised and not FC_NORM_NAME.match(canonical):
+            refused[stored] = cap.reason
+    if not refused:
+        return []
+    names = list(refused)
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return [finding(view, "EC003", "error", f"{shown}: {min(refused.values())} (convert --to gguf refuses "
+                    "them for the same reason); llama.cpp's converter writes them and its loader fails with "
+                    "'done_getting_tensors: wrong number of tensors'", names[0], effect="load_fails")]
+
+
+@emits("EC052")
+def check_padded_vocab(subject: Subject, view: EngineView) -> list[Finding]:
+    """A vocab_size padded past the target's, t2d padded to match: llama.cpp never sizes anything by it."""
+    spec, target, read = subject.spec, subject.target, subject.read
+    if spec is None or target is None or read is None or spec.vocab_size <= target.vocab_size:
+        return []
+    if "t2d" not in read.canonical or "embed_tokens.weight" in read.canonical:
+        return []  # the padded rows of an embedding of its own: not run in llama.cpp, left to the warning
+    return [finding(view, "EC052", "info", f"vocab_size {spec.vocab_size} pads the target's {target.vocab_size}: "
+                    "llama.cpp's converter drops t2d and pads the GGUF vocabulary with [PAD] tokens, the draft vocab "
+                    "is d2t's and the embeddings the target's, so it drafts exactly as unpadded", "t2d", effect="none")]
+
+
 @emits("EC042")
 def check_converter(subject: Subject, view: EngineView) -> list[Finding]:
     """How the checkpoint reaches llama.cpp: a GGUF, written with the target's tokenizer and layer count."""
@@ -190,6 +246,9 @@ def serve(view: DrafterView) -> DrafterView:
     if "d2t" not in names:  # eagle3.cpp: without d2t the draft vocab is the target's
         update["draft_vocab_size"] = spec.vocab_size
         view.notes.append("no d2t: llama.cpp drafts over the target's whole vocabulary")
+    act = lookup(view.reading.config, "hidden_act")
+    if isinstance(act, str) and act not in ACTIVATION.computes:
+        view.notes.append(f"hidden_act {act!r}: llama.cpp computes SiLU, and so does simulate")
     if "lm_head.weight" not in names:
         rows = target.vocab_size if target is not None else spec.vocab_size
         view.fills["lm_head.weight"] = Fill("target_lm_head", shape=(rows, spec.hidden_size))
@@ -211,8 +270,9 @@ LLAMACPP_B11434 = register(EngineProfile(
     reads_gguf=True,  # ``checks`` model the safetensors -> GGUF path; a GGUF drafter gets llamacpp_gguf's
     gguf_checks=GGUF_CHECKS,
     shares_from_target={"embed_tokens.weight": "absent", "lm_head.weight": "absent"},
-    checks=(check_architecture, check_three_aux, check_capture, check_flags, check_nested_only,
-            check_keys, check_gguf_shapes, check_sharing, check_converter),
+    activation=ACTIVATION,
+    checks=(check_architecture, check_activation, check_three_aux, check_capture, check_flags, check_nested_only,
+            check_keys, check_gguf_tensors, check_gguf_shapes, check_padded_vocab, check_sharing, check_converter),
     serve=serve,
     history=("EAGLE-3 drafters served since late 2025 (--spec-type draft-eagle3); norm_before_fc added for "
              "speculators #692-style drafters",),

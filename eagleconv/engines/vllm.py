@@ -23,7 +23,7 @@ from .. import architectures
 from ..canonical import expected_tensors
 from ..report import Finding
 from .registry import register
-from .base import CaptureRules, DrafterClass, EngineProfile, EngineView, FlagRule, KeyRules, Subject, Translation
+from .base import ActivationRule, CaptureRules, DrafterClass, EngineProfile, EngineView, FlagRule, KeyRules, Subject, Translation
 from .checks import COMMON_CHECKS, check_tensor_parallel, emits, finding
 from .view import DrafterView, Fill
 
@@ -106,6 +106,12 @@ KEYS_032 = KeyRules(
     bias_needs_module=True,
     d2t_needs_pruned_vocab=True,
 )
+
+
+# llama.py L110-113 (LlamaMLP), deepseek_v2.py L266-269, Qwen3's MLP likewise: any other hidden_act raises at load
+SILU_ONLY = ActivationRule(frozenset({"silu"}), otherwise="load_fails",
+                           why="builds its MLP for silu only and raises ValueError('Unsupported activation: ...') "
+                               "at load (llama.py LlamaMLP)")
 
 
 def eagle_config_architecture(name: str) -> str:
@@ -374,6 +380,7 @@ def _profile(version: str, summary: str, *, qwen3: bool, propagates_eagle31: boo
         speculators_view=speculators_translation(propagates_eagle31=propagates_eagle31, qwen3=qwen3),
         shares_from_target={"embed_tokens.weight": "absent", "lm_head.weight": "absent"},
         tensor_parallel=True,
+        activation=SILU_ONLY,
         checks=(*COMMON_CHECKS, check_mla, check_target_routing, check_tensor_parallel, check_method_detection),
         load_checks=(check_mla,),
         serve=serve,

@@ -12,7 +12,7 @@ TRT-LLM's ``eagle_config.return_hidden_post_norm``.
 from __future__ import annotations
 
 from . import register
-from .base import ConfigField, FromArchitecture, Layout, SameAs, Seen, architectures_of, has_prefix, hf_fields
+from .base import ConfigField, FromArchitecture, Layout, Rename, SameAs, Seen, architectures_of, has_prefix, hf_fields
 
 VLLM_ARCHITECTURES = {
     "LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM", "Eagle3Qwen3ForCausalLM",
@@ -38,6 +38,9 @@ class VllmLayout(Layout):
     # vLLM 0.32's Eagle3 load_weights (llama, qwen3, deepseek) renames "midlayer." to "layers.0." before it maps a
     # name (eagleconv/engines/VLLM_0_32_AUDIT.md 6a, R10): a hand-renamed SpecForge export runs exactly as stated
     loader_aliases = (("midlayer.", "layers.0."),)
+    # the decoder nested under model. as an HF LlamaForCausalLM state dict has it, fc and the rest at the top level:
+    # llama.cpp's converter maps these names; vLLM prefixes its own model. and fails on them (its profile says so)
+    spellings = (Rename("model.layers.{rest}", "layers.{rest}"),)
     defaults = {
         "target_hidden_size": SameAs("hidden_size"),
         "num_aux_hidden_states": 3,
@@ -59,4 +62,6 @@ class VllmLayout(Layout):
             if archs:
                 return 20, [f"layers.N.* tensors without model. prefix and architectures {sorted(archs)}"]
             return 10, ["layers.N.* tensors without model. prefix"]
+        if "fc.weight" in names and has_prefix(names, "model.layers."):
+            return 5, ["fc.weight with the decoder as model.layers.N.* (an HF state dict's spelling of layers.N.*)"]
         return 0, []

@@ -158,7 +158,7 @@ def check(config: JSONObject, store: TensorStore | None, *, path: str | None, la
     flags = _flags_of(read, layout, config)
     findings += semantics_findings(layout.name, flags)
     if target_info is not None:
-        findings += target_findings(read.spec, target_info)
+        findings += target_findings(read.spec, target_info, set(read.tensors))
     if numeric and store is not None:
         from .numeric import numeric_findings, scanned_bytes
 

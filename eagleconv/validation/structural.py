@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import copy
 
-from ..canonical import FC_NORM_NAME, expected_tensors, layer_indices
+from ..canonical import BUFFER_NAME, FC_NORM_NAME, expected_tensors, layer_indices
 from ..formats.base.fields import MISSING, get_path, set_path
 from ..formats.base.reading import ReadResult, read_drafter
+from ..formats.base.renames import loader_alias
 from ..io.reader import TensorStore
 from ..report import Effect, Finding
 from ..rope import ROPE_KEYS, reader_disagreement
@@ -43,14 +44,27 @@ def read_findings(read: ReadResult, from_tensors: bool = True) -> list[Finding]:
 def alias_findings(read: ReadResult) -> list[Finding]:
     """Names the layout's own loader renames before reading (vLLM: ``midlayer.`` -> ``layers.0.``): they run as
     stated, but are not what the config's layout writes, so a tool without that rename would not read them."""
-    if not read.aliased:
-        return []
-    renames = ", ".join(f"{old} -> {new}" for old, new in read.layout.loader_aliases)
-    shown = ", ".join(read.aliased[:3]) + (f" and {len(read.aliased) - 3} more" if len(read.aliased) > 3 else "")
-    return [_f("EC003", "info", f"{len(read.aliased)} tensor name(s) are not {read.layout.name}-layout names "
-               f"({shown}), which the config's layout promises; the {read.layout.name} loader renames them "
-               f"({renames}) and runs them as stated. `eagleconv convert --to {read.layout.name}` writes the "
-               "layout's own names", effect="none")]
+    layout = read.layout
+    aliased = [n for n in read.aliased if loader_alias(layout, n) != n]
+    respelled = [n for n in read.aliased if n not in aliased]
+    out = []
+    if aliased:
+        renames = ", ".join(f"{old} -> {new}" for old, new in layout.loader_aliases)
+        out.append(_f("EC003", "info", f"{len(aliased)} tensor name(s) are not {layout.name}-layout names "
+                      f"({_shown(aliased)}), which the config's layout promises; the {layout.name} loader renames them "
+                      f"({renames}) and runs them as stated. `eagleconv convert --to {layout.name}` writes the "
+                      "layout's own names", effect="none"))
+    if respelled:
+        forms = ", ".join(f"{r.layout} -> {r.canonical}" for r in layout.spellings)
+        out.append(_f("EC003", "info", f"{len(respelled)} tensor name(s) are another spelling of {layout.name}-layout "
+                      f"names ({_shown(respelled)}; read as {forms}); engines differ on them (see each engine's "
+                      f"findings). `eagleconv convert --to {layout.name}` writes the layout's own names",
+                      effect="none"))
+    return out
+
+
+def _shown(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
 def _missing_after_typos(read: ReadResult) -> list[str]:
@@ -120,6 +134,11 @@ def shape_findings(read: ReadResult) -> list[Finding]:
         if FC_NORM_NAME.match(name) and not spec.flags.fc_norm:
             continue  # reported by flag_findings
         if name == "input_norm.weight" and not spec.flags.norm_before_fc:
+            continue
+        if BUFFER_NAME.match(name):
+            out.append(_f("EC050", "info", f"{read.canonical[name]} is a RoPE buffer, not a parameter: readers "
+                          "recompute it from the rope config, and every conversion drops it (reported)",
+                          read.canonical[name], "none"))
             continue
         out.append(_f("EC050", "warning", f"{read.canonical[name]} is not part of this drafter's architecture "
                       "(engines ignore or reject it)", read.canonical[name]))

@@ -83,6 +83,9 @@ class Layout:
     # substring renames the layout's own loader applies before it maps a name (vLLM's ``orig_to_new_substr``,
     # first occurrence): a name they make readable is read, and reported as not the layout's spelling (EC003 info)
     loader_aliases: ClassVar[tuple[tuple[str, str], ...]] = ()
+    # other spellings of the layout's names found in the wild (an HF *ForCausalLM state dict nests the decoder
+    # under ``model.``): read, never written, each reported (EC003 info); whether an engine loads them is its profile's
+    spellings: ClassVar[tuple[Rename, ...]] = ()
     fields: ClassVar[dict[str, ConfigField]] = hf_fields()
     aux_convention: ClassVar[AuxConvention] = "hidden_state_index"
     defaults: ClassVar[dict[str, Any]] = {}

@@ -86,6 +86,10 @@ def map_names(layout: type[Layout], names: list[str]) -> tuple[dict[str, str], l
             spelled = loader_alias(layout, name)
             canonical = rename(layout.renames, spelled, to_canonical=True) if spelled != name else None
         if canonical is None or not CANONICAL_NAME.match(canonical):
+            respelled = rename(layout.spellings, name, to_canonical=True)
+            if respelled is not None and CANONICAL_NAME.match(respelled):
+                canonical, spelled = respelled, rename(layout.renames, respelled, to_canonical=False) or name
+        if canonical is None or not CANONICAL_NAME.match(canonical):
             errors.append(f"unmapped tensor {name!r}: no {layout.name} rule maps it to a known drafter tensor")
             continue
         if rename(layout.renames, canonical, to_canonical=False) != spelled:
