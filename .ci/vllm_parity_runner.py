@@ -107,10 +107,12 @@ def run_case(request: dict, drafter: str, case: dict | None = None) -> dict:
 def main(request_path: str, result_path: str) -> int:
     import vllm
 
-    request = json.loads(open(request_path).read())
+    with open(request_path) as f:
+        request = json.load(f)
     results: dict = {"vllm": vllm.__version__, "cases": {}}
     if os.path.exists(result_path):  # a restart after a hang: keep what earlier runs recorded
-        results = json.loads(open(result_path).read())
+        with open(result_path) as f:
+            results = json.load(f)
     for case in request["cases"]:
         if case["name"] in results["cases"]:
             continue

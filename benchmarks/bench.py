@@ -525,7 +525,7 @@ def environment() -> dict:
             return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=30).stdout.strip()
         except (OSError, subprocess.TimeoutExpired):
             return ""
-    cpu = next((l.split(":", 1)[1].strip() for l in sh("lscpu").splitlines() if l.startswith("Model name")), "")
+    cpu = next((ln.split(":", 1)[1].strip() for ln in sh("lscpu").splitlines() if ln.startswith("Model name")), "")
     return {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "cpu": cpu,
             "cpus": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version(),
             "numpy": np.__version__, "mem_total": sh("grep MemTotal /proc/meminfo")}

@@ -31,8 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.support.fake_hub import FakeHub
-from tests.support.hub_repos import (
+from tests.support.fake_hub import FakeHub  # noqa: E402 (after the sys.path insert)
+from tests.support.hub_repos import (  # noqa: E402 (after the sys.path insert)
     big_drafter,
     directory_files,
     fixture_checkpoints,

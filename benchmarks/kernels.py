@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import functools
 import json
 import platform
 import sys
@@ -112,6 +113,19 @@ def main(argv: list[str] | None = None) -> int:
     recipe_check = None if args.no_compile else _recipe_check(device)
     if recipe_check is not None:
         print("recipe under torch.compile (fraction of elements differing):", json.dumps(recipe_check))
+
+    def shape_paths(h, ws, out) -> dict[str, Callable[[], object]]:
+        """The timed paths for one shape: a function, so each closure holds this shape's tensors, not the loop's."""
+        paths: dict[str, Callable[[], object]] = {
+            "fused": lambda: kernels.fc_norm_concat(h.chunk(N_AUX, -1), ws, EPS, args.recipe, out=out),
+            "eager": lambda: eager(h, ws),
+        }
+        if compiled is not None:
+            paths["compiled"] = lambda: compiled(h, ws)
+        if liger is not None:
+            paths["liger"] = lambda: torch.cat([liger(c, w) for c, w in zip(h.chunk(N_AUX, -1), ws)], -1)
+        return paths
+
     names = ["fused", "eager"] + ([] if compiled is None else ["compiled"]) + ([] if liger is None else ["liger"])
     rows: list[dict] = []
     failures: list[str] = []
@@ -122,14 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             h = torch.randn(tokens, N_AUX * hidden, generator=gen, device=device).to(dtype)
             out = torch.empty_like(h)
             copy_dst = torch.empty_like(h)
-            paths: dict[str, Callable[[], object]] = {
-                "fused": lambda: kernels.fc_norm_concat(h.chunk(N_AUX, -1), ws, EPS, args.recipe, out=out),
-                "eager": lambda: eager(h, ws),
-            }
-            if compiled is not None:
-                paths["compiled"] = lambda: compiled(h, ws)
-            if liger is not None:
-                paths["liger"] = lambda: torch.cat([liger(c, w) for c, w in zip(h.chunk(N_AUX, -1), ws)], -1)
+            paths = shape_paths(h, ws, out)
             # Correctness first: every path against eager, bit level.
             reference = eager(h, ws)
             for name, fn in paths.items():
@@ -142,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
                     failures.append(f"T={tokens} H={hidden}: fused {identical:.4%} identical to eager, max {max_ulp} ulp")
                 print(f"  check T={tokens} H={hidden} {name} vs eager: {identical:.4%} identical, max {max_ulp} ulp")
             useful = 2 * h.numel() * h.element_size() + N_AUX * hidden * ws[0].element_size()
-            copy_ms = bench(lambda: copy_dst.copy_(h))
+            copy_ms = bench(functools.partial(copy_dst.copy_, h))
             copy_rate = 2 * h.numel() * h.element_size() / (copy_ms * 1e-3)
             row: dict = {"T": tokens, "H": hidden, "bytes": useful, "copy_us": copy_ms * 1e3,
                          "copy_GBps": copy_rate / 1e9}
@@ -154,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
                 if tokens <= 64 and name in ("fused", "eager") and graph_bench is not None:
                     row[f"{name}_graph_us"] = graph_bench(fn) * 1e3
             rows.append(row)
-            del h, out, copy_dst
+            del h, out, copy_dst, paths, fn  # the paths hold the tensors too
             if device.type == "cuda":
                 torch.cuda.empty_cache()
 

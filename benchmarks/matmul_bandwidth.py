@@ -39,8 +39,8 @@ def main() -> None:
     packed = [torch.ops.mkldnn._reorder_linear_weight(w, 32) for w in ws]
     for rows in (16, 4):
         x = torch.randn(1, rows, 576, generator=g)
-        mm = rate(lambda: [x @ w.T for w in ws], nbytes)
-        dnn = rate(lambda: [torch.ops.mkldnn._linear_pointwise(x, p, None, "none", [], "") for p in packed], nbytes)
+        mm = rate(lambda x=x: [x @ w.T for w in ws], nbytes)
+        dnn = rate(lambda x=x: [torch.ops.mkldnn._linear_pointwise(x, p, None, "none", [], "") for p in packed], nbytes)
         print(f"  rows {rows:2d}: x @ W.T (torch's default) {mm:.1f} GB/s; oneDNN, reordered once {dnn:.1f} GB/s")
 
 

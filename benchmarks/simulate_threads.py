@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                     b.wait()
     summary = {}
     for condition in ("idle", "busy"):
-        def walls(mode: int | None) -> list[float]:
+        def walls(mode: int | None, condition: str = condition) -> list[float]:
             return [r["wall_s"] if r["wall_s"] is not None else args.timeout for r in runs
                     if r["condition"] == condition and r["threads"] == mode]
         best = min(range(1, cores + 1), key=lambda n: statistics.median(walls(n)))

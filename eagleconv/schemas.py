@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .config_fields import EagleConfigBlock, _Config, _DecoderFields, _Eagle3Fields
+from .config_fields import EagleConfigBlock, _Config, _DecoderFields, _Eagle3Fields  # noqa: F401 - re-exported (their old home)
 from .drafter import DrafterSpec
 from .formats.base.reading import config_model_for  # noqa: F401 - re-exported: the schema a config.json should satisfy
 
@@ -79,5 +79,6 @@ def write_schemas(directory: str | Path) -> list[Path]:
     return written
 
 
-__all__ = ["DeepseekMlaEagle3Config", "DrafterSpec", "EagleConfigBlock", "LlamaEagle3Config", "SpeculatorsEagle3Config",
-           "config_model_for", "json_schemas", "write_schemas"]
+# The three config models are served by __getattr__ above, so importing schemas does not import the architectures.
+__all__ = ["DeepseekMlaEagle3Config", "DrafterSpec", "EagleConfigBlock", "LlamaEagle3Config",  # noqa: F822
+           "SpeculatorsEagle3Config", "config_model_for", "json_schemas", "write_schemas"]

@@ -22,9 +22,9 @@ def _cuda_present() -> bool:
 if "TRITON_INTERPRET" not in os.environ and not _cuda_present():
     os.environ["TRITON_INTERPRET"] = "1"
 
-import pytest
+import pytest  # noqa: E402 (after TRITON_INTERPRET is set)
 
-from eagleconv.synthetic import DrafterRecipe, make_drafter
+from eagleconv.synthetic import DrafterRecipe, make_drafter  # noqa: E402 (after TRITON_INTERPRET is set)
 
 
 @pytest.fixture(autouse=True)

@@ -194,16 +194,16 @@ class Architecture:
     @classmethod
     def mlp_tensors(cls, spec: DecoderShape, prefix: str) -> dict[str, Expected]:
         """Canonical ``{prefix}mlp.*`` tensors of one layer (SwiGLU gate/up/down by default)."""
-        H, I = spec.hidden_size, spec.intermediate_size
+        H, inter = spec.hidden_size, spec.intermediate_size
         m = prefix + "mlp."
         out = {
-            m + "gate_proj.weight": Expected((I, H), True, "gate_proj [intermediate, hidden]"),
-            m + "up_proj.weight": Expected((I, H), True, "up_proj [intermediate, hidden]"),
-            m + "down_proj.weight": Expected((H, I), True, "down_proj [hidden, intermediate]"),
+            m + "gate_proj.weight": Expected((inter, H), True, "gate_proj [intermediate, hidden]"),
+            m + "up_proj.weight": Expected((inter, H), True, "up_proj [intermediate, hidden]"),
+            m + "down_proj.weight": Expected((H, inter), True, "down_proj [hidden, intermediate]"),
         }
         if spec.mlp_bias:
-            out[m + "gate_proj.bias"] = Expected((I,), True, "mlp_bias")
-            out[m + "up_proj.bias"] = Expected((I,), True, "mlp_bias")
+            out[m + "gate_proj.bias"] = Expected((inter,), True, "mlp_bias")
+            out[m + "up_proj.bias"] = Expected((inter,), True, "mlp_bias")
             out[m + "down_proj.bias"] = Expected((H,), True, "mlp_bias")
         return out
 

@@ -93,12 +93,12 @@ class Phi3(Llama):
 
     @classmethod
     def mlp_tensors(cls, spec: DecoderShape, prefix: str) -> dict[str, Expected]:
-        H, I = spec.hidden_size, spec.intermediate_size
+        H, inter = spec.hidden_size, spec.intermediate_size
         m = prefix + "mlp."
-        out = {m + "gate_up_proj.weight": Expected((2 * I, H), True, "gate_up_proj [2 x intermediate, hidden]"),
-               m + "down_proj.weight": Expected((H, I), True, "down_proj [hidden, intermediate]")}
+        out = {m + "gate_up_proj.weight": Expected((2 * inter, H), True, "gate_up_proj [2 x intermediate, hidden]"),
+               m + "down_proj.weight": Expected((H, inter), True, "down_proj [hidden, intermediate]")}
         if spec.mlp_bias:
-            out[m + "gate_up_proj.bias"] = Expected((2 * I,), True, "mlp_bias")
+            out[m + "gate_up_proj.bias"] = Expected((2 * inter,), True, "mlp_bias")
             out[m + "down_proj.bias"] = Expected((H,), True, "mlp_bias")
         return out
 

@@ -153,9 +153,12 @@ def formats(as_json: bool) -> None:
     _console().print(layouts)
 
 
-from . import validate_cmds  # noqa: E402,F401
-from . import transform_cmds  # noqa: E402,F401
-from . import hub_cmds  # noqa: E402,F401
-from . import simulate_cmd  # noqa: E402,F401
-from . import measure_cmd  # noqa: E402,F401
-from . import audit_cmd  # noqa: E402,F401
+# The command modules add their commands to `cli` (defined above) as they are imported.
+from . import (  # noqa: E402
+    audit_cmd,  # noqa: F401
+    hub_cmds,  # noqa: F401
+    measure_cmd,  # noqa: F401
+    simulate_cmd,  # noqa: F401
+    transform_cmds,  # noqa: F401
+    validate_cmds,  # noqa: F401
+)

@@ -13,11 +13,11 @@ from .._extras import need
 need("torch", "the forward pass (validate --forward, diff, eagleconv.forward)")
 
 from .api import default_aux_ids, inputs_for, load  # noqa: E402 (after the need() check)
-from .inputs import Target, capture_aux_states, check_prompts, read_prompts, synthetic_inputs
-from .model import COMPUTE_DTYPES, DraftInputs, DraftResult, Drafter, StepOutput, UnrunnableDrafter
-from .ops import BACKENDS, RECIPES, NormOps, get_ops
-from .run import compare, diff, validate_forward
-from .weights import CheckpointSource, DictSource, TensorSource
+from .inputs import Target, capture_aux_states, check_prompts, read_prompts, synthetic_inputs  # noqa: E402 (after need())
+from .model import COMPUTE_DTYPES, DraftInputs, DraftResult, Drafter, StepOutput, UnrunnableDrafter  # noqa: E402 (after need())
+from .ops import BACKENDS, RECIPES, NormOps, get_ops  # noqa: E402 (after need())
+from .run import compare, diff, validate_forward  # noqa: E402 (after need())
+from .weights import CheckpointSource, DictSource, TensorSource  # noqa: E402 (after need())
 
 __all__ = ["BACKENDS", "COMPUTE_DTYPES", "RECIPES", "CheckpointSource", "DictSource", "DraftInputs", "DraftResult",
            "Drafter", "NormOps", "StepOutput", "Target", "TensorSource", "UnrunnableDrafter", "capture_aux_states",

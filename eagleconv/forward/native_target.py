@@ -169,14 +169,14 @@ class NativeTarget:
         architecture's own list (``attention_tensors``, as for a drafter layer of the target's width)."""
         from ..architectures import get
 
-        H, V, I = self.hidden_size, self.vocab_size, self.intermediate_size
+        H, V, inter = self.hidden_size, self.vocab_size, self.intermediate_size
         expected: dict[str, tuple[int, ...]] = {"embed_tokens.weight": (V, H), "norm.weight": (H,),
                                                 "lm_head.weight": (V, H)}
         for j in range(self.num_layers):
             p = f"layers.{j}."
             expected.update({p + "input_layernorm.weight": (H,), p + "post_attention_layernorm.weight": (H,),
-                             p + "mlp.gate_proj.weight": (I, H), p + "mlp.up_proj.weight": (I, H),
-                             p + "mlp.down_proj.weight": (H, I)})
+                             p + "mlp.gate_proj.weight": (inter, H), p + "mlp.up_proj.weight": (inter, H),
+                             p + "mlp.down_proj.weight": (H, inter)})
             expected.update({n: e.shape for n, e in get(arch).attention_tensors(self.spec, p, H).items()})
         wrong = [f"{n} {tuple(tensors[n].shape)} (expected {shape})" for n, shape in expected.items()
                  if n in tensors and tuple(tensors[n].shape) != shape]

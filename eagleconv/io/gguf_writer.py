@@ -42,7 +42,7 @@ class StagedFile(StagedDirectory):
             path = self.destination.parent / staging_name(self.destination, "partial")
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
             self.path = path
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - _fail removes the staging file and re-raises
             self._fail(exc)
         return path
 

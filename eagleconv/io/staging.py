@@ -136,7 +136,7 @@ class StagedDirectory:
             path = self.destination.parent / staging_name(self.destination, "partial")
             path.mkdir()
             self.path = path
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - _fail removes what was staged and re-raises
             self._fail(exc)
         return path
 
@@ -145,7 +145,7 @@ class StagedDirectory:
         if exc is None:
             try:
                 self._publish()
-            except BaseException as failed:
+            except BaseException as failed:  # noqa: BLE001 - _fail removes what was staged and re-raises
                 self._fail(failed)
             return
         self._discard()

@@ -32,7 +32,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from importlib.util import find_spec
 from typing import Literal
 
@@ -146,8 +146,9 @@ def _output(out: Tensor | None, shape: tuple[int, ...], like: Tensor, name: str)
     return result, view
 
 
-_alloc: Callable[[tuple[int, ...], torch.dtype, torch.device], Tensor] = (
-    lambda shape, dtype, device: torch.empty(shape, dtype=dtype, device=device))
+def _alloc(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Tensor:
+    """The kernels' own output allocation; a module-level name so a test can poison it."""
+    return torch.empty(shape, dtype=dtype, device=device)
 
 
 def fc_norm_concat(xs: Sequence[Tensor], weights: Sequence[Tensor], eps: float, recipe: Recipe = "native", *,

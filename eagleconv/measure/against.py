@@ -112,13 +112,13 @@ def compare(report: MeasureReport, ref: Reference, where: str) -> Comparison:
     return out
 
 
-def _differ(out: Comparison, line: str, *, prompt: int | None = None, round: int | None = None,
+def _differ(out: Comparison, line: str, *, prompt: int | None = None, rnd: int | None = None,
             position: int | None = None, margin: float | None = None) -> None:
     """Record a difference; the first one also says where (the prompt, round and position) and the margin there."""
     out.same = False
     out.differences.append(line)
     if out.first is None:
-        out.first, out.prompt, out.round, out.position, out.margin = line, prompt, round, position, margin
+        out.first, out.prompt, out.round, out.position, out.margin = line, prompt, rnd, position, margin
 
 
 def _token_differs(out: Comparison, report: MeasureReport, ref: Reference, n: int, i: int) -> None:
@@ -140,7 +140,7 @@ def _token_differs(out: Comparison, report: MeasureReport, ref: Reference, n: in
     if margin is not None:
         what += (f"; the server's top-2 logprob margin there is {margin:.4g}" +
                  (" (a greedy near-tie: a rounding difference flips it)" if margin < NEAR_TIE else ""))
-    _differ(out, f"{where}: token {what}", prompt=n, round=rnd, position=pos, margin=margin)
+    _differ(out, f"{where}: token {what}", prompt=n, rnd=rnd, position=pos, margin=margin)
 
 
 def _counters_differ(out: Comparison, report: MeasureReport, ref: Reference, n: int) -> None:

@@ -52,7 +52,7 @@ def test_error_paths_are_as_the_user_typed_them(drafter, tmp_path, monkeypatch):
     typed = src.name  # relative, as a user types it
     for args in (["inspect", typed], ["validate", typed], ["convert", typed, str(tmp_path / "o"), "--to", "vllm"]):
         result = run(*args)
-        line = [l for l in result.output.splitlines() if l.startswith("eagleconv: error:")]
+        line = [ln for ln in result.output.splitlines() if ln.startswith("eagleconv: error:")]
         assert result.exit_code == 2 and len(line) == 1, result.output
         assert line[0].startswith(f"eagleconv: error: {os.path.join(typed, 'config.json')}:"), line[0]
         assert str(tmp_path) not in line[0].split(":")[1]

@@ -70,7 +70,7 @@ def test_findings_exit_1_one_line_no_traceback(drafter, tmp_path):
     result = CliRunner().invoke(cli, ["convert", str(src), str(tmp_path / "out"), "--to", "speculators"])
     assert result.exit_code == 1
     assert "Traceback" not in result.output
-    error_lines = [l for l in result.output.splitlines() if l.startswith("eagleconv: error:")]
+    error_lines = [ln for ln in result.output.splitlines() if ln.startswith("eagleconv: error:")]
     assert len(error_lines) == 1 and str(src) in error_lines[0]
     assert not (tmp_path / "out").exists()
 

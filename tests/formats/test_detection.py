@@ -33,7 +33,7 @@ def test_tie_is_refused_with_the_candidates_and_the_way_out(tied, tmp_path):
                  ["convert", str(tied), str(tmp_path / "out"), "--to", "vllm", "--allow-pickle"]):
         result = run(*args)
         assert result.exit_code == 2, result.output
-        line = [l for l in result.output.splitlines() if l.startswith("eagleconv: error:")]
+        line = [ln for ln in result.output.splitlines() if ln.startswith("eagleconv: error:")]
         assert len(line) == 1 and "eagle" in line[0] and "specforge" in line[0]
         assert "--from eagle" in line[0] and "--from specforge" in line[0]
     assert not (tmp_path / "out").exists()

@@ -106,7 +106,7 @@ class Oracle:
         self.eps = spec.rms_norm_eps
         self.kv: dict[int, list] = {}  # layer -> list of (pos, keys per head, values per head)
 
-    def W(self, name):
+    def W(self, name):  # noqa: N802 - W, a weight, as in the maths it checks
         return self.t[name]
 
     def lin(self, x, name):

@@ -62,7 +62,7 @@ def safetensors_refuses(path: Path) -> bool:
     try:
         with safe_open(str(path), framework="pt") as f:
             f.keys()
-    except Exception:  # SafetensorError, or whatever the binding raises: refused is refused
+    except Exception:  # noqa: BLE001 - SafetensorError, or whatever the binding raises: refused is refused
         return True
     return False
 
@@ -138,7 +138,7 @@ def _torch_load_refuses(path: Path) -> bool:
 
     try:
         load_file(str(path))
-    except Exception:
+    except Exception:  # noqa: BLE001 - whatever the binding raises, refused is refused
         return True
     return False
 

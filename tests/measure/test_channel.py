@@ -123,7 +123,7 @@ def test_a_redirect_is_refused_and_named(prompts):
     with HostileServer() as other:
         with HostileServer({"/completion": reply(307, b"", headers=(("Location", other.url + "/completion"),))}) \
                 as srv:
-            line = one_error_line(run(srv.url, prompts), "HTTP 307 redirects to " + other.url)
+            one_error_line(run(srv.url, prompts), "HTTP 307 redirects to " + other.url)
     assert other.seen == []  # not re-POSTed elsewhere
 
 

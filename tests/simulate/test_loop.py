@@ -17,8 +17,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from eagleconv.forward.model import Drafter
-from eagleconv.simulate import simulate
+from eagleconv.forward.model import Drafter  # noqa: E402 (after the importorskip)
+from eagleconv.simulate import simulate  # noqa: E402 (after the importorskip)
 
 REPO = Path(__file__).resolve().parents[2]
 PAIR = REPO / "fixtures" / "tiny-pair"

@@ -66,8 +66,8 @@ Blob = bytes | Sparse
 
 def git_oid(data: Blob) -> str:
     if isinstance(data, Sparse):
-        return hashlib.sha1(b"sparse %d\0" % data.size + data.head).hexdigest()
-    return hashlib.sha1(f"blob {len(data)}\0".encode() + data).hexdigest()
+        return hashlib.sha1(b"sparse %d\0" % data.size + data.head, usedforsecurity=False).hexdigest()
+    return hashlib.sha1(f"blob {len(data)}\0".encode() + data, usedforsecurity=False).hexdigest()
 
 
 @dataclass

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
-from safetensors.torch import load_file  # noqa: E402
-from safetensors.torch import save_file as _save_file  # noqa: E402
+from safetensors.torch import load_file, save_file as _save_file  # noqa: E402
 
 import eagleconv  # noqa: E402
 from eagleconv.errors import FormatError, UsageError  # noqa: E402
