@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, TypedDict
 import click
 
 from .app import FORMATS, _console, _progress, cli, run_command
-from .options import DOWNLOAD_HELP, allow_no_verifier_option, parse_size, verifier_option
+from .options import DOWNLOAD_HELP, WEIGHTS_DOWNLOAD_HELP, allow_no_verifier_option, parse_size, verifier_option
 
 if TYPE_CHECKING:
     from ..drafter import AuxConvention
@@ -64,6 +64,7 @@ def inspect(ctx: click.Context, path: str, from_format: str | None, allow_pickle
 @click.option("--no-fsync", is_flag=True,
               help="Skip fsync (faster on slow disks; still atomic, but a power loss may lose the output).")
 @click.option("--allow-pickle", is_flag=True, help="Load .bin/.pt pickles with torch.load(weights_only=True).")
+@click.option("--download", is_flag=True, help=WEIGHTS_DOWNLOAD_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--target", type=click.Path(path_type=str), metavar="TARGET",
               help="--to gguf: the target model's .gguf or HF directory (tokenizer, layer count); required there.")
@@ -74,7 +75,7 @@ def inspect(ctx: click.Context, path: str, from_format: str | None, allow_pickle
 @click.pass_context
 def convert(ctx: click.Context, src: str, dst: str, to: str, from_format: str | None, dry_run: bool, drop: tuple[str, ...],
             aux_layer_ids: str | None, aux_convention: AuxConvention, max_shard_size: str | None, overwrite: bool, force: bool,
-            no_numeric: bool, no_fsync: bool, allow_pickle: bool, as_json: bool, verifier: str | None = None,
+            no_numeric: bool, no_fsync: bool, allow_pickle: bool, download: bool, as_json: bool, verifier: str | None = None,
             allow_no_verifier: bool = False, target: str | None = None, outtype: str | None = None) -> None:
     """Convert drafter SRC to layout --to at DST, exactly (tensor bytes are preserved).
 
@@ -97,7 +98,8 @@ def convert(ctx: click.Context, src: str, dst: str, to: str, from_format: str | 
                                         aux_convention=aux_convention, verifier=verifier, max_shard_size=shard,
                                         allow_pickle=allow_pickle, durable=not no_fsync,
                                         numeric=not no_numeric, on_bytes=bar.on_bytes, on_total=bar.on_total,
-                                        require_verifier=not allow_no_verifier, target=target, outtype=outtype)
+                                        require_verifier=not allow_no_verifier, target=target, outtype=outtype,
+                                        download=download)
         if as_json:
             click.echo(report.model_dump_json(indent=2))
         else:

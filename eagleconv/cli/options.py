@@ -48,6 +48,10 @@ DOWNLOAD_HELP = ("hf://: download the whole snapshot (through the HF cache) inst
                  "safetensors headers by range requests.")
 
 
+WEIGHTS_DOWNLOAD_HELP = ("hf://: download the whole snapshot (through the HF cache); this command needs the weights, "
+                         "so an hf:// source is refused without it.")
+
+
 def engines_option(func: F) -> F:
     """``--engine ENGINE`` (repeatable, default vllm): validate, lint, push, pull."""
     return click.option("--engine", "engines", multiple=True, default=("vllm",), show_default=True, metavar="ENGINE",

@@ -7,6 +7,7 @@ import click
 from .._process import usable_cores
 from ..measure.report import DEFAULT_MAX_TOKENS
 from .app import _console, _progress, cli, run_command
+from .options import WEIGHTS_DOWNLOAD_HELP
 
 
 def render_simulate(report, console) -> None:
@@ -57,11 +58,12 @@ def render_simulate(report, console) -> None:
               "for their slowest thread, so threads on busy cores make simulate several times slower.")
 @click.option("--device", default="cpu", show_default=True, metavar="DEVICE",
               help="cpu, or cuda (eagleconv's target runtime on a CUDA GPU; refused where there is none).")
+@click.option("--download", is_flag=True, help=WEIGHTS_DOWNLOAD_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def simulate(ctx: click.Context, drafter: str, target: str, prompts: str | None, k: int, max_tokens: int, engine: str,
              llamacpp_loop: str, p_min: float, target_runtime: str, threads: int | None, device: str,
-             as_json: bool) -> None:
+             download: bool, as_json: bool) -> None:
     """Greedy speculative decoding offline: the counters and drafts vLLM would produce, before deploying."""
 
     def body():
@@ -69,15 +71,19 @@ def simulate(ctx: click.Context, drafter: str, target: str, prompts: str | None,
         # of ~0.1 ms products, and waking sleeping threads for each made the SmolLM2 pair 1.3-1.7x slower on an
         # idle machine (benchmarks/RESULTS.md).  On a busy machine the default threads are fewer instead (one on
         # a loaded 2-core machine: no team, so nothing spins), chosen in eagleconv.simulate from others' CPU use.
+        from ..io.hub_paths import is_hf_url, local_path, require_download
         from ..io.reader import require_exists
 
-        for path in (drafter, target):  # refused before torch is imported or anything runs
+        require_download(drafter, "simulate", download)  # hf://: the verified snapshot, only with --download
+        for path in (target,) if is_hf_url(drafter) else (drafter, target):  # before torch or a download
             require_exists(path)
+        source = local_path(drafter)
+
         from ..simulate import SimulateError
         from ..simulate import simulate as run
 
         with _progress() as bar:
-            report = run(drafter, target, prompts, num_speculative_tokens=k, max_tokens=max_tokens, engine=engine,
+            report = run(source, target, prompts, num_speculative_tokens=k, max_tokens=max_tokens, engine=engine,
                          target_runtime=target_runtime, progress=bar.step, threads=threads, device=device,
                          p_min=p_min, llamacpp_loop=llamacpp_loop)
         from ..measure.readback import counters_broken

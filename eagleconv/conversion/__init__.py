@@ -26,7 +26,7 @@ from .._version import __version__
 from ..drafter import AuxConvention, Verifier
 from ..errors import ArgumentTypeError, ConversionError
 from ..io.gguf_writer import GgufTensor, StagedFile, write_gguf
-from ..io.hub_paths import local_path
+from ..io.hub_paths import local_path, require_download
 from ..io.reader import is_state_dict, require_source
 from ..io.writer import CheckpointWriter, check_not_overlapping
 from ..gguf_output import gguf_tensors, metadata as gguf_metadata, require_target
@@ -51,12 +51,14 @@ def convert(source: str | Path | Mapping[str, object], destination: str | Path, 
             on_total: Callable[[int], None] | None = None,
             transform: Callable[[LoadedDrafter], Transform] | None = None,
             require_verifier: bool = False, target: str | Path | None = None,
-            outtype: str | None = None) -> ConvertReport:
+            outtype: str | None = None, download: bool = True) -> ConvertReport:
     """Convert ``source`` to layout ``to`` (None: the source's own) at ``destination``.  See the module docstring.
 
     ``source``: a checkpoint directory (or ``hf://ORG/NAME[@REV]``), or an in-memory state dict
     ``{name: torch.Tensor}`` as a training loop holds it, with its ``config`` (a dict, a config.json path or a
     transformers ``PretrainedConfig``); the state dict is read where it is, never written out as a source.
+    ``download``: an ``hf://`` source is downloaded whole (convert needs every weight); False refuses it, as
+    the CLI does without ``--download``.  True by default: a caller who passes ``hf://`` here asks for it.
 
     ``require_verifier``: refuse (ConversionError, nothing written) an output whose layout names a verifier
     (speculators) when neither ``verifier`` nor the source names one; the CLI sets it unless
@@ -81,6 +83,7 @@ def convert(source: str | Path | Mapping[str, object], destination: str | Path, 
     """
     require_source(source, config)
     ArgumentTypeError.require_path(destination, "destination")
+    require_download(source, "convert", download)
     # hf://ORG/NAME[@REV]: the verified cache snapshot.  A state dict has no files to overlap the destination.
     sources = [] if is_state_dict(source) else [local_path(source)]  # type: ignore[arg-type]
     check_not_overlapping(sources, destination)

@@ -70,6 +70,14 @@ def check_repo_id(repo_id: str) -> str:
 
 
 
+def require_download(path: object, command: str, download: bool) -> None:
+    """``hf://`` for a command that needs the weights: refused (UsageError, exit 2, before any request) unless
+    ``download`` (the CLI's ``--download``), so a multi-gigabyte snapshot is never fetched unasked."""
+    if is_hf_url(path) and not download:
+        raise UsageError(f"{command} needs the weights, not just the headers: add --download to download the "
+                         "whole snapshot (through the HF cache)", str(path))
+
+
 def local_path(path: str | Path) -> Path:
     """``hf://ORG/NAME[@REV]`` -> the verified cache snapshot; any other path is returned as a local Path."""
     if not is_hf_url(path):
