@@ -132,6 +132,18 @@ def test_diff_cli_json_shape_and_exit_codes(drafter, tmp_path):
     assert CliRunner().invoke(cli, ["diff", str(a), str(tmp_path / "nope")]).exit_code == 2
 
 
+
+def test_diff_says_the_borrowed_embedding_note_once():
+    """issue 35 item 9: A and B each added their own 'embed_tokens is the target's' note (37 and 41 ids)."""
+    pair = Path(__file__).resolve().parents[2] / "fixtures" / "tiny-pair"
+    report = eagleconv.diff(pair / "eagle3", pair / "eagle31", steps=3)
+    embed = [n for n in report.notes if n.startswith("embed_tokens is the target's")]
+    assert len(embed) == 1, report.notes
+    a = eagleconv.diff(pair / "eagle3", pair / "eagle3", steps=3)
+    [alone] = [n for n in a.notes if n.startswith("embed_tokens is the target's")]
+    count = lambda note: int(note.split("for the ")[1].split()[0])  # noqa: E731
+    assert count(embed[0]) >= count(alone)  # the ids either drafter used
+
 # ----------------------------------------------------------------------------- validate --forward
 
 def test_validate_forward_json(drafter):
