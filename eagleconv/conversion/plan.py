@@ -245,6 +245,8 @@ def _plan(loaded: LoadedDrafter, to: str, *, drop: Iterable[str] = (),
 
     provenance: JSONObject = {"layout": dst.name, "version": __version__, "converted_from": loaded.layout.name,
                   "aux_layer_convention": dst.aux_convention_for(spec.architecture) if spec.aux.ids else None}
+    if transform is not None:  # its flags are eagleconv's, in the engines' meaning (validation's EC023 reads this)
+        provenance["transform"] = transform.name
     config = write_config(dst, spec, provenance)
     if dst.name == loaded.layout.name:
         _keep_unread_top_level(loaded, config)
