@@ -262,7 +262,7 @@ def way_out_31(view: EngineView) -> str:
 @emits("EC022")
 def check_flags(subject: Subject, view: EngineView) -> list[Finding]:
     """Every flag as the engine reads it, against the checkpoint's."""
-    out = []
+    out: list[Finding] = []
     missing: list[int] = []  # where the EAGLE-3.1 switches the engine lacks are reported
     spec = subject.spec
     for flag in FLAG_CONSEQUENCES:
