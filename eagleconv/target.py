@@ -1,9 +1,10 @@
 """The target model a drafter drafts for (speculators calls it the verifier), read from its config.json.
 
-transformers' config classes read it (no weights, no network), imported here
-lazily, so nothing else pays for it.  Only the three numbers validation and the
-forward need are kept: hidden size, vocabulary and layer count (multimodal
-targets: the text model's).
+Read from the JSON itself, never through transformers: importing transformers costs seconds (6-20x the rest of
+``validate --target``, issue 35), and three numbers need no config class.  Only the three numbers validation and
+the forward need are kept: hidden size, vocabulary and layer count (multimodal targets: the text model's), each
+under its own name or one of the older spellings transformers' ``attribute_map`` aliases to it (GPT-2's
+``n_embd``), never a class default.
 """
 
 from __future__ import annotations
@@ -34,16 +35,20 @@ class TargetInfo:
     num_hidden_layers: int
 
 
-def _from_transformers(directory: Path, raw: Mapping[str, object]) -> object:
-    """The text config transformers builds for this target, or None when it does not know the model_type."""
-    try:
-        from transformers import AutoConfig
+# The spellings transformers' config classes alias to each field (their ``attribute_map``s: GPT-2, GPT-J, BLOOM,
+# MPT, T5-style), read in this order when the field itself is absent.
+ALIASES: dict[str, tuple[str, ...]] = {
+    "hidden_size": ("n_embd", "d_model", "n_embed"),
+    "num_hidden_layers": ("n_layer", "num_layers", "n_layers"),
+}
 
-        config = AutoConfig.from_pretrained(str(directory), local_files_only=True, trust_remote_code=False)
-    except Exception:  # noqa: BLE001 - unknown model_type or a config transformers refuses: use the raw numbers
-        return None
-    get_text = getattr(config, "get_text_config", None)
-    return get_text() if callable(get_text) else config
+
+def _field(config: Mapping[str, object], key: str) -> object:
+    """``key`` from a config, or the first of its aliases that is present (None when none is)."""
+    for name in (key, *ALIASES.get(key, ())):
+        if config.get(name) is not None:
+            return config[name]
+    return None
 
 
 def read_target_config(path: str | Path) -> tuple[Path, dict[str, Any]]:
@@ -84,13 +89,11 @@ def load_target(path: str | Path) -> TargetInfo:
     """Read a target model's config (a directory holding config.json, or the file itself)."""
     path = Path(path)
     file, raw = read_target_config(path)
-    config = _from_transformers(file.parent, raw) if file.name == "config.json" else None
     text_config = raw.get("text_config")
     text: dict[str, object] = text_config if isinstance(text_config, dict) else raw
 
     def number(key: str) -> int:
-        value = getattr(config, key, None) if config is not None else None
-        value = text.get(key) if value is None else value
+        value = _field(text, key)
         if not isinstance(value, int) or isinstance(value, bool):
             raise FormatError(f"target config has no integer {key}", file)
         return value

@@ -27,6 +27,28 @@ import pytest  # noqa: E402 (after TRITON_INTERPRET is set)
 from eagleconv.synthetic import DrafterRecipe, make_drafter  # noqa: E402 (after TRITON_INTERPRET is set)
 
 
+# The fast subset, ``python -m pytest -q -m "not slow"`` (docs/testing.md, "A first check"): the core paths
+# (reading every layout, conversion, validation and the engines' rules, the CLI's contract, the Hub gate, the
+# hostile inputs).  What runs forward passes, real engines or servers, whole doc pages end to end, installs, signal
+# and crash edges in child processes, or property searches carries the ``slow`` marker (issue 35 item 3).
+SLOW_PATHS = (
+    "tests/forward/", "tests/simulate/", "tests/transforms/", "tests/kernels/", "tests/benchmarks/",
+    "tests/interop/", "tests/fixtures/", "tests/measure/", "tests/fuzz/",
+    "tests/docs/test_command_blocks.py::test_block_runs", "tests/docs/test_example_output.py",
+    "tests/packaging/test_core_install.py", "tests/test_properties.py", "tests/test_bounds_property.py",
+    "tests/engines/test_llamacpp.py", "tests/engines/test_vllm_parity.py", "tests/cli/test_omp_wait_policy.py",
+    "tests/cli/test_process_edges.py", "tests/io/test_crash_safety.py", "tests/io/test_interrupted_writes.py",
+)
+_ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        where = f"{Path(item.path).resolve().relative_to(_ROOT).as_posix()}::{item.name}"
+        if any(where.startswith(slow) for slow in SLOW_PATHS):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(autouse=True)
 def _no_network(monkeypatch):
     """Only loopback connections: nothing in eagleconv may reach a hub or any other host."""

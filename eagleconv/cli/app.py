@@ -229,6 +229,22 @@ class _Command(click.Command):
     def get_short_help_str(self, limit: int = 45) -> str:
         return super().get_short_help_str(limit=10_000)  # click cuts at ~45-65 columns; the listing wraps instead
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """click's own usage errors (a missing argument, a missing ``--to``, a bad choice) under ``--json``: the one
+        ``{"ok": false, ...}`` object on stdout and its line on stderr, exit 2, as every other failure (README "Exit
+        codes"); without ``--json``, click's usage text."""
+        given = args[:args.index("--")] if "--" in args else list(args)  # click's parser consumes ``args``
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            wants_json = "--json" in given
+            if not (wants_json and any("--json" in getattr(p, "opts", ()) for p in self.params)):
+                raise
+            line = printable(" ".join(exc.format_message().split()))
+            _json_error(line, None, exc.exit_code)
+            _say(f"eagleconv: error: {line}")
+            raise click.exceptions.Exit(exc.exit_code) from None
+
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="eagleconv")

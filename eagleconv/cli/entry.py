@@ -2,7 +2,8 @@
 
 Closed standard streams get /dev/null and the signal handlers are installed before click, rich, pydantic or
 torch are imported, so a signal at any moment from start-up ends in one line and exit 128+N (130 SIGINT,
-143 SIGTERM, 129 SIGHUP), never a traceback, never click's "Aborted!" and exit 1 (which means findings).
+143 SIGTERM, 129 SIGHUP), never a traceback, never click's "Aborted!" and exit 1 (which means findings).  A stdout
+whose reader went away (``| head``) ends quietly with 141, as a process killed by SIGPIPE would, not click's 1.
 """
 
 from __future__ import annotations
@@ -14,11 +15,16 @@ import os
 from .._process import exit_on_termination, open_missing_std_streams, raise_on_termination, received_signal
 from ..errors import Interrupted
 
+STDOUT_CLOSED = 141  # 128 + SIGPIPE: the reader of stdout went away (README "Exit codes")
+_STDOUT_AT_START: tuple[int, int] | None = None  # fd 1's file when main began (rich points it at /dev/null on EPIPE)
+
 
 def main(hard_exit: bool = True) -> None:
     """``hard_exit``: leave with ``os._exit`` (the executable); False raises SystemExit as ``sys.exit`` does, for a
     caller that runs the CLI inside its own process (``eagleconv.cli.main:main``)."""
+    global _STDOUT_AT_START
     open_missing_std_streams()
+    _STDOUT_AT_START = _identity(1)
     raise_on_termination(sigint=True)
     for stream in (sys.stdout, sys.stderr):  # a path that is not UTF-8 prints escaped, never fails the output
         try:
@@ -36,8 +42,8 @@ def _exit(code: int | str | None, hard_exit: bool = True) -> None:
     status = code if isinstance(code, int) else (0 if code is None else 1)
     try:
         sys.stdout.flush()
-    except BrokenPipeError:  # the reader went away: quiet, exit 1 (README "Exit codes")
-        status = status or 1
+    except BrokenPipeError:  # the reader went away: quiet, exit 141 (README "Exit codes")
+        status = status or STDOUT_CLOSED
     except OSError as exc:  # a full stdout: one line, exit 2
         status = _os_error(exc) if status == 0 else status
     try:
@@ -67,7 +73,7 @@ def _run() -> int | str | None:
             cli.main(prog_name="eagleconv")  # standalone: always ends in SystemExit
         except SystemExit as done:
             exit_on_termination()  # from here a signal exits 128+N at once: nothing is left to clean up
-            return done.code
+            return STDOUT_CLOSED if done.code == 1 and _reader_gone() else done.code
         except Interrupted as exc:
             exit_on_termination()
             return _interrupted(exc)
@@ -83,6 +89,31 @@ def _run() -> int | str | None:
         exit_on_termination()
         return _interrupted(Interrupted(signum))
     return 0
+
+
+def _identity(fd: int) -> tuple[int, int] | None:
+    try:
+        info = os.fstat(fd)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
+
+def _reader_gone() -> bool:
+    """Whether the exit 1 came from EPIPE on stdout, not from findings: click's main then wraps stdout in
+    PacifyFlushWrapper, rich's Console.on_broken_pipe points fd 1 at /dev/null; both exit 1."""
+    if type(sys.stdout).__name__.lstrip("_") == "PacifyFlushWrapper":  # by name: click 8.5 made the class private
+        return True
+    now = _identity(1)
+    return now is not None and now != _STDOUT_AT_START and now == _identity_of(os.devnull)
+
+
+def _identity_of(path: str) -> tuple[int, int] | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
 
 
 def _os_error(exc: OSError) -> int:

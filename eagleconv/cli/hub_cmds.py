@@ -62,7 +62,8 @@ def _render_push(report, hide_info: bool = False) -> None:
     if report.serve_command:
         console.print("serve with:  " + escape(report.serve_command))
     if report.staged:
-        console.print(f"staged copy (model card and manifest): {escape(report.staged)}")
+        console.print(f"staged copy (model card and manifest): {escape(report.staged)}"
+                      + ("; nothing else uses it: delete it when done" if report.dry_run else ""))
     for note in report.notes:
         console.print(f"note: {escape(note)}", style="dim")
     if report.commit_oid:

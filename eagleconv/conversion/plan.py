@@ -30,6 +30,8 @@ from ..verifier import resolve_verifier
 from ..vocab import check_d2t, identity_d2t, t2d_from_target_ids
 from .transform import Transform
 
+Problem = tuple[str, str]  # what the destination cannot take, and why / the way out ("" when nothing to add)
+
 if TYPE_CHECKING:
     from ..jsonio import JSONObject
 
@@ -52,25 +54,49 @@ def _copy_writer(loaded: LoadedDrafter, name: str) -> Callable[[int], None]:
     return lambda fd: loaded.store.copy_into(name, fd)
 
 
-def _compat_problems(dst: type[Layout], spec: DrafterSpec, layer_count: int) -> list[str]:
-    """What the destination layout cannot express about this drafter."""
-    problems = []
+def _compat_problems(dst: type[Layout], spec: DrafterSpec, layer_count: int) -> list[Problem]:
+    """What the destination layout cannot express about this drafter, each with its way out ("" when none)."""
+    problems: list[Problem] = []
 
     def way_out(key: str) -> str:
-        return f" ({dst.way_out[key]})" if key in dst.way_out else ""
+        return dst.way_out.get(key, "")
     if spec.architecture not in dst.architectures:
-        problems.append(f"the {dst.name} layout cannot carry a {spec.architecture} drafter "
-                        f"(it holds: {', '.join(dst.architectures)}){way_out('architecture')}")
+        problems.append((f"the {dst.name} layout cannot carry a {spec.architecture} drafter "
+                         f"(it holds: {', '.join(dst.architectures)})", way_out("architecture")))
     for flag, info in type(spec.flags).model_fields.items():
         value, default = getattr(spec.flags, flag), info.default
         if value != default and flag not in dst.flags:
-            problems.append(f"the {dst.name} layout cannot express {flag} = {str(value).lower()}{way_out(flag)}")
+            problems.append((f"the {dst.name} layout cannot express {flag} = {str(value).lower()}", way_out(flag)))
     if dst.fixed_aux_count is not None and spec.aux.count != dst.fixed_aux_count:
-        problems.append(f"the {dst.name} layout has exactly {dst.fixed_aux_count} aux hidden states; "
-                        f"this drafter has {spec.aux.count}{way_out('aux_count')}")
+        problems.append((f"the {dst.name} layout has exactly {dst.fixed_aux_count} aux hidden states; "
+                         f"this drafter has {spec.aux.count}", way_out("aux_count")))
     if dst.max_layers is not None and layer_count > dst.max_layers:
-        problems.append(f"the {dst.name} layout holds {dst.max_layers} decoder layer(s); this drafter has {layer_count}")
+        problems.append((f"the {dst.name} layout holds {dst.max_layers} decoder layer(s); this drafter has "
+                         f"{layer_count}", ""))
     return problems
+
+
+def refusal(problems: Sequence[Problem]) -> str:
+    """One line for every problem, each reason (way out) said once, after the problems it answers.
+
+    A 3.1 drafter's five problems for GGUF (two flags, three ``fc_norm`` tensors) share one way out: it used to be
+    repeated five times in a ~2,000-character line (issue 35 item 7).  Problems with the same reason are joined,
+    flags of one layout read as one list ("cannot express fc_norm = true, norm_output = true")."""
+    groups: dict[str, list[str]] = {}
+    for what, why in problems:
+        groups.setdefault(why, []).append(what)
+    parts = []
+    for why, whats in groups.items():
+        phrases: list[str] = []
+        for what in (w for w in whats if " " in w):
+            head, sep, tail = what.rpartition(" cannot express ")
+            if sep and phrases and phrases[-1].startswith(head + sep):
+                phrases[-1] += f", {tail}"
+            else:
+                phrases.append(what)
+        names = [w for w in whats if " " not in w]  # tensor names
+        parts.append("; ".join(phrases + ([", ".join(names)] if names else [])) + (f" ({why})" if why else ""))
+    return "; ".join(parts)
 
 
 def _downgrade_hint(dst: type[Layout], spec: DrafterSpec, transform: Transform | None) -> str:
@@ -113,7 +139,7 @@ def _plan(loaded: LoadedDrafter, to: str, *, drop: Iterable[str] = (),
         raise ConversionError(exc.message, exc.path) from exc
     read = loaded.read
     drop_set = set(drop)
-    problems: list[str] = []
+    problems: list[Problem] = []
     notes = [f"source read as {loaded.layout.name} ({'; '.join(loaded.detected_by)})"] + read.notes + loaded.store.notes
 
     if aux_layer_ids is not None:
@@ -171,7 +197,7 @@ def _plan(loaded: LoadedDrafter, to: str, *, drop: Iterable[str] = (),
                                     action="drop", reason=f"--drop {_short_name(canonical)}: {cap.reason}"))
                 continue
             hint = f"; pass --drop {_short_name(canonical)} to drop it (lossy)" if cap.policy == "drop" else ""
-            problems.append(f"{src_name}: {cap.reason}{hint}")
+            problems.append((src_name, f"{cap.reason}{hint}"))
             continue
         if _matches_drop(canonical, src_name, drop_set):
             plan.append(PlanRow(source=src_name, destination=None, shape=list(info.shape), dtype=info.dtype,
@@ -179,10 +205,10 @@ def _plan(loaded: LoadedDrafter, to: str, *, drop: Iterable[str] = (),
             continue
         dest = rename(dst.renames, canonical, to_canonical=False)
         if dest is None:
-            problems.append(f"{src_name}: no {dst.name} rule names canonical tensor {canonical}")
+            problems.append((f"{src_name}: no {dst.name} rule names canonical tensor {canonical}", ""))
             continue
         if dest in dest_names:
-            problems.append(f"{src_name} and {dest_names[dest]} would both be written as {dest}")
+            problems.append((f"{src_name} and {dest_names[dest]} would both be written as {dest}", ""))
             continue
         dest_names[dest] = src_name
         plan.append(PlanRow(source=src_name, destination=dest, shape=list(info.shape), dtype=info.dtype, action="copy"))
@@ -191,10 +217,11 @@ def _plan(loaded: LoadedDrafter, to: str, *, drop: Iterable[str] = (),
     for canonical, new in sorted(computed.items()):
         dest = rename(dst.renames, canonical, to_canonical=False)
         if dst.holding_policy(canonical) is not None or dest is None:
-            problems.append(f"the {dst.name} layout cannot store {canonical}, which {transform and transform.name} computes")
+            problems.append((f"the {dst.name} layout cannot store {canonical}, which {transform and transform.name} "
+                             "computes", ""))
             continue
         if dest in dest_names:
-            problems.append(f"computed {canonical} and {dest_names[dest]} would both be written as {dest}")
+            problems.append((f"computed {canonical} and {dest_names[dest]} would both be written as {dest}", ""))
             continue
         dest_names[dest] = canonical
         plan.append(PlanRow(source=read.canonical.get(canonical), destination=dest, shape=list(new.shape),
@@ -208,8 +235,8 @@ def _plan(loaded: LoadedDrafter, to: str, *, drop: Iterable[str] = (),
             continue
         derived = _derive(needed, loaded, spec)
         if derived is None:
-            problems.append(f"the {dst.name} layout requires {needed}, which the source lacks and which cannot be "
-                            "derived exactly")
+            problems.append((f"the {dst.name} layout requires {needed}, which the source lacks and which cannot be "
+                             "derived exactly", ""))
             continue
         data, dtype, shape, how = derived
         dest = rename(dst.renames, needed, to_canonical=False) or needed
@@ -218,10 +245,14 @@ def _plan(loaded: LoadedDrafter, to: str, *, drop: Iterable[str] = (),
         notes.append(f"derived {dest}: {how}")
 
     if problems:
-        raise ConversionError("; ".join(problems) + _downgrade_hint(dst, spec, transform), loaded.store.path)
+        message = refusal(problems)
+        hint = "" if "eagleconv downgrade" in message else _downgrade_hint(dst, spec, transform)
+        raise ConversionError(message + hint, loaded.store.path)
 
     provenance: JSONObject = {"layout": dst.name, "version": __version__, "converted_from": loaded.layout.name,
                   "aux_layer_convention": dst.aux_convention_for(spec.architecture) if spec.aux.ids else None}
+    if transform is not None:  # its flags are eagleconv's, in the engines' meaning (validation's EC023 reads this)
+        provenance["transform"] = transform.name
     config = write_config(dst, spec, provenance)
     if dst.name == loaded.layout.name:
         _keep_unread_top_level(loaded, config)

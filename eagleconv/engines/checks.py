@@ -241,10 +241,21 @@ FLAG_CONSEQUENCES = {
 }
 
 
+def way_out_31(view: EngineView) -> str:
+    """The next command for a 3.1 drafter the engine cannot run as trained, said once per engine (issue 35 item 7).
+
+    ``downgrade --allow-lossy`` removes ``fc_norm`` / ``norm_output`` (measuring the cost); an engine that reads
+    ``norm_before_fc`` (llama.cpp) can instead serve the EAGLE-3 original upgraded to that one-norm style."""
+    upgrade = (" (or, from the EAGLE-3 original, `eagleconv upgrade EAGLE3_SRC DST --style norm_before_fc "
+               "--no-norm-output`)" if "norm_before_fc" in view.flags else "")
+    return f"; next: `eagleconv downgrade SRC DST --allow-lossy`{upgrade}"
+
+
 @emits("EC022")
 def check_flags(subject: Subject, view: EngineView) -> list[Finding]:
     """Every flag as the engine reads it, against the checkpoint's."""
-    out = []
+    out: list[Finding] = []
+    missing: list[int] = []  # where the EAGLE-3.1 switches the engine lacks are reported
     spec = subject.spec
     for flag in FLAG_CONSEQUENCES:
         if spec is not None:
@@ -255,6 +266,8 @@ def check_flags(subject: Subject, view: EngineView) -> list[Finding]:
         stated = subject.stated(flag) is not None
         if flag not in view.flags:
             if ours and flag != "use_aux_hidden_state":
+                if flag in ("fc_norm", "norm_output"):
+                    missing.append(len(out))
                 out.append(finding(view, "EC022", "error", f"{flag} is true but {view.profile.label} has no such switch: "
                                    f"it runs without {FLAG_CONSEQUENCES[flag]}", effect="runs_differently"))
             continue
@@ -270,6 +283,9 @@ def check_flags(subject: Subject, view: EngineView) -> list[Finding]:
             out.append(finding(view, "EC022", "warning", f"{flag} is absent: {view.profile.label} uses "
                                f"{str(theirs).lower()} ({source}) while {layout} checkpoints default to "
                                f"{str(ours).lower()}; state it explicitly", effect="runs_differently"))
+    if missing:  # the way out once, on the last of them
+        last = out[missing[-1]]
+        out[missing[-1]] = last.model_copy(update={"message": last.message + way_out_31(view)})
     return out
 
 

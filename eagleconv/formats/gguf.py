@@ -65,10 +65,12 @@ KEYS: dict[str, str] = {
 # Keys the converter writes that restate another (checked equal on reading, never carried).
 RESTATED: dict[str, str] = {"{arch}.attention.value_length": "head_dim", "{arch}.rope.dimension_count": "head_dim"}
 
-WAY_OUT_31 = ("llama.cpp has no per-layer fc_norm or norm_output (EAGLE-3.1): `eagleconv downgrade SRC DST --to gguf "
-              "--gguf-target TARGET --allow-lossy` removes them (it measures what that costs), or `eagleconv upgrade "
-              "EAGLE3_SRC DST --style norm_before_fc --no-norm-output --to gguf --gguf-target TARGET` writes "
-              "llama.cpp's one-norm 3.1 style")
+# The way out, said once per refusal (conversion.plan.refusal groups the problems it answers).  downgrade and upgrade
+# name the target GGUF --gguf-target: their --target is the HF model they measure the change on.
+WAY_OUT_31 = ("llama.cpp has no per-layer fc_norm or norm_output (EAGLE-3.1); next: `eagleconv downgrade SRC DST "
+              "--to gguf --gguf-target TARGET --allow-lossy` (--gguf-target: downgrade's name for convert's --target; "
+              "it measures what removing them costs), or from the EAGLE-3 original `eagleconv upgrade EAGLE3_SRC DST "
+              "--style norm_before_fc --no-norm-output --to gguf --gguf-target TARGET` (llama.cpp's one-norm 3.1 style)")
 
 
 @register

@@ -292,13 +292,15 @@ class Drafter:
         """How many of its weights are multiplied packed for oneDNN so far (``pack=True``: forward.weights.Weights)."""
         return self.w.packed_weights
 
-    def borrowed(self) -> list[str]:
-        """Which borrowed rows were synthetic in the runs so far (the report says so)."""
+    def borrowed(self, *others: Drafter) -> list[str]:
+        """Which borrowed rows were synthetic in the runs so far (the report says so); with ``others`` (diff's B),
+        one note for all of them, counting the token ids any used, not one per drafter (issue 35 item 9)."""
         out = []
-        if self.w.synthetic_embed_ids:
+        embed_ids = set(self.w.synthetic_embed_ids).union(*(o.w.synthetic_embed_ids for o in others))
+        if embed_ids:
             out.append(f"embed_tokens is the target's and no --target was given: seeded synthetic rows for the "
-                       f"{len(self.w.synthetic_embed_ids)} token ids used (no vocabulary table was built)")
-        if self.w.synthetic_lm_head:
+                       f"{len(embed_ids)} token ids used (no vocabulary table was built)")
+        if self.w.synthetic_lm_head or any(o.w.synthetic_lm_head for o in others):
             out.append("lm_head is the target's and no --target was given: seeded synthetic rows, generated in blocks")
         return out
 

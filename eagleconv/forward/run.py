@@ -241,7 +241,7 @@ def diff(a: str | Path, b: str | Path, *, steps: int = 4, target: str | Path | N
     ra = run_all(da, factory.make(default_aux_ids(da.spec, L)), steps)
     rb = run_all(db, factory.make(default_aux_ids(db.spec, L)), steps)
     rows, identical = compare(ra, rb)
-    notes = sorted(set(da.notes + db.notes + da.borrowed() + db.borrowed()))
+    notes = sorted(set(da.notes + db.notes + da.borrowed(db)))
     return DiffReport(identical=identical, steps=rows, a=str(a), b=str(b), compute_dtype=da.compute_dtype,
                       output_dtype=str(ra[0].logits[0].dtype).removeprefix("torch."), inputs=factory.description,
                       notes=notes)

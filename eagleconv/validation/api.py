@@ -156,7 +156,7 @@ def check(config: JSONObject, store: TensorStore | None, *, path: str | None, la
             continue
         findings += engine_findings(profile, subject, gguf=weights_kind == "gguf")
     flags = _flags_of(read, layout, config)
-    findings += semantics_findings(layout.name, flags)
+    findings += semantics_findings(layout.name, flags, config)
     if target_info is not None:
         findings += target_findings(read.spec, target_info, set(read.tensors))
     if numeric and store is not None:

@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from ..report import Finding
 
 
-def semantics_findings(layout_name: str | None, flags: dict[str, bool]) -> list[Finding]:
+def written_by_eagleconv(config: Mapping[str, object]) -> bool:
+    """Whether eagleconv wrote this config's flags itself: ``upgrade``/``downgrade`` set them, or ``convert`` from a
+    layout that is not SpecForge's wrote them in the engines' meaning (the provenance stamp of
+    formats.base.writing).  A SpecForge checkpoint converted to SpecForge's layout keeps its trainer's doubt."""
+    stamp = config.get("eagleconv")
+    if not isinstance(stamp, Mapping):
+        return False
+    return stamp.get("transform") is not None or stamp.get("converted_from") not in (None, "specforge")
+
+
+def semantics_findings(layout_name: str | None, flags: dict[str, bool],
+                       config: Mapping[str, object] | None = None) -> list[Finding]:
+    """``config``: the checkpoint's, whose provenance stamp says whether eagleconv wrote its flags (then the
+    SpecForge PR #879 doubt does not apply: issue 35 item 9)."""
     out = []
-    if layout_name == "specforge" and flags.get("norm_output"):
+    ours = config is not None and written_by_eagleconv(config)
+    if layout_name == "specforge" and flags.get("norm_output") and not ours:
         out.append(Finding(code="EC023", severity="warning", message=(
             "SpecForge checkpoints trained before PR #879 (merged 2026-09-15) with norm_output: true used plain "
             "EAGLE-3 pre-norm feedback, but every engine reads norm_output: true as EAGLE-3.1 post-norm feedback. "

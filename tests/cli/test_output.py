@@ -216,3 +216,27 @@ def test_binary_shard_size_splits_the_output(drafter, tmp_path):
     assert len(shards) > 1 and (tmp_path / "o" / "model.safetensors.index.json").is_file()
     assert tensor_names(tmp_path / "o") == sorted(json.loads(
         (tmp_path / "o" / "model.safetensors.index.json").read_text())["weight_map"])
+
+
+@pytest.mark.parametrize("args,says", [
+    (("convert", "--json"), "Missing argument 'SRC'"),
+    (("convert", str(FIXTURE), "{out}", "--json"), "Missing option '--to'"),
+    (("convert", str(FIXTURE), "{out}", "--to", "nope", "--json"), "Invalid value for '--to'"),
+    (("validate", "--json"), "Missing argument"),
+], ids=["missing-argument", "missing-to", "bad-choice", "validate-missing-argument"])
+def test_clicks_usage_errors_under_json_print_the_error_object(args, says, tmp_path):
+    """issue 35 item 9: click's own usage errors printed only its usage text, no JSON, under --json."""
+    result = piped(*(a.format(out=tmp_path / "o") for a in args))
+    assert result.returncode == 2, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1, result.stdout
+    error = json.loads(lines[0])
+    jsonschema.validate(error, _schema("error"))
+    assert says in error["error"] and error["exit_code"] == 2
+    assert result.stderr == f"eagleconv: error: {error['error']}\n"
+    assert not (tmp_path / "o").exists()
+
+
+def test_clicks_usage_errors_without_json_keep_clicks_usage_text():
+    result = piped("convert")
+    assert result.returncode == 2 and result.stdout == "" and "Usage: eagleconv convert" in result.stderr

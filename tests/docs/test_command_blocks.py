@@ -151,3 +151,23 @@ def test_the_blocks_cover_readme_and_docs():
     pages = {b.page.name for b in BLOCKS}
     assert "README.md" in pages and len(pages) >= 6
     assert shutil.which("bash")
+
+
+def test_every_pair_file_a_page_names_is_one_smollm2_builds():
+    """issue 35 item 1: docs/llamacpp.md read "$PAIR/llamacpp-target-f32.gguf", which only .ci/llamacpp-parity made,
+    so a user's fresh PAIR failed at step 2.  Every "$PAIR/NAME" a page reads is written by fixtures/smollm2/build.py."""
+    import re
+
+    build = (REPO / "fixtures" / "smollm2" / "build.py").read_text()
+    named = {m for page in (REPO / "README.md", *sorted((REPO / "docs").glob("*.md")))
+             for m in re.findall(r"\$PAIR/([A-Za-z0-9_.-]+)", page.read_text())}
+    assert named and [n for n in sorted(named) if f'"{n}"' not in build] == []
+
+
+def test_the_llamacpp_pages_blocks_are_not_hidden_from_the_suite():
+    """The serve line a user copies runs where llama.cpp and the pair are cached: no `server` marker skips it, and
+    it carries the flags CI serves with (one sleeping thread, the /metrics counters measure reads)."""
+    page = [b for b in BLOCKS if b.page.name == "llamacpp.md"]
+    assert page and all(set(b.needs) <= {"llama.cpp", "smollm2"} for b in page), [(b.id, b.needs) for b in page]
+    serve = [b.text for b in page if "llama-server -m" in b.text]
+    assert serve and all(flag in serve[0] for flag in ("-t 1", "--poll 0", "--metrics"))

@@ -37,7 +37,11 @@ def test_readme_commands_still_pin_the_cpu_build_first():
     def body(section: str) -> str:
         return readme.split(section, 1)[1].split("\n## ", 1)[0]
 
-    assert "pip install torch==2.13.0 &&" in body("## Tests")
+    # one CPU path for Install and Tests: the +cpu build (never PyPI's CUDA wheel), and .ci/run runs the Tests line
+    cpu = 'pip install "torch==2.13.0+cpu" --extra-index-url https://download.pytorch.org/whl/cpu'
+    assert f"{cpu} &&" in body("## Tests") and f"{cpu}\n" in body("## Install")
+    tests_line = next(ln for ln in body("## Tests").splitlines() if ln.startswith(cpu))
+    assert tests_line in (REPO / ".ci" / "run").read_text().splitlines()
     quickstart = body("## Quickstart").split("```bash\n", 1)[1].split("```", 1)[0]
     assert quickstart.startswith("pip install . &&") and "torch" not in quickstart
     torch = requirements()["torch"]
