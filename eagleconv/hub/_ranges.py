@@ -25,7 +25,9 @@ from urllib.parse import quote, urlsplit
 
 from ..jsonio import MAX_JSON_BYTES, loads_strict
 from ._base import HubError, HubTimeoutError, _endpoint
-from ._timeouts import hub_timeout
+from ._timeouts import MIN_RATE, hub_timeout
+
+_PIECE = 64 * 1024  # bytes asked of one socket read; the deadline is checked between reads
 
 RETRIES = 3  # tries after the first, for a 429 or a 5xx
 MAX_RETRY_AFTER = 30.0  # seconds: a longer Retry-After is waited this long, then the next answer decides
@@ -126,21 +128,35 @@ class RangeReader:
         except OSError as exc:
             raise HubError(f"cannot reach the Hub: {getattr(exc, 'reason', exc)}", url) from None
 
-    def _read(self, response: Any, limit: int, url: str) -> bytes:
+    def _read(self, response: Any, limit: int, url: str, started: float) -> bytes:
+        """At most ``limit`` bytes of the answer, read piece by piece against one deadline per request (issue 36):
+        ``timeout`` after the request started plus a second per MIN_RATE bytes received, so a drip of a byte just
+        inside each read's timeout ends as soon as the deadline passes, not after ``limit`` reads."""
+        pieces: list[bytes] = []
+        got = 0
         try:
-            data: bytes = response.read(limit)
+            while got < limit:
+                piece: bytes = response.read1(min(_PIECE, limit - got))
+                if not piece:
+                    break
+                pieces.append(piece)
+                got += len(piece)
+                if got < limit and time.monotonic() > started + self.timeout + got / MIN_RATE:
+                    raise HubTimeoutError(f"no answer within {self.timeout:g} s (a deadline per request, plus a "
+                                          f"second per {MIN_RATE // 1024} KiB received: {got} bytes came)", url)
         except TimeoutError:
             raise HubTimeoutError(f"the answer stalled (no byte within {self.timeout:g} s)", url) from None
         except OSError as exc:
             raise HubError(f"the answer broke off: {exc}", url) from None
         finally:
             response.close()
-        self._count(len(data))
-        return data
+        self._count(got)
+        return b"".join(pieces)
 
     def read_range(self, url: str, start: int, length: int) -> tuple[bytes, int]:
         """Bytes ``[start, start + length)`` of the file at ``url`` (fewer only at its end), and its size."""
         def once() -> tuple[bytes, int]:
+            started = time.monotonic()
             response = self._open(url, {"Range": f"bytes={start}-{start + length - 1}",
                                         "Accept-Encoding": "identity"})
             if response.status == 206:
@@ -160,7 +176,7 @@ class RangeReader:
                 raise HubError(f"the Hub ignored the Range request (answered {response.status}): header-only "
                                "reading needs ranges; --download fetches the snapshot instead", url)
             want = max(0, min(length, size - start))
-            data = self._read(response, want, url)
+            data = self._read(response, want, url, started)
             if len(data) != want:
                 raise HubError(f"the answer was truncated: {len(data)} of {want} bytes", url)
             return data, size
@@ -170,9 +186,10 @@ class RangeReader:
     def read_small(self, url: str, limit: int = MAX_JSON_BYTES) -> bytes:
         """A whole answer (a config.json, an index, an API answer) of at most ``limit`` bytes."""
         def once() -> bytes:
+            started = time.monotonic()
             response = self._open(url, {"Accept-Encoding": "identity"})
             declared = response.headers.get("Content-Length")
-            data = self._read(response, limit + 1, url)
+            data = self._read(response, limit + 1, url, started)
             if len(data) > limit:
                 raise HubError(f"the answer is larger than {limit} bytes", url)
             if declared is not None and declared.isdigit() and len(data) != int(declared):

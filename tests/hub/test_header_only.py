@@ -214,3 +214,19 @@ def test_a_slow_hub_times_out(loopback, monkeypatch):
 def test_the_fake_hub_serves_sparse_ranges(loopback):
     sparse = Sparse(b"abc", 10)
     assert sparse.slice(1, 5) == b"bc\0\0" and len(sparse) == 10
+
+
+def test_a_dripping_hub_ends_at_the_requests_deadline():
+    """Issue 36 on the header reader: each byte comes well inside the per-read timeout, so only a deadline per
+    request (``--timeout`` after it started, plus a second per MIN_RATE bytes) ends the read; the drip runs 60 s."""
+    import time
+
+    from eagleconv.hub._ranges import RangeReader
+    from tests.support.hostile_server import HostileServer, drip
+
+    with HostileServer({"GET /org/d/resolve/main/config.json": drip(every=0.05, limit=60, prefix=b"{")}) as srv:
+        reader = RangeReader(srv.url, token=False, timeout=1.0)
+        start = time.monotonic()
+        with pytest.raises(HubError, match="no answer within 1 s"):
+            reader.read_small(f"{srv.url}/org/d/resolve/main/config.json")
+        assert time.monotonic() - start < 1 + 5, time.monotonic() - start
