@@ -13,9 +13,10 @@ from .base import Example, Expected, InLayout
 from .llama import Llama
 
 if TYPE_CHECKING:
-    from ..synthetic import TinyDims
-    from ..config_fields import DecoderShape
     import torch
+
+    from ..config_fields import DecoderShape
+    from ..synthetic import TinyDims
 
 
 

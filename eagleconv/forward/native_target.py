@@ -116,11 +116,10 @@ class NativeTarget:
     def __init__(self, directory: str | Path):
         from ..architectures import get
         from ..drafter import Rope
-        from .ops import get_ops
         from ..rope.rotary import resolve_rope
-        from .weights import DictSource, Weights
-
         from ..target import check_target_weights, read_target_config
+        from .ops import get_ops
+        from .weights import DictSource, Weights
 
         self.path = Path(directory)
         _, cfg = read_target_config(self.path)  # strict, bounded and typed: one line naming the field

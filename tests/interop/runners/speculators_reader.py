@@ -46,7 +46,6 @@ VERIFIER_OWNED = {"verifier_lm_head.weight", "verifier_norm.weight"}  # loaded f
 def strict_load(path):
     import torch
     from safetensors.torch import load_file
-
     from speculators import SpeculatorModel
 
     files = sorted(Path(path).glob("*.safetensors"))
@@ -74,7 +73,6 @@ def strict_load(path):
 
 
 def main():
-    import speculators
     import torch
     import transformers
 
