@@ -173,7 +173,9 @@ def breakdown(pair: Path, loop: str) -> dict:
 
     import eagleconv.simulate as simulate_mod
     from eagleconv.forward import native_target
-    from eagleconv.simulate import drafter as drafter_mod, loop as loop_mod, simulate
+    from eagleconv.simulate import drafter as drafter_mod
+    from eagleconv.simulate import loop as loop_mod
+    from eagleconv.simulate import simulate
 
     spent: dict[str, float] = {}
 

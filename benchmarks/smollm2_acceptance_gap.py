@@ -79,11 +79,12 @@ def selection(pair: Path, name: str) -> dict:
 
 def fit(pair: Path, n: int) -> dict:
     """Teacher-forced chain accuracy on n training prompts and n unseen held-out ones."""
-    import build
     import torch
-    import train
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import build
+    import train
 
     torch.set_num_threads(build.THREADS)
     spec = build.SMOL

@@ -13,12 +13,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "smollm2"))
-import build
-import torch
-import torch.nn.functional as F
-import train
+import build, train
+import torch, torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoTokenizer
-
 torch.set_num_threads(2)
 spec = dataclasses.replace(build.SMOL, train_iters=int(os.environ.get("ITERS", 384)))
 NTR = int(os.environ.get("NTR", 320))

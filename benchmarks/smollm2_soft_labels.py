@@ -8,16 +8,11 @@ an EAGLE-3 drafter on 32 held-out prompts.  Not run by CI (about 25 min on 2 cor
 PAIR: a directory with the SmolLM2 target (fixtures/smollm2/build.py); WEIGHTS: comma-separated weights of the
 soft term (0: hard labels only, 1: soft only).
 """
-import json
-import sys
-import time
+import sys, time, json
 from pathlib import Path as _P
-
 sys.path.insert(0, str(_P(__file__).resolve().parent.parent / "fixtures" / "smollm2"))
-import build
-import torch
-import torch.nn.functional as F
-import train
+import build, train  # noqa: E402  (fixtures/smollm2/build.py, fixtures/tiny-pair/train.py)
+import torch, torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 PAIR = _P(sys.argv[1]); N_TR = int(sys.argv[2]); ITERS = int(sys.argv[3]); VARIANTS = sys.argv[4].split(",")
@@ -25,7 +20,6 @@ TOPK = 64
 torch.manual_seed(1234); torch.set_num_threads(2); torch.use_deterministic_algorithms(True)
 spec = build.SMOL
 import dataclasses
-
 spec = dataclasses.replace(spec, train_iters=ITERS)
 out = PAIR
 t0 = time.monotonic()

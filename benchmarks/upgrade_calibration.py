@@ -39,11 +39,10 @@ def main(argv: list[str] | None = None) -> int:
 
     import os
 
-    from upgrade_quality import capture, training_prompts
-
     import eagleconv
     from eagleconv.calibration import Calibration, write_calibration
     from eagleconv.simulate import simulate
+    from upgrade_quality import capture, training_prompts
 
     counts = sorted(int(c) for c in args.counts.split(","))
     top = counts[-1]

@@ -8,7 +8,8 @@ CLI's ``--help``) stays fast and never imports torch.
 # (tests/test_public_api.py), so nothing it merely uses may show up in it.
 from importlib import import_module as _import_module
 from pathlib import Path as _Path
-from typing import TYPE_CHECKING, Any as _Any
+from typing import TYPE_CHECKING
+from typing import Any as _Any
 
 from ._version import __version__
 from .io import hooks as _io_hooks
@@ -115,15 +116,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .conversion import convert, plan_conversion
     from .drafter import AuxLayers, DrafterSpec, EagleFlags, MlaDims
     from .eagle31 import downgrade, upgrade
-    from .errors import (
-        ArgumentTypeError,
-        ConversionError,
-        EagleconvError,
-        FindingsError,
-        FormatError,
-        UnsafeInputError,
-        UsageError,
-    )
+    from .errors import (ArgumentTypeError, ConversionError, EagleconvError, FindingsError, FormatError,
+                         UnsafeInputError, UsageError)
     from .formats import LAYOUTS
     from .forward import Drafter, capture_aux_states, diff, load
     from .hub import PullReport, PushReport, pull, push
@@ -131,6 +125,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .io.reader import open_checkpoint
     from .loading import LoadedDrafter, load_drafter
     from .measure import MeasureError, MeasureReport
-    from .report import ConvertReport, DiffReport, Finding, ForwardReport, InspectReport, TransformReport, ValidationReport
+    from .report import (ConvertReport, DiffReport, Finding, ForwardReport, InspectReport, TransformReport,
+                         ValidationReport)
     from .simulate import SimulateError, SimulateReport
     from .validation import lint, validate

@@ -7,6 +7,7 @@ A data file, below both the forward (which captures) and the transforms (which r
 from __future__ import annotations
 
 import math
+
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path

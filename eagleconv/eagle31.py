@@ -148,8 +148,8 @@ class _Measurer:
     def __init__(self, loaded: LoadedDrafter, target: Target | str | Path | None, prompts: str | Path | None,
                  seed: int, calibration: Calibration | None = None, progress: StepProgress | None = None):
         from .forward.api import default_aux_ids
-        from .forward.inputs import InputFactory
         from .forward.model import Drafter
+        from .forward.inputs import InputFactory
         from .forward.run import _target_and_prompts, run_all
         from .forward.weights import CheckpointSource
 

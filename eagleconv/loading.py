@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .bounds import check_config
 from .drafter import AuxConvention, DrafterSpec
 from .errors import AmbiguousLayoutError, EagleconvError, FindingsError, UsageError
 from .formats import detect_layout, get_layout, read_drafter
@@ -19,6 +18,7 @@ from .formats.base import Layout
 from .formats.base.reading import ReadResult, read_fields
 from .io.reader import SAFETENSORS_INDEX, Checkpoint, open_checkpoint, open_source
 from .io.staging import not_a_checkpoint
+from .bounds import check_config
 from .jsonio import load_json
 
 if TYPE_CHECKING:

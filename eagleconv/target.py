@@ -10,9 +10,9 @@ under its own name or one of the older spellings transformers' ``attribute_map``
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from .bounds import ModelDims, check_config

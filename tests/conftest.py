@@ -26,6 +26,7 @@ import pytest  # noqa: E402 (after TRITON_INTERPRET is set)
 
 from eagleconv.synthetic import DrafterRecipe, make_drafter  # noqa: E402 (after TRITON_INTERPRET is set)
 
+
 # The fast subset, ``python -m pytest -q -m "not slow"`` (docs/testing.md, "A first check"): the core paths
 # (reading every layout, conversion, validation and the engines' rules, the CLI's contract, the Hub gate, the
 # hostile inputs).  What runs forward passes, real engines or servers, whole doc pages end to end, installs, signal

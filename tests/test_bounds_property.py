@@ -10,7 +10,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from eagleconv import bounds
 from tests.test_bounds import EAGLE31, PAIR, TARGET, cli_limited

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from tests.conftest import edit_config
 from eagleconv import convert
 from eagleconv.drafter import AuxLayers
 from eagleconv.errors import ConversionError
 from eagleconv.schemas import LlamaEagle3Config, SpeculatorsEagle3Config, json_schemas
-from tests.conftest import edit_config
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
 

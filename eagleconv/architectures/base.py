@@ -23,17 +23,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
+    from ..jsonio import JSONObject, JSONValue
+    from ..synthetic import TinyDims
+    from ..nn.store import WeightStore
+    from ..nn.norm import NormOps
+    from ..rope.rotary import ResolvedRope
+    from ..nn.attention import LayerCache
+    from ..config_fields import DecoderShape
     import torch
     from pydantic import BaseModel
 
-    from ..config_fields import DecoderShape
     from ..io.reader import TensorInfo
-    from ..jsonio import JSONObject, JSONValue
-    from ..nn.attention import LayerCache
-    from ..nn.norm import NormOps
-    from ..nn.store import WeightStore
-    from ..rope.rotary import ResolvedRope
-    from ..synthetic import TinyDims
 
 
 @dataclass(frozen=True)

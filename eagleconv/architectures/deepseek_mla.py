@@ -17,16 +17,15 @@ from . import register
 from .base import Architecture, Example, Expected, InLayout, Verdict
 
 if TYPE_CHECKING:
+    from ..jsonio import JSONObject, JSONValue
+    from ..synthetic import TinyDims
+    from ..nn.store import WeightStore
+    from ..nn.norm import NormOps
+    from ..rope.rotary import ResolvedRope
+    from ..nn.attention import LayerCache
+    from ..config_fields import DecoderShape
     import torch
     from pydantic import BaseModel
-
-    from ..config_fields import DecoderShape
-    from ..jsonio import JSONObject, JSONValue
-    from ..nn.attention import LayerCache
-    from ..nn.norm import NormOps
-    from ..nn.store import WeightStore
-    from ..rope.rotary import ResolvedRope
-    from ..synthetic import TinyDims
 
 
 

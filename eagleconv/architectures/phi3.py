@@ -17,12 +17,12 @@ from .base import Derive, Example, Expected, InLayout, Verdict, exact_div, shape
 from .llama import Llama
 
 if TYPE_CHECKING:
+    from ..synthetic import TinyDims
+    from ..nn.store import WeightStore
+    from ..config_fields import DecoderShape
     import torch
 
-    from ..config_fields import DecoderShape
     from ..io.reader import TensorInfo
-    from ..nn.store import WeightStore
-    from ..synthetic import TinyDims
 
 
 def _qkv_rows(spec: DecoderShape) -> list[int]:

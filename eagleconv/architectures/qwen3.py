@@ -13,10 +13,9 @@ from .base import Example, Expected, InLayout
 from .llama import Llama
 
 if TYPE_CHECKING:
-    import torch
-
-    from ..config_fields import DecoderShape
     from ..synthetic import TinyDims
+    from ..config_fields import DecoderShape
+    import torch
 
 
 

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, TextIO
 
 import click
 
-from .._text import printable
 from .._version import __version__
+from .._text import printable
 from ..errors import EagleconvError, Interrupted
 
 if TYPE_CHECKING:

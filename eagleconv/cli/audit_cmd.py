@@ -34,8 +34,7 @@ if TYPE_CHECKING:
               help="Exit 1 when a row has an error finding or was not judged (error), or also a warning (warning).")
 @click.option("--endpoint", metavar="URL", help="Hub endpoint (default: HF_ENDPOINT, else huggingface.co).")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
-              help="A deadline per Hub request: SECONDS after it started, plus a second per 256 KiB received "
-                   "(default: EAGLECONV_HUB_TIMEOUT, else 60).")
+              help="A deadline per Hub request: SECONDS after it started, plus a second per 256 KiB received (default: EAGLECONV_HUB_TIMEOUT, else 60).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary (with every row) as JSON.")
 @click.pass_context
 def audit(ctx: click.Context, repos: tuple[str, ...], from_file: str | None, words: str | None, author: str | None,
@@ -47,7 +46,8 @@ def audit(ctx: click.Context, repos: tuple[str, ...], from_file: str | None, wor
     --engine's verdict, the first error finding, the commit read and the bytes transferred.
     """
     from ..errors import UsageError
-    from ..hub import audit as run_audit, read_repo_list, search
+    from ..hub import audit as run_audit
+    from ..hub import read_repo_list, search
 
     def body():
         names = list(repos)

@@ -8,8 +8,9 @@ whose reader went away (``| head``) ends quietly with 141, as a process killed b
 
 from __future__ import annotations
 
-import os
 import sys
+
+import os
 
 from .._process import exit_on_termination, open_missing_std_streams, raise_on_termination, received_signal
 from ..errors import Interrupted

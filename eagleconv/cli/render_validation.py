@@ -8,7 +8,8 @@ from rich.table import Table
 
 from .._text import printable
 from ..report import ValidationReport
-from .render import hub_line, table as make_table
+from .render import hub_line
+from .render import table as make_table
 
 STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
 

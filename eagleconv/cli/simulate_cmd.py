@@ -79,7 +79,8 @@ def simulate(ctx: click.Context, drafter: str, target: str, prompts: str | None,
             require_exists(path)
         source = local_path(drafter)
 
-        from ..simulate import SimulateError, simulate as run
+        from ..simulate import SimulateError
+        from ..simulate import simulate as run
 
         with _progress() as bar:
             report = run(source, target, prompts, num_speculative_tokens=k, max_tokens=max_tokens, engine=engine,

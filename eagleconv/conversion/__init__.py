@@ -25,22 +25,22 @@ from typing import Any
 from .._version import __version__
 from ..drafter import AuxConvention, Verifier
 from ..errors import ArgumentTypeError, ConversionError
-from ..gguf_output import gguf_tensors, metadata as gguf_metadata, require_target
-from ..gguf_target import read_target
 from ..io.gguf_writer import GgufTensor, StagedFile, write_gguf
 from ..io.hub_paths import local_path, require_download
 from ..io.reader import is_state_dict, require_source
 from ..io.writer import CheckpointWriter, check_not_overlapping
+from ..gguf_output import gguf_tensors, metadata as gguf_metadata, require_target
+from ..gguf_target import read_target
 from ..jsonio import dump_json
 from ..loading import LoadedDrafter, load_drafter
 from ..report import ConvertReport, Finding
 from ..validation.structural import checkpoint_findings
-
-# Names this module held before issue 26's split, re-exported for their old import path.
-from .plan import _derive, _plan, output_findings, plan_conversion, refuse_without_verifier  # noqa: F401
+from .plan import _plan, refuse_without_verifier
 from .transform import Computed, Transform  # noqa: F401 - Computed: re-exported (transforms, eagle31, tests)
 from .verify import _NumericCheck, _verify_output, plan_sources
 
+# Names this module held before issue 26's split, re-exported for their old import path.
+from .plan import _derive, output_findings, plan_conversion  # noqa: F401
 
 def convert(source: str | Path | Mapping[str, object], destination: str | Path, to: str | None, *,
             config: object = None, from_format: str | None = None,

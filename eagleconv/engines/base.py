@@ -19,8 +19,8 @@ from ..drafter import ArchitectureName, DrafterSpec
 from ..formats.base import MISSING, get_path
 
 if TYPE_CHECKING:
-    from ..formats.base import Layout, ReadResult
     from ..jsonio import JSONObject, JSONValue
+    from ..formats.base import Layout, ReadResult
     from ..report import Effect, Finding, Runner
     from ..target import TargetInfo
     from .view import DrafterView

@@ -26,31 +26,12 @@ from typing import TYPE_CHECKING
 from ..canonical import FC_NORM_NAME, expected_tensors
 from ..formats.gguf import GgufLayout
 from ..report import Finding
-from .base import (
-    ActivationRule,
-    CaptureRules,
-    DrafterClass,
-    EngineProfile,
-    EngineView,
-    FlagRule,
-    KeyRules,
-    Subject,
-    Translation,
-    lookup,
-)
-from .checks import (
-    check_activation,
-    check_architecture,
-    check_capture,
-    check_flags,
-    check_keys,
-    check_sharing,
-    checkpoint_aux_count,
-    emits,
-    finding,
-)
-from .llamacpp_gguf import GGUF_CHECKS
 from .registry import register
+from .base import (ActivationRule, CaptureRules, DrafterClass, EngineProfile, EngineView, FlagRule, KeyRules, Subject,
+                   Translation, lookup)
+from .checks import (check_activation, check_architecture, check_capture, check_flags, check_keys, check_sharing,
+                     checkpoint_aux_count, emits, finding)
+from .llamacpp_gguf import GGUF_CHECKS
 from .view import DrafterView, Fill, load_failures
 
 if TYPE_CHECKING:

@@ -11,9 +11,9 @@ SGLang's drafter registry, so an unknown architecture is a warning.
 
 from __future__ import annotations
 
+from .registry import register
 from .base import CaptureRules, DrafterClass, EngineProfile, FlagRule, KeyRules
 from .checks import COMMON_CHECKS
-from .registry import register
 
 LLAMA = DrafterClass("LlamaForCausalLMEagle3", family="llama",
                      aux_count_paths=("num_aux_hidden_states", "eagle_config.eagle_aux_hidden_state_layer_ids"))

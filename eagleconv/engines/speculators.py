@@ -25,9 +25,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from ..report import Finding
+from .registry import register
 from .base import CaptureRules, DrafterClass, EngineProfile, EngineView, FlagRule, KeyRules, Subject, Translation
 from .checks import check_aux_count, check_capture, check_flags, check_keys, check_sharing, emits, finding
-from .registry import register
 from .tokenspeed import check_fc_width_ignores_target_hidden
 
 if TYPE_CHECKING:

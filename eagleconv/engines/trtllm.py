@@ -10,9 +10,9 @@ what its loader does with unknown names are not modelled.
 
 from __future__ import annotations
 
+from .registry import register
 from .base import CaptureRules, DrafterClass, EngineProfile, FlagRule
 from .checks import check_aux_count, check_capture, check_flags, check_sharing
-from .registry import register
 
 TRTLLM = register(EngineProfile(
     engine="trtllm", version="00679c66",

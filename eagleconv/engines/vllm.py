@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING
 from .. import architectures
 from ..canonical import expected_tensors
 from ..report import Finding
+from .registry import register
 from .base import ActivationRule, CaptureRules, DrafterClass, EngineProfile, EngineView, FlagRule, KeyRules, Subject, Translation
 from .checks import COMMON_CHECKS, check_tensor_parallel, emits, finding
-from .registry import register
 from .view import DrafterView, Fill
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ what converting to ``vllm`` does here.
 from __future__ import annotations
 
 from . import register
-from .base import Layout, Rename, SameAs, Seen, architectures_of, hf_fields
+from .base import Seen, Layout, Rename, SameAs, architectures_of, hf_fields
 
 
 @register

@@ -10,7 +10,7 @@ no EAGLE-3.1 switch exists.  eagleconv writes this layout as
 from __future__ import annotations
 
 from . import register
-from .base import Capability, Layout, Rename, SameAs, Seen, architectures_of, has_prefix, hf_fields
+from .base import Seen, Capability, Layout, Rename, SameAs, architectures_of, has_prefix, hf_fields
 
 
 @register

@@ -14,12 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..drafter import DrafterSpec, Verifier
 from . import register
-from .base import ConfigField, Layout, SameAs, Seen, get_path, hf_fields
+from .base import Seen, ConfigField, Layout, SameAs, get_path, hf_fields
 from .base.speculators_config import (  # noqa: F401 - the config model, importable from here as before issue 26
-    SpeculatorsConfigBlock,
-    SpeculatorsEagle3Config,
-    SpeculatorsProposal,
-    SpeculatorsVerifier,
+    SpeculatorsConfigBlock, SpeculatorsEagle3Config, SpeculatorsProposal, SpeculatorsVerifier,
 )
 
 if TYPE_CHECKING:

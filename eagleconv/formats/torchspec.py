@@ -8,7 +8,7 @@ architecture states ``layer_output`` numbering for this layout; others are read 
 from __future__ import annotations
 
 from . import register
-from .base import Capability, ConfigField, Layout, SameAs, Seen, hf_fields
+from .base import Seen, Capability, ConfigField, Layout, SameAs, hf_fields
 
 
 @register

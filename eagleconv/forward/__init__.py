@@ -14,7 +14,7 @@ need("torch", "the forward pass (validate --forward, diff, eagleconv.forward)")
 
 from .api import default_aux_ids, inputs_for, load  # noqa: E402 (after the need() check)
 from .inputs import Target, capture_aux_states, check_prompts, read_prompts, synthetic_inputs  # noqa: E402 (after need())
-from .model import COMPUTE_DTYPES, Drafter, DraftInputs, DraftResult, StepOutput, UnrunnableDrafter  # noqa: E402 (after need())
+from .model import COMPUTE_DTYPES, DraftInputs, DraftResult, Drafter, StepOutput, UnrunnableDrafter  # noqa: E402 (after need())
 from .ops import BACKENDS, RECIPES, NormOps, get_ops  # noqa: E402 (after need())
 from .run import compare, diff, validate_forward  # noqa: E402 (after need())
 from .weights import CheckpointSource, DictSource, TensorSource  # noqa: E402 (after need())

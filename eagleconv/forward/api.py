@@ -9,7 +9,7 @@ from ..drafter import DrafterSpec
 from ..errors import ArgumentTypeError
 from ..loading import load_drafter
 from .inputs import Target, synthetic_inputs
-from .model import Drafter, DraftInputs
+from .model import DraftInputs, Drafter
 from .weights import BlockCache, CheckpointSource
 
 CACHE_FRACTION = 0.75  # of the checkpoint's bytes: keeps peak RSS well under 1.5x (benchmarks/forward.py)

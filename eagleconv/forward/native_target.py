@@ -116,10 +116,11 @@ class NativeTarget:
     def __init__(self, directory: str | Path):
         from ..architectures import get
         from ..drafter import Rope
-        from ..rope.rotary import resolve_rope
-        from ..target import check_target_weights, read_target_config
         from .ops import get_ops
+        from ..rope.rotary import resolve_rope
         from .weights import DictSource, Weights
+
+        from ..target import check_target_weights, read_target_config
 
         self.path = Path(directory)
         _, cfg = read_target_config(self.path)  # strict, bounded and typed: one line naming the field

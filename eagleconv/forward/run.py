@@ -17,7 +17,7 @@ from ..target import load_target
 from .api import default_aux_ids, load
 from .engine import OverlaySource, fill_tensors, with_fills
 from .inputs import InputFactory, Target, read_prompts
-from .model import Drafter, DraftInputs, DraftResult
+from .model import DraftInputs, DraftResult, Drafter
 from .weights import CheckpointSource, DictSource
 
 

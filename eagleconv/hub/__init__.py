@@ -27,46 +27,22 @@ parsing lives in ``eagleconv.io.hub_paths`` (the readers need it below the hub).
 
 from __future__ import annotations
 
-from ..io.hub_paths import HF_SCHEME, HubRef, check_repo_id, check_revision, is_hf_url, is_local_path, local_path, parse_hf_url
-from ._audit import STATES, AuditRow, AuditSummary, RowsFile, audit, audit_one, parse_repo, read_repo_list, search, summarise
-from ._base import (
-                            CARD,
-                            CONNECT_TIMEOUT,
-                            DEFAULT_TIMEOUT,
-                            DOWNLOADING,
-                            HASH_CHUNK,
-                            HASHING,
-                            LENIENT,
-                            LIBRARY,
-                            LICENSE,
-                            MANIFEST,
-                            MANIFEST_FORMAT,
-                            PLACING,
-                            SCANNING,
-                            STAGING,
-                            STEPS,
-                            TIMEOUT_ENV,
-                            TMP_STAGE,
-                            UPLOADING,
-                            WEIGHT_SUFFIXES,
-                            HubError,
-                            HubTimeoutError,
-                            ManifestEntry,
-                            Progress,
-                            PullReport,
-                            PushReport,
-                            RemoteFile,
-                            Step,
-                            offline,
-)
+from ..io.hub_paths import (HF_SCHEME, HubRef, check_repo_id, check_revision, is_hf_url, is_local_path, local_path,
+                            parse_hf_url)
+from ._audit import (STATES, AuditRow, AuditSummary, RowsFile, audit, audit_one, parse_repo, read_repo_list,
+                     search, summarise)
+from ._base import (CARD, CONNECT_TIMEOUT, DEFAULT_TIMEOUT, DOWNLOADING, HASHING, HASH_CHUNK, HubError,
+                    HubTimeoutError, LENIENT, LIBRARY, LICENSE, MANIFEST, MANIFEST_FORMAT, ManifestEntry, PLACING,
+                    Progress, PullReport, PushReport, RemoteFile, SCANNING, STAGING, STEPS, Step, TIMEOUT_ENV,
+                    TMP_STAGE, UPLOADING, WEIGHT_SUFFIXES, offline)
 from ._card import TARGET_KEYS, model_card, publish_findings, serve_command, served_as, speculative_tokens, verifier_of
 from ._download import download, fetch_verified
 from ._evaluation import Acceptance, CardSummary, EngineVerdict, engine_matrix, read_acceptance, read_card
 from ._manifest import build_manifest, manifest_json, read_manifest, verify_manifest
 from ._pull import pull
-from ._push import compare, push, unhashed
 from ._ranges import HubHTTPError, RangeReader
 from ._remote import open_hf_headers, open_remote
+from ._push import compare, push, unhashed
 from ._timeouts import hub_timeout, hub_timeouts
 from ._transfer import checkpoint_files
 

@@ -9,7 +9,7 @@ from ..errors import UsageError
 from ..io.hub_paths import HubRef, check_repo_id, check_revision, is_hf_url, parse_hf_url
 from ..io.staging import StagedDirectory
 from ..validation import validate
-from ._base import CARD, MANIFEST, PLACING, SCANNING, PullReport, Step
+from ._base import CARD, MANIFEST, PLACING, PullReport, SCANNING, Step
 from ._download import download
 from ._evaluation import read_card
 from ._manifest import _repo_files, read_manifest, verify_manifest

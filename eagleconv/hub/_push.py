@@ -10,8 +10,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._extras import need
 from .._version import __version__
+from .._extras import need
 from ..errors import DestinationError, EagleconvError, MissingExtraError, UsageError
 from ..inspection import inspect
 from ..io.hub_paths import check_repo_id, check_revision, is_hf_url, is_local_path
@@ -21,29 +21,11 @@ from ..io.writer import check_not_overlapping, write_state_dict
 from ..jsonio import load_json
 from ..validation import validate
 from ..validation.api import add_forward, apply_ignore
-from ._base import (
-    CARD,
-    HASHING,
-    LICENSE,
-    MANIFEST,
-    SCANNING,
-    STAGING,
-    TMP_STAGE,
-    TMP_STATE_DICT,
-    UPLOADING,
-    WEIGHT_SUFFIXES,
-    HubError,
-    ManifestEntry,
-    Progress,
-    PushReport,
-    RemoteFile,
-    Step,
-    _endpoint,
-    _hub_error,
-    offline,
-)
-from ._card import model_card, publish_findings, serve_command, served_as, speculative_tokens, verifier_of
+from ._base import (CARD, HASHING, HubError, LICENSE, MANIFEST, ManifestEntry, Progress, PushReport, RemoteFile,
+                    SCANNING, STAGING, Step, TMP_STAGE, TMP_STATE_DICT, UPLOADING, WEIGHT_SUFFIXES, _endpoint,
+                    _hub_error, offline)
 from ._evaluation import read_acceptance
+from ._card import model_card, publish_findings, serve_command, served_as, speculative_tokens, verifier_of
 from ._manifest import _hash_file, build_manifest, manifest_json, verify_manifest
 from ._timeouts import hub_timeout, hub_timeouts
 from ._transfer import _bytes_step, _copy_files, _quiet_tqdm, _takes, checkpoint_files
@@ -389,7 +371,7 @@ def _upload(result: PushReport, staged: Path, entries: Sequence[ManifestEntry], 
             api.create_branch(repo_id, branch=revision)
             parent = _head(api, repo_id, revision)
         before = _remote(api, repo_id, parent) if parent else []
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - HubError (timeout, --create-pr) too: one line, nothing was sent
         raise _hub_error(exc, "before the commit (nothing was uploaded)", f"{result.endpoint or 'hub'}/{repo_id}") from exc
     result.parent_commit = parent
     uploading = {e.path for e in entries} | {MANIFEST}

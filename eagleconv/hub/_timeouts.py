@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import UsageError
-from ._base import CONNECT_TIMEOUT, DEFAULT_TIMEOUT, TIMEOUT_ENV, HubError, HubTimeoutError
+from ._base import CONNECT_TIMEOUT, DEFAULT_TIMEOUT, HubError, HubTimeoutError, TIMEOUT_ENV
 
 if TYPE_CHECKING:
     import requests

@@ -27,7 +27,6 @@ from pathlib import Path
 
 from .durable import rename_noreplace
 
-
 def _host_tag() -> str:
     return f"{zlib.crc32(socket.gethostname().encode()):08x}"
 

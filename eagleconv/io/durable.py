@@ -16,7 +16,6 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-
 def make_parents(directory: Path) -> list[Path]:
     """Create ``directory`` and its missing ancestors; return the ones created, deepest first."""
     missing = []

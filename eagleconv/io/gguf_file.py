@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 from ..bounds import MAX_GGUF_ELEMENTS, MAX_GGUF_KEYS, MAX_GGUF_TENSORS, MAX_GGUF_TEXT
 from ..errors import EagleconvError, FormatError, UnsafeInputError
 from .checkpoint import Checkpoint, _identity, _Location
-from .durable import write_all
 from .tensor_store import TensorInfo
+from .durable import write_all
 
 if TYPE_CHECKING:
     import numpy as np

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
-from .durable import fsync_file
 from .gguf_file import DTYPE_TO_GGML, is_gguf
+from .durable import fsync_file
 from .staging import StagedDirectory
 from .writer import OutputTensor
 

@@ -16,22 +16,20 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..bounds import check_config
 from ..errors import FormatError, UnsafeInputError
+from ..bounds import check_config
 from ..jsonio import config_dict, load_json
-
-# The names this module held before issue 26's split, re-exported for their old import path.
-from .checkpoint import _SWAPPED, Checkpoint, _identity, _Location, advise_sequential, copy_range  # noqa: F401
+from .checkpoint import _SWAPPED, Checkpoint, _identity, _Location
 from .hub_paths import is_hf_url, local_path
 from .paths import resolve_inside, validate_shard_name
 from .safetensors_header import read_header
-from .state_dict import (
-    STATE_DICT,
-    StateDictTensors,
-    is_state_dict,
-    require_source,
-)
-from .tensor_store import CHUNK_BYTES, TensorInfo, TensorStore  # noqa: F401
+from .state_dict import StateDictTensors, is_state_dict, require_source
+from .tensor_store import TensorInfo
+
+# The names this module held before issue 26's split, re-exported for their old import path.
+from .checkpoint import advise_sequential, copy_range  # noqa: F401
+from .state_dict import STATE_DICT  # noqa: F401
+from .tensor_store import CHUNK_BYTES, TensorStore  # noqa: F401
 
 if TYPE_CHECKING:
     from ..jsonio import JSONObject

@@ -26,25 +26,10 @@ from typing import NoReturn
 from .._process import termination_signals_blocked
 from ..errors import DestinationError, EagleconvError, UsageError
 from .debris import (  # noqa: F401 - also re-exported: their import path before issue 26's split
-    Debris,
-    _host_tag,
-    clean_dead_debris,
-    find_debris,
-    owner_tag,
-    process_start,
-    recover,
-    remove_tree,
-    staging_name,
+    Debris, _host_tag, clean_dead_debris, find_debris, owner_tag, process_start, recover, remove_tree, staging_name,
 )
 from .durable import (  # noqa: F401 - also re-exported, as above
-    exchange,
-    fsync_dir,
-    fsync_file,
-    make_parents,
-    remove_parents,
-    rename_noreplace,
-    write_all,
-    write_new_file,
+    exchange, fsync_dir, fsync_file, make_parents, remove_parents, rename_noreplace, write_all, write_new_file,
 )
 from .replaceable import check_replaceable, not_a_checkpoint  # noqa: F401 - also re-exported, as above
 

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ArgumentTypeError, FormatError
-from .checkpoint import Checkpoint
 from .dtypes import DTYPE_SIZES, TORCH_TO_SAFETENSORS
+from .checkpoint import Checkpoint
 from .state_dict import StateDictTensors
 from .tensor_store import TensorInfo, TensorStore
 

@@ -26,11 +26,11 @@ from .._process import start_helper_thread, termination_signals_blocked
 from ..errors import UsageError
 from ..jsonio import dump_json
 from .dtypes import DTYPE_SIZES
-from .durable import fsync_file, write_all, write_new_file
 from .finite import SCANNED_DTYPES, ValueScan, scan_file_range
 from .paths import resolve_path
 from .reader import SAFETENSORS_INDEX, Checkpoint
 from .safetensors_header import build_header
+from .durable import fsync_file, write_all, write_new_file
 from .staging import StagedDirectory
 
 SINGLE_FILE = "model.safetensors"

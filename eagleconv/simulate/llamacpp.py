@@ -46,7 +46,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..engines.llamacpp import EOG_TOKEN_TEXTS
-from .loop import Request, Round, decode as decode_all, per_position, rounds_for
+from .loop import Request, Round, per_position, rounds_for
+from .loop import decode as decode_all
 from .report import accept_greedy
 
 if TYPE_CHECKING:

@@ -23,8 +23,8 @@ from collections.abc import Iterator, Mapping
 from pydantic import BaseModel
 
 from .. import architectures
-from ..config_types import BOOL_FIELDS, INT_FIELDS, INT_LIST_FIELDS
 from ..drafter import EagleFlags
+from ..config_types import BOOL_FIELDS, INT_FIELDS, INT_LIST_FIELDS
 from ..formats.base import Layout
 from ..formats.base.fields import MISSING, get_path
 from ..formats.modelopt import MODELOPT_EAGLE_KEYS

@@ -9,9 +9,9 @@ import sys
 import pytest
 from click.testing import CliRunner
 
+from tests.conftest import edit_config
 from eagleconv.cli.main import cli
 from eagleconv.report import ConvertReport, InspectReport
-from tests.conftest import edit_config
 
 
 def run(*args: str):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+
 import torch
 from safetensors.torch import load_file
 

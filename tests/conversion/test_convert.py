@@ -8,10 +8,10 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from tests.conftest import edit_config, read_json
 from eagleconv import convert, inspect
 from eagleconv.errors import ConversionError, UsageError
 from eagleconv.io.writer import CheckpointWriter, OutputTensor
-from tests.conftest import edit_config, read_json
 
 
 def rewrite_tensors(directory, change) -> None:

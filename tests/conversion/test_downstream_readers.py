@@ -16,6 +16,7 @@ import eagleconv
 from eagleconv.synthetic import DrafterRecipe, make_drafter
 from tests.conftest import read_json
 
+
 # -- finding 5: the modelopt EAGLE-3.1 generator --------------------------------------------------
 
 def test_modelopt_generator_refuses_eagle31_like_modelopts_exporter(tmp_path):

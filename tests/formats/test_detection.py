@@ -8,11 +8,11 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from tests.conftest import edit_config
 from eagleconv.cli.main import cli
 from eagleconv.errors import AmbiguousLayoutError
 from eagleconv.formats import detect_layout
 from eagleconv.report import InspectReport
-from tests.conftest import edit_config
 
 
 def run(*args: str):

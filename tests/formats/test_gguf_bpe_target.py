@@ -23,7 +23,8 @@ from click.testing import CliRunner  # noqa: E402
 
 from eagleconv.cli.main import cli  # noqa: E402
 from eagleconv.conversion import convert  # noqa: E402
-from tests.formats.test_gguf_llamacpp_converter import _llamacpp_src, _skip_reason, _smollm2_pair, contents, theirs  # noqa: E402
+from tests.formats.test_gguf_llamacpp_converter import (  # noqa: E402
+    _llamacpp_src, _skip_reason, _smollm2_pair, contents, theirs)
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "fixtures" / "tiny-pair"

@@ -23,7 +23,8 @@ from eagleconv.cli.main import cli  # noqa: E402
 from eagleconv.conversion import convert  # noqa: E402
 from eagleconv.gguf_target import read_target  # noqa: E402
 from tests.formats.test_gguf import make_target, target_for  # noqa: E402
-from tests.support.gguf_bytes import ARRAY, BOOL, FLOAT32, INT32, STRING, UINT8, UINT32, UINT64, Gguf, Hole  # noqa: E402
+from tests.support.gguf_bytes import (  # noqa: E402
+    ARRAY, BOOL, FLOAT32, INT32, STRING, UINT8, UINT32, UINT64, Gguf, Hole)
 
 REPO = Path(__file__).resolve().parents[2]
 PAIR = REPO / "fixtures" / "tiny-pair"

@@ -12,6 +12,7 @@ from eagleconv.drafter import Rope
 from eagleconv.loading import load_drafter
 from tests.support.loaded import spec_of
 
+
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": 8192}
 

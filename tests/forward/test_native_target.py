@@ -20,11 +20,8 @@ from click.testing import CliRunner  # noqa: E402
 from eagleconv.cli.main import cli  # noqa: E402
 from eagleconv.errors import UsageError  # noqa: E402
 from eagleconv.forward.inputs import Target  # noqa: E402
-from eagleconv.forward.native_target import (  # noqa: E402
-    NativeTarget,
-    NativeUnsupported,
-    open_target,
-)
+from eagleconv.forward.native_target import open_target  # noqa: E402
+from eagleconv.forward.native_target import NativeTarget, NativeUnsupported  # noqa: E402
 
 PAIR = Path(__file__).resolve().parents[2] / "fixtures" / "tiny-pair"
 PROMPTS = json.loads((PAIR / "prompts.json").read_text())

@@ -253,7 +253,7 @@ def make_case(arch: str, flags: dict, layers: int = 1):
 
 
 def run_reference(spec, tensors, dtype, tokens, aux, steps, recipe="native"):
-    from eagleconv.forward.model import Drafter, DraftInputs
+    from eagleconv.forward.model import DraftInputs, Drafter
     from eagleconv.forward.weights import DictSource
 
     drafter = Drafter(spec, DictSource(tensors), dtype=dtype, recipe=recipe)

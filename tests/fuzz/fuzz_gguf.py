@@ -25,13 +25,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from click.testing import CliRunner  # noqa: E402
-from hypothesis import (  # noqa: E402
-    HealthCheck,
-    example,
-    given,
-    settings,
-    strategies as st,
-)
+from hypothesis import HealthCheck, example, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 from eagleconv.cli.main import cli  # noqa: E402
 from eagleconv.conversion import convert  # noqa: E402

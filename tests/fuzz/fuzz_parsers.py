@@ -125,7 +125,8 @@ def make_corpus(directory: Path) -> None:
 def hypothesis_fuzz(seconds: float) -> None:
     import time
 
-    from hypothesis import HealthCheck, given, settings, strategies as st
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
 
     deadline = time.monotonic() + seconds
     runs = 0

@@ -8,10 +8,10 @@ import re
 from pathlib import Path
 
 from click.testing import CliRunner
+from tests.packaging.test_core_install import BLOCKED, child
 
 from eagleconv.cli.main import cli
 from eagleconv.cli.render import human_bytes
-from tests.packaging.test_core_install import BLOCKED, child
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "fixtures" / "vllm-qwen3-eagle31"

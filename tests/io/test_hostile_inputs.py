@@ -7,7 +7,8 @@ import os
 import struct
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from eagleconv.errors import FormatError, UnsafeInputError
 from eagleconv.io.reader import open_checkpoint

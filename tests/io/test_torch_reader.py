@@ -11,7 +11,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from eagleconv.loading import load_drafter, open_tensors
+from eagleconv.loading import open_tensors
+from eagleconv.loading import load_drafter
 
 
 @pytest.mark.parametrize("producer", ["vllm", "specforge", "automodel"])

@@ -18,7 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.support.hostile_server import Behaviour, HostileServer, drip, endless, reply
 

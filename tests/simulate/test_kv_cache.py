@@ -9,8 +9,8 @@ prompt), and the counters must stay those real vLLM 0.32 recorded (fixtures/tiny
 from __future__ import annotations
 
 import json
-import os
 import shutil
+import os
 import subprocess
 import sys
 from pathlib import Path

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from eagleconv._process import FREE_CORE_MARGIN, choose_threads, cpu_sample, default_threads, others_busy, usable_cores
+from eagleconv._process import (FREE_CORE_MARGIN, choose_threads, cpu_sample, default_threads, others_busy,
+                                usable_cores)
 
 REPO = Path(__file__).resolve().parents[2]
 PAIR = REPO / "fixtures" / "tiny-pair"

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from tests.conftest import read_json
 from eagleconv import architectures
 from eagleconv.cli.main import cli
 from eagleconv.conversion import convert
@@ -22,7 +23,6 @@ from eagleconv.report import ValidationReport
 from eagleconv.synthetic import PRODUCERS, DrafterRecipe, check_recipe, make_drafter, producer_config
 from eagleconv.validation import lint, validate
 from eagleconv.validation.reference import REFERENCE_PATH
-from tests.conftest import read_json
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 DRAFTER_FIXTURES = sorted(p.parent for p in FIXTURES.glob("**/config.json")

@@ -12,20 +12,12 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.conftest import edit_config
 
 import eagleconv
 from eagleconv import architectures
 from eagleconv.formats import LAYOUTS
-from eagleconv.synthetic import (
-    KIMI_LATENT,
-    WIDE_TARGET,
-    DrafterRecipe,
-    TinyDims,
-    canonical_tensors,
-    make_drafter,
-    producer_config,
-)
-from tests.conftest import edit_config
+from eagleconv.synthetic import KIMI_LATENT, WIDE_TARGET, DrafterRecipe, TinyDims, canonical_tensors, make_drafter, producer_config
 
 SERVABLE = TinyDims(target_hidden=32)
 

@@ -7,9 +7,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from tests.conftest import edit_config
 from eagleconv.cli.main import cli
 from eagleconv.report import ValidationReport
-from tests.conftest import edit_config
 
 
 def run(*args: str):

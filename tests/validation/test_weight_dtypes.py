@@ -69,9 +69,9 @@ def findings(result: subprocess.CompletedProcess, code: str) -> list[dict]:
 
 @pytest.mark.parametrize("name", sorted(FLOAT8))
 def test_float8_decode_table_equals_torch(name):
-    import numpy as np
-
     from eagleconv.io.dtypes import to_float32
+
+    import numpy as np
 
     bits = np.arange(256, dtype=np.uint8)
     ours = to_float32(bits, name)

@@ -25,31 +25,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ... import architectures
+from ...drafter import AuxConvention, DrafterSpec, EagleFlags
+from .fields import ConfigField, hf_fields
 
 # The names this module held before issue 26's split, re-exported for their old import path.
 from ...config_types import (  # noqa: F401
-    BOOL_FIELDS,
-    HEADS_DIVIDE_HIDDEN,
-    INT_FIELDS,
-    INT_LIST_FIELDS,
-    LAYER_TYPES,
-    SHAPE_FIELDS,
-    TOP_LEVEL_TYPES,
-    TORCH_DTYPE_NAMES,
-    TRANSFORMERS_MODEL_TYPES,
-    TRANSFORMERS_TYPES,
-    transformers_type_problems,
+    BOOL_FIELDS, HEADS_DIVIDE_HIDDEN, INT_FIELDS, INT_LIST_FIELDS, LAYER_TYPES, SHAPE_FIELDS, TOP_LEVEL_TYPES,
+    TORCH_DTYPE_NAMES, TRANSFORMERS_MODEL_TYPES, TRANSFORMERS_TYPES, transformers_type_problems,
 )
-from ...drafter import AuxConvention, DrafterSpec, EagleFlags
-from .fields import MISSING, ConfigField, FromArchitecture, SameAs, get_path, hf_fields, set_path  # noqa: F401
+from .fields import MISSING, FromArchitecture, SameAs, get_path, set_path  # noqa: F401
 from .reading import (  # noqa: F401
-    ARCH_SHAPE_FIELDS,
-    ReadResult,
-    carried_keys,
-    config_model_for,
-    read_drafter,
-    read_fields,
-    type_problems,
+    ARCH_SHAPE_FIELDS, ReadResult, carried_keys, config_model_for, read_drafter, read_fields, type_problems,
 )
 from .renames import DDP_HINT, Rename, ddp_prefixed, loader_alias, map_names, rename  # noqa: F401
 from .writing import spec_values, write_config  # noqa: F401

@@ -13,7 +13,6 @@ from typing import Any
 
 from ... import architectures
 
-
 @dataclass(frozen=True)
 class ConfigField:
     """Where a canonical field lives in a layout's config.json.

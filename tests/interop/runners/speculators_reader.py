@@ -46,6 +46,7 @@ VERIFIER_OWNED = {"verifier_lm_head.weight", "verifier_norm.weight"}  # loaded f
 def strict_load(path):
     import torch
     from safetensors.torch import load_file
+
     from speculators import SpeculatorModel
 
     files = sorted(Path(path).glob("*.safetensors"))
@@ -73,6 +74,7 @@ def strict_load(path):
 
 
 def main():
+    import speculators
     import torch
     import transformers
 
