@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench  # noqa: E402
+import bench
 
 
 def make_target(path: Path, d: bench.Dims) -> Path:

@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from eagleconv.measure import measure, read_prompts  # noqa: E402
-from eagleconv.measure.servers import PROFILES  # noqa: E402
+from eagleconv.measure import measure, read_prompts
+from eagleconv.measure.servers import PROFILES
 
 
 def plain(url: str, prompts: list[list[int]], max_tokens: int, engine: str) -> float:

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench  # noqa: E402
+import bench
 
 # name -> (extra convert arguments, environment): EAGLECONV_WRITEBACK picks the writeback strategy
 # (measurement only; see eagleconv/io/writer.py)

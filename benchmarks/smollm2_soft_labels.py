@@ -11,7 +11,7 @@ soft term (0: hard labels only, 1: soft only).
 import sys, time, json
 from pathlib import Path as _P
 sys.path.insert(0, str(_P(__file__).resolve().parent.parent / "fixtures" / "smollm2"))
-import build, train  # noqa: E402  (fixtures/smollm2/build.py, fixtures/tiny-pair/train.py)
+import build, train
 import torch, torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from .config_fields import EagleConfigBlock, _Config, _DecoderFields, _Eagle3Fields  # noqa: F401 - re-exported (their old home)
 from .drafter import DrafterSpec
-from .formats.base.reading import config_model_for  # noqa: F401 - re-exported: the schema a config.json should satisfy
+from .formats.base.reading import config_model_for
 
 
 def __getattr__(name: str) -> Any:

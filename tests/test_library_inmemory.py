@@ -124,7 +124,7 @@ def _calls(tmp_path: Path):
 
 
 @pytest.mark.parametrize("call", ["upgrade", "downgrade", "convert", "push", "validate"])
-def test_mismatched_source_and_config_are_type_errors_naming_the_argument(tmp_path, call, hub):  # noqa: F811
+def test_mismatched_source_and_config_are_type_errors_naming_the_argument(tmp_path, call, hub):
     run = _calls(tmp_path)[call]
     state, config = held(DrafterRecipe(producer="vllm"))
     directory = make_drafter(tmp_path / "src", DrafterRecipe(producer="vllm"))
@@ -148,7 +148,7 @@ def test_mismatched_source_and_config_are_type_errors_naming_the_argument(tmp_pa
 
 # -- push ---------------------------------------------------------------------------------------------
 
-def test_push_of_a_state_dict_publishes_exactly_it_and_leaves_nothing(hub):  # noqa: F811
+def test_push_of_a_state_dict_publishes_exactly_it_and_leaves_nothing(hub):
     state, config = held(DrafterRecipe(producer="vllm", eagle31=True))
     pretrained = as_transformers_config(config)  # a LlamaConfig, as a trainer builds it
     report = eagleconv.push(state, "org/trained", config=pretrained, endpoint=hub.url,
@@ -168,7 +168,7 @@ def test_push_of_a_state_dict_publishes_exactly_it_and_leaves_nothing(hub):  # n
     assert tempfile.gettempdir() not in report.model_dump_json()
 
 
-def test_push_of_a_state_dict_runs_the_same_gate(hub):  # noqa: F811
+def test_push_of_a_state_dict_runs_the_same_gate(hub):
     state, config = held(CLEAN)
     config["norm_before_fc"] = True  # with fc_norm: EC020, an error finding
     report = eagleconv.push(state, "org/bad", config=config)
@@ -182,7 +182,7 @@ def test_push_of_a_state_dict_runs_the_same_gate(hub):  # noqa: F811
     assert hub.requests == []
 
 
-def test_push_refuses_a_config_json_cannot_hold_before_writing(hub):  # noqa: F811
+def test_push_refuses_a_config_json_cannot_hold_before_writing(hub):
     state, config = held(CLEAN)
     for bad, message in [({**config, "dtype": torch.bfloat16}, r"^config: dtype is a dtype \(torch.bfloat16\), which a config.json cannot hold"),
                          ({**config, "rope_scale": float("nan")}, r"^config: invalid JSON: non-standard JSON "
@@ -193,7 +193,7 @@ def test_push_refuses_a_config_json_cannot_hold_before_writing(hub):  # noqa: F8
     assert hub.requests == [] and os.listdir(tempfile.gettempdir()) == []
 
 
-def test_push_of_a_state_dict_on_a_full_tmpdir_names_tmpdir(hub, monkeypatch):  # noqa: F811
+def test_push_of_a_state_dict_on_a_full_tmpdir_names_tmpdir(hub, monkeypatch):
     import errno
 
     import eagleconv.io.staging as staging

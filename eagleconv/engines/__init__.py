@@ -13,7 +13,7 @@ from .base import EngineProfile, EngineView, Subject, engine_view
 from .registry import DEFAULTS, NOT_IN_ALL, PROFILES, register, resolve_engines
 
 # Importing the engine modules registers their profiles (vllm first: it is the default engine).
-from . import vllm, sglang, trtllm, tokenspeed, speculators, llamacpp  # noqa: E402,F401,I001
+from . import vllm, sglang, trtllm, tokenspeed, speculators, llamacpp  # noqa: F401
 
 __all__ = ["DEFAULTS", "NOT_IN_ALL", "PROFILES", "EngineProfile", "EngineView", "Subject", "engine_view", "register",
            "resolve_engines"]

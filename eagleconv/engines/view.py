@@ -14,7 +14,6 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from .. import architectures
-from ..canonical import expected_tensors
 from ..drafter import DrafterSpec, EagleFlags
 from ..report import EngineForward, Finding
 from .base import EngineProfile, EngineView, Subject, engine_view, lookup

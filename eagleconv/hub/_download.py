@@ -34,7 +34,7 @@ def download(ref: HubRef, *, endpoint: str | None = None, token: str | bool | No
                                           local_files_only=local_only, tqdm_class=_quiet_tqdm(progress)))
     except UsageError:
         raise
-    except Exception as exc:  # noqa: BLE001 - every failure becomes one line naming the repository
+    except Exception as exc:
         if local_only:
             raise HubError("HF_HUB_OFFLINE is set and this repository (revision) is not in the Hugging Face cache",
                            where) from exc

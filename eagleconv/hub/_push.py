@@ -371,7 +371,7 @@ def _upload(result: PushReport, staged: Path, entries: Sequence[ManifestEntry], 
             api.create_branch(repo_id, branch=revision)
             parent = _head(api, repo_id, revision)
         before = _remote(api, repo_id, parent) if parent else []
-    except Exception as exc:  # noqa: BLE001 - HubError (timeout, --create-pr) too: one line, nothing was sent
+    except Exception as exc:
         raise _hub_error(exc, "before the commit (nothing was uploaded)", f"{result.endpoint or 'hub'}/{repo_id}") from exc
     result.parent_commit = parent
     uploading = {e.path for e in entries} | {MANIFEST}

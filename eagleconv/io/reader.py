@@ -28,7 +28,7 @@ from .tensor_store import TensorInfo
 
 # The names this module held before issue 26's split, re-exported for their old import path.
 from .checkpoint import advise_sequential, copy_range  # noqa: F401
-from .state_dict import STATE_DICT  # noqa: F401
+from .state_dict import STATE_DICT
 from .tensor_store import CHUNK_BYTES, TensorStore  # noqa: F401
 
 if TYPE_CHECKING:

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
 from eagleconv import architectures
 from eagleconv.canonical import CANONICAL_NAME, expected_tensors

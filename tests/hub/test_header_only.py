@@ -56,7 +56,7 @@ def _commit(fake, repo_id: str) -> str:
 
 
 @pytest.fixture
-def loopback(hub, monkeypatch):  # noqa: F811 - the fixture imported above
+def loopback(hub, monkeypatch):
     """The loopback Hub, with 5xx retries at once and Retry-After 0 (a test that waits sets its own)."""
     monkeypatch.setattr(ranges, "BACKOFF", 0.0)
     hub.retry_after = 0

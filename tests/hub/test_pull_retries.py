@@ -39,7 +39,7 @@ def child_env(tmp_path: Path, url: str) -> dict[str, str]:
             "HF_HUB_CACHE": str(tmp_path / "hf" / "hub")}
 
 
-def published(hub, drafter, tmp_path, name: str) -> int:  # noqa: F811
+def published(hub, drafter, tmp_path, name: str) -> int:
     """Push a clean drafter as ``name``; the number of files a pull downloads."""
     from tests.support.hub import good
 
@@ -51,12 +51,12 @@ def published(hub, drafter, tmp_path, name: str) -> int:  # noqa: F811
     return len(hub.files(name))
 
 
-def resolves(hub) -> int:  # noqa: F811
+def resolves(hub) -> int:
     return sum(1 for _, path in hub.requests if "/resolve/" in path)
 
 
 @pytest.mark.parametrize("timeout", [1, 3])
-def test_pull_from_a_hub_answering_500_retries_within_timeout_and_prints_one_line(hub, drafter, tmp_path,  # noqa: F811
+def test_pull_from_a_hub_answering_500_retries_within_timeout_and_prints_one_line(hub, drafter, tmp_path,
                                                                                    timeout):
     files = published(hub, drafter, tmp_path, "org/down")
     hub.fail = "resolve-500"
@@ -78,7 +78,7 @@ def test_pull_from_a_hub_answering_500_retries_within_timeout_and_prints_one_lin
     assert files <= resolves(hub) <= files * {1: 3, 3: 4}[timeout] < files * 6, hub.requests
 
 
-def test_a_hub_that_answers_500_once_is_retried_and_the_pull_completes(hub, drafter, tmp_path):  # noqa: F811
+def test_a_hub_that_answers_500_once_is_retried_and_the_pull_completes(hub, drafter, tmp_path):
     """The bound stops a Hub that stays down, not huggingface_hub's retry of a passing failure."""
     import threading
     import time

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from eagleconv.hub import PullReport, PushReport, is_local_path, publish_findings
+from eagleconv.hub import PullReport, is_local_path, publish_findings
 from tests.conftest import edit_config, read_json
 from tests.support.fake_hub import TOKEN
 from tests.support.hub import good, hub, push_json, run  # noqa: F401 - the loopback Hub fixture

@@ -28,7 +28,7 @@ def cache(monkeypatch, tmp_path):
     return tmp_path / "cache"
 
 
-def published(hub, drafter, repo: str = "org/a") -> Path:  # noqa: F811
+def published(hub, drafter, repo: str = "org/a") -> Path:
     src = good(drafter)
     result = run("push", src, repo, "--no-forward")
     assert result.exit_code == 0, result.output
@@ -37,7 +37,7 @@ def published(hub, drafter, repo: str = "org/a") -> Path:  # noqa: F811
 
 # -- one mechanism: a copy-time OSError is one DestinationError naming the destination (exit 2) --------------
 
-def test_pull_into_a_full_disk_is_one_line_naming_the_destination(hub, drafter, cache, tmp_path):  # noqa: F811
+def test_pull_into_a_full_disk_is_one_line_naming_the_destination(hub, drafter, cache, tmp_path):
     published(hub, drafter)
     with mounted_tmpfs(tmp_path / "small", "size=16k") as disk:
         dest = disk / "p"
@@ -62,7 +62,7 @@ def test_push_dry_run_staging_on_a_full_disk_is_one_line_naming_the_stage_dir(dr
         assert rerun.returncode == 0, rerun.stderr  # nothing blocks a rerun elsewhere
 
 
-def test_push_staging_on_a_full_tmpdir_names_tmpdir_and_sends_nothing(hub, drafter, tmp_path, monkeypatch):  # noqa: F811
+def test_push_staging_on_a_full_tmpdir_names_tmpdir_and_sends_nothing(hub, drafter, tmp_path, monkeypatch):
     src = good(drafter)
     with mounted_tmpfs(tmp_path / "small", "size=16k") as disk:
         monkeypatch.setenv("TMPDIR", str(disk))
@@ -72,7 +72,7 @@ def test_push_staging_on_a_full_tmpdir_names_tmpdir_and_sends_nothing(hub, draft
         assert list(disk.iterdir()) == [] and hub.requests == []
 
 
-def test_pull_overwrite_publishes_through_the_staged_directory(hub, drafter, cache, tmp_path):  # noqa: F811
+def test_pull_overwrite_publishes_through_the_staged_directory(hub, drafter, cache, tmp_path):
     """--overwrite refuses a destination that is not a checkpoint, before any request, and leaves it as it was."""
     published(hub, drafter)
     dest = tmp_path / "p"
@@ -99,7 +99,7 @@ def _check_steps(calls: list[tuple[str, int, int]], expected: tuple[str, ...]) -
     return totals
 
 
-def test_library_push_and_pull_report_every_step_in_bytes(hub, drafter, cache, tmp_path):  # noqa: F811
+def test_library_push_and_pull_report_every_step_in_bytes(hub, drafter, cache, tmp_path):
     src = good(drafter)
     calls: list[tuple[str, int, int]] = []
     report = eagleconv.push(src, "org/a", forward=False, progress=lambda *a: calls.append(a))
@@ -120,7 +120,7 @@ def test_library_push_and_pull_report_every_step_in_bytes(hub, drafter, cache, t
     assert sorted(p.name for p in dest.iterdir()) == sorted({*pulled.files, MANIFEST})
 
 
-def test_push_and_pull_show_progress_on_a_terminal_and_nothing_in_a_pipe(hub, drafter, cache, tmp_path):  # noqa: F811
+def test_push_and_pull_show_progress_on_a_terminal_and_nothing_in_a_pipe(hub, drafter, cache, tmp_path):
     src = good(drafter)
     code, stderr = on_terminal("push", str(src), "org/a", "--no-forward", columns=120)
     assert code == 0, stderr

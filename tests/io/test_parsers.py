@@ -317,7 +317,7 @@ def test_heads_that_do_not_divide_hidden_size_are_ec005_for_a_llama_config(draft
     config = json.loads((src / "config.json").read_text())
     assert (config["model_type"], config["hidden_size"] % config["num_attention_heads"]) == ("llama", 2)
     if TRANSFORMERS_5:  # the ground truth
-        with pytest.raises(Exception, match="not a multiple of the number of attention"):  # noqa: B017 - hub wraps it
+        with pytest.raises(Exception, match="not a multiple of the number of attention"):
             transformers_reads(src)
     payload = json.loads(run("validate", src, "--no-numeric", "--json").output)
     assert [f["code"] for f in payload["findings"] if f["severity"] == "error"] == ["EC005"], payload["findings"]

@@ -14,11 +14,11 @@ import sys
 
 os.environ.pop("TRITON_INTERPRET", None)
 
-import triton  # noqa: E402
-from triton.backends.compiler import GPUTarget  # noqa: E402
-from triton.compiler import ASTSource  # noqa: E402
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
 
-from eagleconv.kernels import _triton as K  # noqa: E402
+from eagleconv.kernels import _triton as K
 
 TARGET = GPUTarget("cuda", 90, 32)  # Hopper (H100/H200), warp size 32
 

@@ -35,7 +35,7 @@ def measured(tmp_path) -> tuple[dict, str]:
     return json.loads(result.stdout), str(path)
 
 
-def test_push_writes_the_engine_matrix_and_acceptance_and_pull_prints_them(hub, drafter, tmp_path):  # noqa: F811
+def test_push_writes_the_engine_matrix_and_acceptance_and_pull_prints_them(hub, drafter, tmp_path):
     report, path = measured(tmp_path)
     src = good(drafter)
     result = run("push", src, "org/d", "--endpoint", hub.url, "--engine", "all", "--acceptance", path, "--json")
@@ -66,7 +66,7 @@ def test_push_writes_the_engine_matrix_and_acceptance_and_pull_prints_them(hub, 
     assert "card: acceptance length" in text.output and "card: vllm 0.32:" in text.output
 
 
-def test_push_refuses_a_bad_acceptance_report_before_any_request(hub, drafter, tmp_path):  # noqa: F811
+def test_push_refuses_a_bad_acceptance_report_before_any_request(hub, drafter, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"tokens": []}))
     result = run("push", good(drafter), "org/d", "--endpoint", hub.url, "--acceptance", bad)

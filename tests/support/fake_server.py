@@ -166,7 +166,7 @@ def _handler(srv: FakeServer) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             srv.requests.append(("GET", self.path))
             if self.path == "/health":
                 self._send(200, {})
@@ -181,7 +181,7 @@ def _handler(srv: FakeServer) -> type[BaseHTTPRequestHandler]:
             else:
                 self._send(404, {"error": "not found"})
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             srv.requests.append(("POST", self.path))
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
             want = "/v1/completions" if srv.engine == "vllm" else "/completion"

@@ -17,8 +17,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-import eagleconv  # noqa: E402
-from eagleconv.eagle31 import MIN_CALIBRATION_PROMPTS, MIN_CALIBRATION_TOKENS  # noqa: E402
+import eagleconv
+from eagleconv.eagle31 import MIN_CALIBRATION_PROMPTS, MIN_CALIBRATION_TOKENS
 
 REPO = Path(__file__).resolve().parents[2]
 PAIR = REPO / "fixtures" / "tiny-pair"

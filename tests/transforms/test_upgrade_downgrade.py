@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
-from safetensors import safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 import eagleconv
 from eagleconv.cli.main import cli

@@ -64,7 +64,6 @@ def test_nan_scan_streams_in_chunks():
 
 
 def test_on_disk_scan_never_reads_a_weight_whole(tmp_path):
-    import torch
     from safetensors.torch import save_file
 
     from eagleconv.io.reader import Checkpoint, open_checkpoint

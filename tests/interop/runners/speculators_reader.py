@@ -74,7 +74,7 @@ def strict_load(path):
 
 
 def main():
-    import speculators
+    import speculators  # noqa: F401 - fail at start, not per case, when speculators is missing
     import torch
     import transformers
 
