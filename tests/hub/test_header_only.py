@@ -229,4 +229,4 @@ def test_a_dripping_hub_ends_at_the_requests_deadline():
         start = time.monotonic()
         with pytest.raises(HubError, match="no answer within 1 s"):
             reader.read_small(f"{srv.url}/org/d/resolve/main/config.json")
-        assert time.monotonic() - start < 1 + 5, time.monotonic() - start
+        assert time.monotonic() - start < 1 + 20, time.monotonic() - start  # the drip runs 60 s; load slack

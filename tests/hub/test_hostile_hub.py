@@ -40,8 +40,9 @@ def test_pull_from_a_hostile_hub_ends_in_time_in_one_line(tmp_path, routes, expe
         proc, elapsed = pull(hub.url, tmp_path, 1)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and expect in lines[0], proc.stderr
-    # the drip runs 60 s: the deadline (1 s + 60 bytes / MIN_RATE) ended it, not the server; startup under load ~5 s
-    assert elapsed < 1 + 60 / MIN_RATE + 15, elapsed
+    # the drip runs 60 s: the deadline (1 s + 60 bytes / MIN_RATE) ended it, not the server; the slack is for a
+    # child process starting on a loaded machine (16 s seen at load 10), not a speed claim
+    assert elapsed < 1 + 60 / MIN_RATE + 30, elapsed
     assert not (tmp_path / "p").exists()
 
 
@@ -55,7 +56,7 @@ def test_push_to_a_dripping_hub_ends_in_time(hub_env, drafter):
         code, report = push_json(good(drafter), "org/d", "--no-forward", "--timeout", "1")
         elapsed = time.monotonic() - start
     assert code == 2 and not report.ok and "no answer within 1 s" in (report.error or ""), report
-    assert elapsed < 1 + 60 / MIN_RATE + 10, elapsed
+    assert elapsed < 1 + 60 / MIN_RATE + 30, elapsed  # the drip runs 60 s; slack for a loaded machine
     assert not any(method == "POST" and "/commit/" in path for method, path, _ in srv.seen)
 
 

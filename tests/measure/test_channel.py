@@ -41,12 +41,13 @@ def one_error_line(result, expect: str) -> str:
 @pytest.mark.parametrize("path", ["/completion", "/metrics", "/v1/models"])
 def test_a_drip_ends_at_the_deadline_not_per_read(prompts, path):
     """Headers, then a byte every 0.2 s: every read returns in time, the request must still end at --timeout."""
-    with HostileServer({path: drip(every=0.2, limit=8)}) as srv:
+    with HostileServer({path: drip(every=0.2, limit=30)}) as srv:
         start = time.monotonic()
         result = run(srv.url, prompts, "--timeout", "1")
         elapsed = time.monotonic() - start
     one_error_line(result, "no answer within 1 s")
-    assert elapsed < 1 + 2, elapsed
+    # the drip runs 30 s (a per-read timeout waits it out); slack for a loaded machine, not a speed claim
+    assert elapsed < 12, elapsed
 
 
 @pytest.mark.parametrize("path, behaviour, expect", [
