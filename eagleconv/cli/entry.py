@@ -25,12 +25,6 @@ def main(hard_exit: bool = True) -> None:
     global _STDOUT_AT_START
     open_missing_std_streams()
     _STDOUT_AT_START = _identity(1)
-    raise_on_termination(sigint=True)
-    for stream in (sys.stdout, sys.stderr):  # a path that is not UTF-8 prints escaped, never fails the output
-        try:
-            stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
-        except (AttributeError, ValueError):
-            pass  # not a text stream (a test's replacement): it keeps its own policy
     _exit(_run(), hard_exit)
 
 
@@ -65,8 +59,15 @@ def _say_line(text: str) -> None:
 
 
 def _run() -> int | str | None:
-    """The command's exit status; an Interrupted from anywhere (an import, click's parsing, a command) is one line."""
+    """The command's exit status; an Interrupted from anywhere (the moment the handlers are in, an import, click's
+    parsing, a command) is one line."""
     try:
+        raise_on_termination(sigint=True)  # inside the try: a signal the instant after it is installed is one line
+        for stream in (sys.stdout, sys.stderr):  # a path that is not UTF-8 prints escaped, never fails the output
+            try:
+                stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
+            except (AttributeError, ValueError):
+                pass  # not a text stream (a test's replacement): it keeps its own policy
         try:
             from .commands import cli
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from threading import Thread
+from threading import Lock, Thread
 
 import pytest
 from click.testing import CliRunner
@@ -28,6 +28,7 @@ class Scripted:
                  timings: dict | None = None) -> None:
         self.scrapes, self.version, self.engine, self.timings = scrapes, version, engine, timings
         self.served = 0
+        self.lock = Lock()
         srv = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -43,8 +44,9 @@ class Scripted:
 
             def do_GET(self) -> None:
                 if self.path == "/metrics" and srv.scrapes:
-                    self._send(srv.scrapes[min(srv.served, len(srv.scrapes) - 1)])
-                    srv.served += 1
+                    with srv.lock:  # counted before answering: the next scrape may arrive on another thread first
+                        n, srv.served = srv.served, srv.served + 1
+                    self._send(srv.scrapes[min(n, len(srv.scrapes) - 1)])
                 elif self.path == "/v1/models":
                     self._send({"data": [{"id": "fake/target"}]})
                 elif self.path in ("/version", "/props"):
