@@ -107,7 +107,9 @@ FIGURES: list[tuple[str, Callable[[Any], float], str]] = [
     ("simulate-threads-2026-12-03.json", lambda d: d["quiet_16:44-16:46"]["summary"]["idle"]["default_over_best"],
         "{:.2f}x"),
     ("gguf-convert-2026-12-03.json", lambda d: d["quiet_16:55-16:57"]["summary"]["ratio_median"], "{:.2f}x"),
-    ("simulate-vs-engines-tiny-2026-12-07.json", lambda d: d["vllm-loop"]["ratio_median"], "{:.2f}x"),
+    ("simulate-vs-engines-smollm2-2026-12-07.json", lambda d: d["llama-server"]["ratio_median"], "{:.2f}x"),
+    ("simulate-vs-engines-smollm2-2026-12-07.json", lambda d: d["speculative-simple"]["ratio_median"], "{:.2f}x"),
+    ("simulate-vs-engines-smollm2-2026-12-07.json", lambda d: d["vllm-loop"]["ratio_median"], "{:.2f}x"),
     ("simulate-vs-engines-tiny-2026-12-07.json", lambda d: d["baseline-server"]["ratio_median"], "{:.2f}x"),
 ]
 
