@@ -87,7 +87,7 @@ def hostile(draw: st.DrawFn, base: Gguf) -> Gguf:
         if edit == "duplicate":
             g.tensors.append(g.tensors[i])
         elif edit == "offset":
-            g.tensors[i] = (name, ggml, ne, draw(st.sampled_from([0, 1, 32, offset + 4, 2 ** 40, 2 ** 64 - 1])))
+            g.tensors[i] = (name, ggml, ne, draw(st.sampled_from([0, 1, 32, (offset + 4) % 2 ** 64, 2 ** 40, 2 ** 64 - 1])))
         elif edit == "dims":
             g.tensors[i] = (name, ggml, tuple(draw(st.sampled_from([0, 1, 2 ** 32, 2 ** 63])) for _ in ne), offset)
         else:
