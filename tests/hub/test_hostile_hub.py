@@ -12,13 +12,13 @@ import pytest
 
 from eagleconv.hub._timeouts import MIN_RATE
 from tests.hub.test_pull_retries import child_env
+from tests.support.hostile_server import HostileServer, drip, endless, reply
 
 # The body deadline and caps wrap huggingface_hub's httpx client (>= 1.0). Its 0.x releases (eagleconv's floor,
 # 0.30) use requests, where eagleconv bounds each read, not the whole body (docs/security.md says so): the floors
 # tier runs this file there, and it would wait out the drips.
 pytestmark = pytest.mark.skipif(not hasattr(__import__("huggingface_hub"), "set_client_factory"),
                                 reason="huggingface_hub < 1.0 (requests): a Hub's bodies are bounded per read only")
-from tests.support.hostile_server import HostileServer, drip, endless, reply
 
 SHA = "a" * 40
 INFO = {"id": "org/d", "sha": SHA, "private": False, "siblings": [{"rfilename": "config.json"}]}
