@@ -92,9 +92,10 @@ def _run() -> int | str | None:
     return 0
 
 
-def _identity(fd: int) -> tuple[int, int] | None:
+def _identity(file: int | str) -> tuple[int, int] | None:
+    """The (device, inode) of an open descriptor or a path (os.stat takes both); None when it cannot be read."""
     try:
-        info = os.fstat(fd)
+        info = os.stat(file)
     except OSError:
         return None
     return info.st_dev, info.st_ino
@@ -106,15 +107,7 @@ def _reader_gone() -> bool:
     if type(sys.stdout).__name__.lstrip("_") == "PacifyFlushWrapper":  # by name: click 8.5 made the class private
         return True
     now = _identity(1)
-    return now is not None and now != _STDOUT_AT_START and now == _identity_of(os.devnull)
-
-
-def _identity_of(path: str) -> tuple[int, int] | None:
-    try:
-        info = os.stat(path)
-    except OSError:
-        return None
-    return info.st_dev, info.st_ino
+    return now is not None and now != _STDOUT_AT_START and now == _identity(os.devnull)
 
 
 def _os_error(exc: OSError) -> int:
