@@ -37,9 +37,51 @@ def raise_on_termination(sigint: bool = False) -> None:
     for name in ("SIGINT", "SIGTERM", "SIGHUP") if sigint else ("SIGTERM", "SIGHUP"):
         if hasattr(signal, name) and signal.getsignal(getattr(signal, name)) != signal.SIG_IGN:
             signal.signal(getattr(signal, name), handler)
+    _redeliver_when_ignored()
 
 
 _received: int | None = None
+
+
+def _redeliver_when_ignored() -> None:
+    """An Interrupted raised where Python cannot propagate it (a weakref callback such as the import lock's, a
+    ``__del__``, a GC callback) is printed as "Exception ignored ... Traceback" and the work goes on: send the
+    signal to the main thread again, a moment later, from a helper thread, so it lands in ordinary code.
+
+    Not from the hook itself: the handler would run inside the hook (at its next call), where it is ignored again.
+    """
+    import sys
+
+    previous = sys.unraisablehook
+    if getattr(previous, "_eagleconv", False):
+        return
+
+    def hook(unraisable: sys.UnraisableHookArgs) -> None:
+        if isinstance(unraisable.exc_value, Interrupted):
+            _send_again(unraisable.exc_value.signum)
+        else:
+            previous(unraisable)
+
+    hook._eagleconv = True  # type: ignore[attr-defined]
+    sys.unraisablehook = hook
+
+
+REDELIVERY_DELAY = 0.005  # seconds: the hook and the C code that called the callback return well within it
+
+
+def _send_again(signum: int) -> None:
+    import signal
+    import threading
+    import time
+
+    main = threading.main_thread().ident
+
+    def later() -> None:
+        time.sleep(REDELIVERY_DELAY)
+        if main is not None:
+            signal.pthread_kill(main, signum)  # the main thread: a signal there interrupts its system call
+
+    start_helper_thread(later, name="eagleconv-signal-again")
 
 
 def received_signal() -> int | None:

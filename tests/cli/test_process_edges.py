@@ -279,3 +279,35 @@ def test_the_executable_leaves_without_the_interpreters_finalisation(hard_exit):
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)  # flushed before leaving
     assert ("finalised" in result.stderr) is (not hard_exit), result.stderr
+
+
+# A signal whose handler runs inside a weakref callback (as the import lock's cleanup callback did in CI): Python
+# prints "Exception ignored" for the Interrupted and goes on; eagleconv sends the signal again to ordinary code.
+_IN_A_CALLBACK = """
+import gc, signal, sys, time, weakref
+from eagleconv._process import raise_on_termination
+from eagleconv.errors import Interrupted
+raise_on_termination(sigint=True)
+class Thing: pass
+def callback(ref):
+    signal.raise_signal(signal.SIG{name})
+    len("the handler runs at this call, inside the callback")
+thing = Thing()
+ref = weakref.ref(thing, callback)
+try:
+    del thing
+    for _ in range(200):
+        time.sleep(0.01)
+    print("never interrupted")
+except Interrupted as exc:
+    print("interrupted", exc.signum)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_inside_a_weakref_callback_is_sent_again(sig):
+    script = _IN_A_CALLBACK.replace("{name}", signal.Signals(sig).name[3:])
+    result = subprocess.run([sys.executable, "-c", script], env=ENV, capture_output=True, text=True, timeout=60,
+                            preexec_fn=default_signals)
+    assert result.stdout == f"interrupted {int(sig)}\n", (result.stdout, result.stderr)
+    assert result.stderr == ""
