@@ -8,14 +8,16 @@ plus one second per MIN_RATE bytes received (a checkpoint's gigabytes take minut
 nothing), and against a cap: MAX_API_BODY for the Hub's JSON answers, the declared size for a file (h11 holds a
 body to its Content-Length), MAX_FILE_BODY for a file sent chunked.
 
-On both of huggingface_hub's clients.  httpx (>= 1.0): a Client whose responses' byte streams check each chunk; the
-headers are bounded per read and by h11's 64 KiB limit, not by the deadline (httpx hands out no socket before they
-end).  requests (0.x): a read of urllib3's blocks until its whole ``amt`` arrives, so the check between chunks is
-not enough; each connection's response is watched (io.http's Watchdog, from the status line on) and its socket shut
-down at the deadline, which the body's reader moves on as its pieces arrive."""
+On both of huggingface_hub's clients, the status line and headers are held to ``--timeout`` too.  httpx (>= 1.0):
+a Client whose responses' byte streams check each chunk; it hands out no socket before the headers end, so each
+request is sent from a thread of its own while its caller watches their deadline (a Hub that drips them keeps that
+thread, not the caller).  requests (0.x): a read of urllib3's blocks until its whole ``amt`` arrives, so the check
+between chunks is not enough; each connection's response is watched (io.http's Watchdog, from the status line on)
+and its socket shut down at the deadline, which the body's reader moves on as its pieces arrive."""
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import math
 import os
@@ -62,6 +64,7 @@ _started = threading.local()  # .at: when the request this thread is sending sta
 MIN_RATE = 256 * 1024  # bytes per second a body must average, past the first --timeout seconds
 MAX_API_BODY = 64 * 1024 * 1024  # a Hub JSON answer (a repo's info, a tree page): a 100k-file repo's is ~10 MB
 MAX_FILE_BODY = 1 << 40  # a file the Hub sends chunked, without its size: 1 TiB
+_WATCH_EVERY = 0.05  # httpx: how often a request's caller looks at its headers' deadline
 _PIECE = 64 * 1024  # huggingface_hub 0.x: a body is read in pieces this big, each counted before the next
 
 
@@ -111,6 +114,13 @@ def server_failure() -> str | None:
     return _last_failure
 
 
+class _Waiting:
+    """httpx: a request's wait for its answer's headers, ``deadline`` (None while none is awaited)."""
+
+    def __init__(self, started: float, limit: float):
+        self.started, self.limit, self.deadline = started, limit, None  # type: float, float, float | None
+
+
 def _httpx_client_factory(template: _HttpxClient) -> Callable[[], Any]:  # httpx or httpx2, as the Hub uses
     """huggingface_hub >= 1.0: an httpx(2) Client subclass like its default one (same event hooks) with limits."""
     http = sys.modules[type(template).__module__.split(".")[0]]
@@ -138,8 +148,23 @@ def _httpx_client_factory(template: _HttpxClient) -> Callable[[], Any]:  # httpx
         def close(self) -> None:
             self.inner.close()
 
+    class Sent(http.SyncByteStream):  # type: ignore[name-defined]
+        """A request's body: once its last byte is sent, the wait for the answer's headers is timed."""
+
+        def __init__(self, inner: _ByteStream, waiting: _Waiting):
+            self.inner, self.waiting = inner, waiting
+
+        def __iter__(self) -> Iterator[bytes]:
+            yield from self.inner
+            self.waiting.deadline = time.monotonic() + self.waiting.limit
+
+        def close(self) -> None:
+            self.inner.close()
+
     class Client(http.Client):  # type: ignore[name-defined]
         def send(self, request: Any, **kwargs: Any) -> Any:
+            """httpx's send, in a thread of its own while this one watches the headers' deadline: httpx hands out
+            no socket to shut down before they end, so a Hub that drips them keeps that thread, not the caller."""
             limit = _limit
             if limit is None:
                 return super().send(request, **kwargs)
@@ -149,17 +174,43 @@ def _httpx_client_factory(template: _HttpxClient) -> Callable[[], Any]:  # httpx
                                              "write": _limited(old.get("write"), limit),
                                              "pool": _limited(old.get("pool"), limit)}
             url = str(request.url).split("?")[0]
-            _started.at = time.monotonic()
-            try:
-                response = super().send(request, **kwargs)
-            except http.TimeoutException:
+            waiting, outcome, done, send = _Waiting(time.monotonic(), limit), [], threading.Event(), super().send
+
+            def work() -> None:
+                _started.at, _started.waiting = waiting.started, waiting
+                try:
+                    outcome.append(send(request, **kwargs))
+                except Exception as exc:  # noqa: BLE001 - raised in the caller's thread
+                    outcome.append(exc)
+                finally:
+                    done.set()
+
+            threading.Thread(target=contextvars.copy_context().run, args=(work,), daemon=True).start()
+            while not done.wait(_WATCH_EVERY):
+                if waiting.deadline is not None and time.monotonic() > waiting.deadline:
+                    raise _timed_out(request.method, url, limit)
+            response = outcome[0] if outcome else HubError(f"no answer to {request.method} {url}")
+            if isinstance(response, http.TimeoutException):
                 raise _timed_out(request.method, url, limit) from None
+            if isinstance(response, BaseException):
+                raise response
             _bound_retries(response.status_code, response.reason_phrase, request.method, url, limit)
             return response
 
         def _send_single_request(self, request: Any) -> Any:
-            """Each hop's body wrapped before httpx reads it (it reads a redirect's, and a non-streamed answer's)."""
-            response = super()._send_single_request(request)
+            """Each hop's headers watched, and its body wrapped before httpx reads it (it reads a redirect's, and a
+            non-streamed answer's)."""
+            waiting = getattr(_started, "waiting", None)
+            if waiting is not None:
+                if "content-length" in request.headers or "transfer-encoding" in request.headers:
+                    request.stream = Sent(request.stream, waiting)  # an upload: timed from its last byte
+                else:
+                    waiting.deadline = waiting.started + waiting.limit
+            try:
+                response = super()._send_single_request(request)
+            finally:
+                if waiting is not None:
+                    waiting.deadline = None
             limit = _limit
             if limit is not None and isinstance(response.stream, http.SyncByteStream):
                 url = str(request.url).split("?")[0]

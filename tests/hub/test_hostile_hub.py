@@ -21,8 +21,6 @@ from eagleconv.hub._timeouts import MIN_RATE
 from tests.hub.test_pull_retries import child_env
 from tests.support.hostile_server import Behaviour, HostileServer, drip, endless, reply
 
-HTTPX = hasattr(__import__("huggingface_hub"), "set_client_factory")  # huggingface_hub >= 1.0
-
 SHA = "a" * 40
 INFO = {"id": "org/d", "sha": SHA, "private": False, "siblings": [{"rfilename": "config.json"}]}
 FILE = f"/org/d/resolve/{SHA}/config.json"
@@ -136,8 +134,7 @@ def info(url: str, timeout: float):
 
 
 @pytest.mark.parametrize("behaviour", [
-    pytest.param(header_drip(), id="headers", marks=pytest.mark.skipif(
-        HTTPX, reason="httpx exposes no socket before a response's headers end (docs/security.md)")),
+    pytest.param(header_drip(), id="headers"),
     pytest.param(redirect_drip("/api/models/org/e"), id="redirect-hop"),
 ])
 def test_a_drip_before_the_body_ends_at_the_deadline(hub_env, behaviour):
