@@ -118,7 +118,8 @@ class _Waiting:
     """httpx: a request's wait for its answer's headers, ``deadline`` (None while none is awaited)."""
 
     def __init__(self, started: float, limit: float):
-        self.started, self.limit, self.deadline = started, limit, None  # type: float, float, float | None
+        self.started, self.limit = started, limit
+        self.deadline: float | None = None
 
 
 def _httpx_client_factory(template: _HttpxClient) -> Callable[[], Any]:  # httpx or httpx2, as the Hub uses
