@@ -16,6 +16,7 @@ import http.client
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
 
@@ -89,29 +90,42 @@ class Reply:
         return value
 
 
-class _Watchdog:
-    """Shuts ``conn``'s socket down at ``deadline``: a blocked read returns at once, and the request fails."""
+class Watchdog:
+    """Shuts ``conn``'s socket (the one it holds now: http.client lets go of it once a response will close it) down
+    at its deadline: a blocked read returns at once, and the request fails.
+    ``deadline`` is a time, or a function giving the current one (the Hub's body deadline grows as bytes arrive),
+    asked again when the time it gave passes."""
 
-    def __init__(self, conn: http.client.HTTPConnection, deadline: float):
-        self.conn, self.fired, self._lock = conn, False, threading.Lock()
-        self._timer = threading.Timer(max(0.0, deadline - time.monotonic()), self._fire)
+    def __init__(self, conn: http.client.HTTPConnection, deadline: float | Callable[[], float]):
+        self.sock, self.fired, self._lock, self._cancelled = conn.sock, False, threading.Lock(), False
+        self._deadline = deadline if callable(deadline) else lambda: deadline
+        self._arm()
+
+    def _arm(self) -> None:
+        self._timer = threading.Timer(max(0.0, self._deadline() - time.monotonic()), self._fire)
         self._timer.daemon = True
         self._timer.start()
 
     def _fire(self) -> None:
         with self._lock:
+            if self._cancelled:
+                return
+            if self._deadline() > time.monotonic():
+                self._arm()
+                return
             self.fired = True
-            sock = self.conn.sock
+            sock = self.sock
             if sock is not None:
                 try:  # every later read times out at once (Linux still delivers bytes that arrive after a shutdown),
                     sock.settimeout(_GONE)
                     # and the blocked one wakes: the plain socket's shutdown (an SSL socket's own would unwrap it)
                     socket.socket.shutdown(sock, socket.SHUT_RDWR)
-                except OSError:
+                except (OSError, TypeError):  # TypeError: TLS inside a TLS proxy (urllib3's SSLTransport)
                     pass
 
     def cancel(self) -> None:
         with self._lock:
+            self._cancelled = True
             self._timer.cancel()
 
 
@@ -149,7 +163,7 @@ class Channel:
             if isinstance(exc, ConnectionRefusedError):
                 raise HTTPRefusedError("connection refused (is the server running, on this port?)", where) from None
             raise HTTPConnectionError(f"connection failed ({short(str(exc.strerror or exc))})", where) from None
-        dog = _Watchdog(conn, deadline)
+        dog = Watchdog(conn, deadline)
         late = HTTPTimeoutError(f"no answer within {self.timeout:g} s, connect to last byte (--timeout SECONDS sets "
                                 "the limit)", where)
         try:
@@ -168,7 +182,7 @@ class Channel:
             raise late
         return answer
 
-    def _exchange(self, conn: http.client.HTTPConnection, dog: _Watchdog, method: str, path: str, body: bytes | None, cap: int,
+    def _exchange(self, conn: http.client.HTTPConnection, dog: Watchdog, method: str, path: str, body: bytes | None, cap: int,
                   content_type: str, where: str) -> Reply:
         headers = {"Accept-Encoding": "identity", "Connection": "close"}
         if body is not None:

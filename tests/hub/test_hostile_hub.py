@@ -1,24 +1,25 @@
 """Issue 36 items 1 and 2 for the Hub: ``pull`` from a Hub (HF_ENDPOINT) that drips a byte a second after its
 headers, or streams an endless file, ends within --timeout (plus its rate floor) in one line, exit 2, with nothing
-placed.  Against tests/support/hostile_server.py on 127.0.0.1 (raw sockets) speaking the two routes a pull needs."""
+placed.  Against tests/support/hostile_server.py on 127.0.0.1 (raw sockets) speaking the two routes a pull needs.
+
+On both of huggingface_hub's clients: httpx (>= 1.0) here, requests (0.x, eagleconv's floor 0.30) in the floors
+tier, which runs this file there."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import threading
 import time
+from typing import BinaryIO
 
 import pytest
 
+from eagleconv.hub import HubError, HubTimeoutError
 from eagleconv.hub._timeouts import MIN_RATE
 from tests.hub.test_pull_retries import child_env
-from tests.support.hostile_server import HostileServer, drip, endless, reply
-
-# The body deadline and caps wrap huggingface_hub's httpx client (>= 1.0). Its 0.x releases (eagleconv's floor,
-# 0.30) use requests, where eagleconv bounds each read, not the whole body (docs/security.md says so): the floors
-# tier runs this file there, and it would wait out the drips.
-pytestmark = pytest.mark.skipif(not hasattr(__import__("huggingface_hub"), "set_client_factory"),
-                                reason="huggingface_hub < 1.0 (requests): a Hub's bodies are bounded per read only")
+from tests.support.hostile_server import Behaviour, HostileServer, drip, endless, reply
 
 SHA = "a" * 40
 INFO = {"id": "org/d", "sha": SHA, "private": False, "siblings": [{"rfilename": "config.json"}]}
@@ -76,3 +77,78 @@ def hub_env(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_TOKEN", "hf_fake_token_for_loopback")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     return monkeypatch
+
+
+def header_drip(every: float = 0.2, limit: float = 60) -> Behaviour:
+    """A status line, then a header one byte every ``every`` s: it never ends (h11's 64 KiB limit is 5 hours away)."""
+    def send(out: BinaryIO, stop: threading.Event) -> None:
+        out.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Drip: ")
+        out.flush()
+        end = time.monotonic() + limit
+        while time.monotonic() < end and not stop.wait(every):
+            out.write(b"a")
+            out.flush()
+
+    return send
+
+
+def redirect_drip(location: str, every: float = 0.2, limit: float = 60) -> Behaviour:
+    """A 302 to ``location`` whose body (read before the redirect is followed) drips."""
+    def send(out: BinaryIO, stop: threading.Event) -> None:
+        out.write(f"HTTP/1.1 302 Found\r\nLocation: {location}\r\nConnection: close\r\n\r\n".encode())
+        out.flush()
+        end = time.monotonic() + limit
+        while time.monotonic() < end and not stop.wait(every):
+            out.write(b" ")
+            out.flush()
+
+    return send
+
+
+def steady(pieces: int, every: float) -> Behaviour:
+    """A 200 JSON answer of ``pieces`` 64 KiB pieces, one every ``every`` s (no Content-Length)."""
+    def send(out: BinaryIO, stop: threading.Event) -> None:
+        out.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n")
+        out.write(json.dumps({**INFO, "pad": ""}).encode()[:-2])  # an open string: the pieces are its text
+        for _ in range(pieces):
+            out.write(b" " * 65536)
+            out.flush()
+            stop.wait(every)
+        out.write(b'"}')
+
+    return send
+
+
+def info(url: str, timeout: float):
+    """The Hub's answer to a repo's info, under eagleconv's limits, and how long it took."""
+    from huggingface_hub import HfApi
+
+    from eagleconv.hub import hub_timeouts
+
+    start = time.monotonic()
+    try:
+        with hub_timeouts(timeout):
+            return HfApi(endpoint=url).model_info("org/d"), time.monotonic() - start
+    except HubError as exc:
+        return exc, time.monotonic() - start
+
+
+@pytest.mark.parametrize("behaviour", [
+    pytest.param(header_drip(), id="headers"),
+    pytest.param(redirect_drip("/api/models/org/e"), id="redirect-hop"),
+])
+def test_a_drip_before_the_body_ends_at_the_deadline(hub_env, behaviour):
+    """A Hub that drips its headers, or the body of a redirect it answers, gets one deadline for the request."""
+    with HostileServer({"*": behaviour}) as srv:
+        answer, elapsed = info(srv.url, 1)
+    assert isinstance(answer, HubTimeoutError) and "no answer within 1 s (GET " in answer.message, answer
+    assert elapsed < 1 + 5, elapsed  # the drips run 60 s; in-process, the slack is for a loaded machine
+
+
+def test_a_body_faster_than_the_rate_floor_outlasts_the_timeout(hub_env):
+    """The deadline grows with what arrives: 1.25 MiB over 2 s at --timeout 1 is read whole (it is 5 times the
+    rate floor), not cut at 1 s."""
+    with HostileServer({"*": steady(pieces=20, every=0.1)}) as srv:
+        answer, elapsed = info(srv.url, 1)
+    assert not isinstance(answer, HubError), answer
+    assert answer.sha == SHA and elapsed > 1.5, elapsed
