@@ -14,7 +14,7 @@ from .options import engines_option, hide_info_option, ignore_option
 
 TIMEOUT_HELP = ("A deadline per Hub request: its body must be in SECONDS after the request started, plus one second "
                 "per 256 KiB received (a slow but steady download goes on, a drip does not); connect at most 10 s, "
-                "headers at most SECONDS per read. Default: EAGLECONV_HUB_TIMEOUT, else 60.")
+                "headers within SECONDS. Default: EAGLECONV_HUB_TIMEOUT, else 60.")
 
 
 def timeout_option(func):
