@@ -2,6 +2,7 @@
 
     python .ci/vllm_parity.py --vllm-python VENV/bin/python [--work DIR] [--only NAME ...] [--case-timeout S]
         [--pair DIR] [--num-speculative-tokens K] [--max-tokens N] [--record [--record-file FILE]]
+    python .ci/vllm_parity.py --vllm-python VENV/bin/python --mla [--work DIR] [--record]   (.ci/vllm_parity_mla.py)
 
 ``--pair`` runs the tier on another pair laid out like fixtures/tiny-pair (target/, eagle3/, eagle31/,
 prompts.json), e.g. the SmolLM2 pair that fixtures/smollm2/build.py prints.
@@ -157,7 +158,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="the pair: a directory with target/, eagle3/, eagle31/ and prompts.json (default: tiny-pair)")
     ap.add_argument("--num-speculative-tokens", type=int, default=K, help=f"K (default {K})")
     ap.add_argument("--max-tokens", type=int, default=MAX_TOKENS, help=f"tokens per prompt (default {MAX_TOKENS})")
+    ap.add_argument("--mla", action="store_true", help="run fixtures/mla-pair instead (.ci/vllm_parity_mla.py)")
     args = ap.parse_args(argv)
+    if args.mla:  # the MLA pair: its own cases, checks and record (.ci/vllm_parity_mla.py)
+        from vllm_parity_mla import mla_main
+
+        args.work = args.work or Path(tempfile.mkdtemp(prefix="eagleconv-vllm-parity-mla-"))
+        args.work.mkdir(parents=True, exist_ok=True)
+        return mla_main(args, run_vllm, simulate_case, compare)
     if args.record and args.pair.resolve() != TINY_PAIR.resolve() and args.record_file == RECORD:
         ap.error("--record with --pair needs its own --record-file (the default one is tiny-pair's)")
     work = args.work or Path(tempfile.mkdtemp(prefix="eagleconv-vllm-parity-"))

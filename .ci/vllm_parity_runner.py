@@ -71,9 +71,11 @@ def run_case(request: dict, drafter: str, case: dict | None = None) -> dict:
     K = int(request["num_speculative_tokens"])
     case = case or {}
     request = {**request, **{k: case[k] for k in ("target", "prompts") if k in case}}
+    # "rotary_op": false (the MLA cases) runs vLLM with its CPU rotary custom op off: it rotates 3-D q_pe wrongly
+    extra = {} if case.get("rotary_op", True) else {"compilation_config": {"custom_ops": ["-rotary_embedding"]}}
     llm = LLM(model=request["target"], skip_tokenizer_init=True, dtype="float32", enforce_eager=True,
               max_model_len=case.get("max_model_len", 512), disable_log_stats=False, seed=0,
-              speculative_config={"model": drafter, "method": "eagle3", "num_speculative_tokens": K})
+              speculative_config={"model": drafter, "method": "eagle3", "num_speculative_tokens": K}, **extra)
     try:
         prompts = [TokensPrompt(prompt_token_ids=p) for p in request["prompts"]]
         params = SamplingParams(temperature=0, max_tokens=int(request["max_tokens"]), ignore_eos=True)
