@@ -51,13 +51,17 @@ def captured(tmp_path_factory):
 def test_calibration_file_and_target_prompts_give_the_same_report(captured, tmp_path):
     """The same states given as a file (plus --target for the rows the drafter borrows) or captured from
     --target/--prompts: the same weights, the same divergence, calibrated and with unit weights."""
+    from click.testing import CliRunner  # in this process: two children would import torch and transformers again
+
+    from eagleconv.cli.main import cli as main
+
     path, _, _ = captured
-    by_file = cli("upgrade", str(EAGLE3), str(tmp_path / "file"), "--calibration", str(path), "--target", str(TARGET),
-                  "--json")
-    by_target = cli("upgrade", str(EAGLE3), str(tmp_path / "target"), "--target", str(TARGET), "--prompts",
-                    str(PROMPTS), "--json")
-    assert by_file.returncode == 0, by_file.stderr
-    assert by_target.returncode == 0, by_target.stderr
+    by_file = CliRunner().invoke(main, ["upgrade", str(EAGLE3), str(tmp_path / "file"), "--calibration", str(path),
+                                        "--target", str(TARGET), "--json"])
+    by_target = CliRunner().invoke(main, ["upgrade", str(EAGLE3), str(tmp_path / "target"), "--target", str(TARGET),
+                                          "--prompts", str(PROMPTS), "--json"])
+    assert by_file.exit_code == 0, by_file.output
+    assert by_target.exit_code == 0, by_target.output
     a, b = json.loads(by_file.stdout), json.loads(by_target.stdout)
     assert a["initialisation"] == b["initialisation"] == "calibrated"
     assert a["divergence"] == b["divergence"] and len(a["divergence"]) == 4
