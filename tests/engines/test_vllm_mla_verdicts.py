@@ -102,3 +102,25 @@ def test_what_eagleconv_writes_for_vllm_loads_as_mla(tmp_path):
                       ("upgraded", "upgrade of the EAGLE-3 base (fc_norm + norm_output)")):
         config = json.loads((tmp_path / out / "config.json").read_text())
         assert config["model_type"] == written[name]["written_model_type"], (out, config["model_type"])
+
+
+@pytest.mark.parametrize("arch", ["phi3", "qwen3"])
+def test_what_convert_writes_for_phi3_and_qwen3_is_what_vllm_ran(arch, tmp_path):
+    """.ci/vllm_written_archs.py ran convert --to vllm's output for a TorchSpec Phi-3 / Qwen3 EAGLE-3.1 drafter in
+    vLLM 0.32 (Phi-3: the Llama label over the fused qkv_proj / gate_up_proj) and simulate drafted exactly as vLLM;
+    convert still writes that label and those tensors."""
+    from safetensors import safe_open
+
+    from eagleconv import convert
+    from eagleconv.synthetic import DrafterRecipe, TinyDims, make_drafter
+
+    record = json.loads((mla.MLA_VARIANTS_DIR / "written-archs-vllm-0.32.0.json").read_text())["cases"]
+    ran = record[f"{arch}: convert --to vllm of a TorchSpec EAGLE-3.1 drafter"]
+    assert ran["vllm"]["status"] == "ok" and ran["simulate_equals_vllm"]
+    src = make_drafter(tmp_path / "src", DrafterRecipe(producer="torchspec", architecture=arch, eagle31=True,
+                                                       dims=TinyDims(hidden=64, target_hidden=64, head_dim=16)))
+    assert convert(src, tmp_path / "out", "vllm").ok
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["architectures"] == ran["architectures"]
+    with safe_open(str(tmp_path / "out" / "model.safetensors"), "pt") as f:
+        projections = sorted({n.split(".")[-2] for n in f.keys() if n.endswith("_proj.weight")})
+    assert projections == ran["projections"]
