@@ -39,18 +39,18 @@ K, MAX_TOKENS = 3, 32
 RECORD = TINY_PAIR / "vllm-0.32.0-outcomes.json"
 
 
-def run_vllm(python: str, request: dict, work: Path, case_timeout: float) -> dict:
-    """Run the runner until every case has a result; kill it when one case runs past ``case_timeout``."""
+def run_vllm(python: str, request: dict, work: Path, case_timeout: float, runner: str = "vllm_parity_runner.py") -> dict:
+    """Run the runner (.ci/RUNNER) until every case has a result; kill it when one case runs past ``case_timeout``."""
     req_path, res_path = work / "vllm-request.json", work / "vllm-result.json"
     req_path.write_text(json.dumps(request))
     if res_path.exists():
         res_path.unlink()
-    runner = REPO / ".ci" / "vllm_parity_runner.py"
+    runner_path = REPO / ".ci" / runner
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1",
            "VLLM_USE_V2_MODEL_RUNNER": "0", "PYTHONPATH": ""}
     names = [c["name"] for c in request["cases"]]
     while True:
-        proc = subprocess.Popen([python, str(runner), str(req_path), str(res_path)], env=env)
+        proc = subprocess.Popen([python, str(runner_path), str(req_path), str(res_path)], env=env)
         current, since = None, time.monotonic()
         while proc.poll() is None:
             time.sleep(1)

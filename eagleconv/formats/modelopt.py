@@ -41,6 +41,8 @@ class ModelOptLayout(Layout):
         config, names = seen.config, seen.names
         eagle_config = config.get("eagle_config")
         keys = set(eagle_config) & MODELOPT_EAGLE_KEYS if isinstance(eagle_config, dict) else set()
+        if names and any(n.startswith("fc_norm.") for n in names):  # TorchSpec/Kimi configs carry the same keys
+            return 0, []  # ModelOpt's allow-list has no fc_norm: an EAGLE-3.1 checkpoint is never its export
         if keys and names is None:
             return 50, [f"ModelOpt eagle_config keys {sorted(keys)}"]
         if keys and names and "fc.weight" in names and has_prefix(names, "layers."):

@@ -81,7 +81,8 @@ CODES: dict[str, Code] = {c.code: c for c in sorted([
     Code("EC024", "readers see different RoPE",
          "The config states RoPE in one spelling only some readers read (rope_parameters alone: transformers 4.x "
          "and older engines read rope_theta and fall back to 10000), or states both spellings with different "
-         "values, so the drafter runs with a different rotary base or scaling depending on who loads it.",
+         "values, so the drafter runs with a different rotary base or scaling depending on who loads it; or an MLA "
+         "drafter states rope_interleave false, which transformers reads (NeoX halves) and vLLM does not (pairs).",
          severity="warning (error when the two spellings disagree)"),
     Code("EC030", "invalid vocab mapping",
          "d2t/t2d are inconsistent: wrong length, absolute instead of offset ids, out of range, duplicates, "

