@@ -32,6 +32,8 @@ def raise_on_termination(sigint: bool = False) -> None:
     def handler(signum: int, frame: object) -> None:
         global _received
         _received = signum
+        if _deferring:  # inside the unraisable hook, where an exception is lost too: the re-sender sends it
+            return
         raise Interrupted(signum)
 
     for name in ("SIGINT", "SIGTERM", "SIGHUP") if sigint else ("SIGTERM", "SIGHUP"):
@@ -41,14 +43,16 @@ def raise_on_termination(sigint: bool = False) -> None:
 
 
 _received: int | None = None
+_deferring = False  # an Interrupted was lost: signals wait for the re-sender (_send_again), which clears this
 
 
 def _redeliver_when_ignored() -> None:
     """An Interrupted raised where Python cannot propagate it (a weakref callback such as the import lock's, a
     ``__del__``, a GC callback) is printed as "Exception ignored ... Traceback" and the work goes on: send the
-    signal to the main thread again, a moment later, from a helper thread, so it lands in ordinary code.
+    signal to the main thread again, from a helper thread, once the main thread has left the hook.
 
-    Not from the hook itself: the handler would run inside the hook (at its next call), where it is ignored again.
+    Not from the hook itself, nor while the main thread is still in it: the handler would run there (at its next
+    call), where its exception is lost as well.  Until then the handler only records the signal.
     """
     import sys
 
@@ -57,8 +61,10 @@ def _redeliver_when_ignored() -> None:
         return
 
     def hook(unraisable: sys.UnraisableHookArgs) -> None:
+        global _deferring
         if isinstance(unraisable.exc_value, Interrupted):
-            _send_again(unraisable.exc_value.signum)
+            _deferring = True
+            _send_again(unraisable.exc_value.signum, hook.__code__)
         else:
             previous(unraisable)
 
@@ -66,20 +72,34 @@ def _redeliver_when_ignored() -> None:
     sys.unraisablehook = hook
 
 
-REDELIVERY_DELAY = 0.005  # seconds: the hook and the C code that called the callback return well within it
+RESEND_POLL = 0.002  # seconds between the re-sender's looks at the main thread's stack
 
 
-def _send_again(signum: int) -> None:
+def _send_again(signum: int, hook_code: object) -> None:
+    """Start the re-sender: it waits until no frame of the hook is on the main thread's stack (the hook only
+    returns, and nothing re-enters it before a signal is sent again), then sends the last signal received."""
     import signal
+    import sys
     import threading
     import time
 
     main = threading.main_thread().ident
 
+    def in_hook() -> bool:
+        frame = sys._current_frames().get(main) if main is not None else None
+        while frame is not None:
+            if frame.f_code is hook_code:
+                return True
+            frame = frame.f_back
+        return False
+
     def later() -> None:
-        time.sleep(REDELIVERY_DELAY)
-        if main is not None:
-            signal.pthread_kill(main, signum)  # the main thread: a signal there interrupts its system call
+        global _deferring
+        while in_hook():
+            time.sleep(RESEND_POLL)
+        _deferring = False
+        if main is not None:  # the main thread: a signal there interrupts its system call
+            signal.pthread_kill(main, _received if _received is not None else signum)
 
     start_helper_thread(later, name="eagleconv-signal-again")
 
