@@ -48,7 +48,11 @@ def populated(hub, monkeypatch):
 EXPECTED = {"other/bert": "not-eagle", "other/readme-only": "not-eagle", "locked/eagle3-gated": "gated",
             "locked/eagle3-private": "private", "busy/eagle3-throttled": "rate-limited",
             "down/eagle3-broken": "failed", "bad/eagle3-hostile": "unsafe", "nobody/eagle3-missing": "missing",
-            "eagle3/eagle-llama-eagle3": "pickle", "eagle3/tiny-pair-target": "not-eagle"}
+            "eagle3/eagle-llama-eagle3": "pickle"}
+# the pairs' target models (tiny-pair, mla-pair, the MLA verdict matrix's): plain models' configs, not drafters
+TARGETS = {"eagle3/" + name.split("/", 1)[1]: "not-eagle" for name, path in FIXTURES.items()
+           if path.name.startswith("target")}
+EXPECTED.update(TARGETS)
 
 
 def test_every_failure_is_its_own_row_state(populated, tmp_path):
@@ -61,7 +65,7 @@ def test_every_failure_is_its_own_row_state(populated, tmp_path):
     for name in EXPECTED:
         assert rows[name].error or rows[name].first_error, name  # one line says why
     judged = [r for r in summary.rows if r.state == "audited"]
-    assert len(judged) == len(FIXTURES) - 2  # every fixture but the pickle and the target model
+    assert len(judged) == len(FIXTURES) - 1 - len(TARGETS)  # every fixture but the pickle and the targets
     for row in judged:
         assert row.commit == populated.repos[row.repo_id].refs["main"] and row.bytes_transferred > 0
         assert [v.engine for v in row.engines] == ["vllm 0.32", "llama.cpp b11434"] and row.layout

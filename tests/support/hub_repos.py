@@ -13,8 +13,12 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
 
 def fixture_checkpoints() -> dict[str, Path]:
-    """Every checkpoint under fixtures/ (a directory with a config.json), by a repository name made of its path."""
-    found = sorted(p.parent for p in FIXTURES.rglob("config.json"))
+    """Every checkpoint under fixtures/ (a directory with a config.json and its weights), by a repository name made
+    of its path.  fixtures/mla-variants' targets are records (a config and the tensor names the tier checks its
+    built weights against), not checkpoints."""
+    weights = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf")
+    found = sorted(p.parent for p in FIXTURES.rglob("config.json")
+                   if any(next(p.parent.glob(pattern), None) for pattern in weights))
     return {"fixtures/" + "-".join(d.relative_to(FIXTURES).parts): d for d in found}
 
 
