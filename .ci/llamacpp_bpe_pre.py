@@ -1,4 +1,4 @@
-"""Write eagleconv/gguf_bpe_pre.py from llama.cpp's converter: its BPE pre-tokenizer table, as data.
+"""Write eagleconv/gguf/gguf_bpe_pre.py from llama.cpp's converter: its BPE pre-tokenizer table, as data.
 
 llama.cpp names a GPT-2 (tokenizer.json) vocab's pre-tokenizer by hashing the token ids of one fixed text
 (``get_vocab_base_pre`` in conversion/base.py, generated upstream by convert_hf_to_gguf_update.py).  eagleconv
@@ -15,7 +15,7 @@ import ast
 import sys
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parents[1] / "eagleconv" / "gguf_bpe_pre.py"
+OUT = Path(__file__).resolve().parents[1] / "eagleconv" / "gguf" / "gguf_bpe_pre.py"
 
 
 def table(src: Path) -> tuple[str, dict[str, str | None]]:

@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO / ".ci"))
 
 from llamacpp_trace import parse  # noqa: E402
 
-from eagleconv.parity import Variant, agrees, build_variant, outcome_of  # noqa: E402
+from eagleconv.validation.parity import Variant, agrees, build_variant, outcome_of  # noqa: E402
 
 RECORD = REPO / "fixtures" / "smollm2" / "llamacpp-b11434-outcomes.json"
 K = 3

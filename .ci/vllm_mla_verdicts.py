@@ -3,7 +3,7 @@
     python .ci/vllm_mla_verdicts.py --vllm-python VENV/bin/python [--work DIR] [--only NAME ...] [--record]
 
 1. builds the seeded tiny DeepSeek-V3 targets (topk_method noaux_tc, and unset as transformers saves it) and the
-   synthetic MLA drafters of eagleconv.parity_mla: two bases (EAGLE-3, EAGLE-3.1; model_type deepseek_v2), every
+   synthetic MLA drafters of eagleconv.validation.parity_mla: two bases (EAGLE-3, EAGLE-3.1; model_type deepseek_v2), every
    variant, and what eagleconv writes for vLLM from MLA input (``convert --to vllm`` of a TorchSpec Kimi drafter,
    ``upgrade``, ``downgrade``);
 2. predicts each variant's outcome (``validate --engine vllm:0.32 --target``);
@@ -29,8 +29,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / ".ci"))
 
-from eagleconv import parity_mla as mla  # noqa: E402
-from eagleconv.parity import OUTCOME_TEXT, agrees, predict  # noqa: E402
+from eagleconv.validation import parity_mla as mla  # noqa: E402
+from eagleconv.validation.parity import OUTCOME_TEXT, agrees, predict  # noqa: E402
 from vllm_parity import COMPARED, compare, run_vllm, simulate_case  # noqa: E402
 
 K, MAX_TOKENS = 3, 16

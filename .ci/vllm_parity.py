@@ -9,7 +9,7 @@ prompts.json), e.g. the SmolLM2 pair that fixtures/smollm2/build.py prints.
 
 1. builds the cases: both drafters of the pair (default tiny-pair) in the vllm layout (as committed) and in the
    speculators layout (converted by eagleconv), eagle3 upgraded to EAGLE-3.1 by eagleconv (calibrated, refit:
-   ``upgrade_case``), and every broken variant of eagleconv.parity.VARIANTS;
+   ``upgrade_case``), and every broken variant of eagleconv.validation.parity.VARIANTS;
 2. predicts, for each variant, what vLLM 0.32 does (``validate --engine vllm:0.32 --target``);
 3. runs real vLLM on every case (.ci/vllm_parity_runner.py in the vLLM virtualenv, one engine per drafter,
    all prompts in one generate call, a timer per case: a hung engine is killed and the runner restarted);
@@ -33,7 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from eagleconv.parity import OUTCOME_TEXT, TINY_PAIR, VARIANTS, agrees, build_variant, predict  # noqa: E402
+from eagleconv.validation.parity import OUTCOME_TEXT, TINY_PAIR, VARIANTS, agrees, build_variant, predict  # noqa: E402
 
 K, MAX_TOKENS = 3, 32
 RECORD = TINY_PAIR / "vllm-0.32.0-outcomes.json"

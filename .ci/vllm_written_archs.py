@@ -24,7 +24,7 @@ sys.path.insert(0, str(REPO / ".ci"))
 from vllm_mla_verdicts import K, MAX_TOKENS, PROMPTS  # noqa: E402
 from vllm_parity import compare, run_vllm, simulate_case  # noqa: E402
 
-from eagleconv.parity_mla import MLA_VARIANTS_DIR  # noqa: E402
+from eagleconv.validation.parity_mla import MLA_VARIANTS_DIR  # noqa: E402
 from eagleconv.synthetic import DrafterRecipe, TinyDims, make_drafter  # noqa: E402
 
 RECORD = MLA_VARIANTS_DIR / "written-archs-vllm-0.32.0.json"

@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     import os
 
     import eagleconv
-    from eagleconv.calibration import Calibration, write_calibration
+    from eagleconv.readers.calibration import Calibration, write_calibration
     from eagleconv.simulate import simulate
     from upgrade_quality import capture, training_prompts
 
@@ -50,8 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     prompts = training_prompts(pair, top * args.subsets)  # also for --calibration: their count is recorded
     t0 = time.monotonic()
     path = args.calibration or capture(pair, prompts, work)
-    from eagleconv.calibration import load_calibration
-    from eagleconv.loading import load_drafter
+    from eagleconv.readers.calibration import load_calibration
+    from eagleconv.readers.loading import load_drafter
 
     loaded = load_drafter(pair / "eagle3")
     try:

@@ -69,7 +69,7 @@ def training_prompts(pair: Path, count: int) -> list[list[int]]:
 def capture(pair: Path, prompts: list[list[int]], work: Path) -> Path:
     import eagleconv
     from eagleconv.forward import default_aux_ids
-    from eagleconv.loading import load_drafter
+    from eagleconv.readers.loading import load_drafter
 
     loaded = load_drafter(pair / "eagle3")
     try:

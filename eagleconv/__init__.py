@@ -19,17 +19,17 @@ from .io import hooks as _io_hooks
 # three (and docs/library.md's list) equal.
 _EXPORTS = {
     # reading, converting, validating
-    "inspect": "eagleconv.inspection",
+    "inspect": "eagleconv.readers.inspection",
     "convert": "eagleconv.conversion",
     "plan_conversion": "eagleconv.conversion",
     "validate": "eagleconv.validation",
     "lint": "eagleconv.validation",
     "open_checkpoint": "eagleconv.io.reader",
-    "load_drafter": "eagleconv.loading",
+    "load_drafter": "eagleconv.readers.loading",
     "LAYOUTS": "eagleconv.formats",
     # EAGLE-3 <-> 3.1
-    "upgrade": "eagleconv.eagle31",
-    "downgrade": "eagleconv.eagle31",
+    "upgrade": "eagleconv.eagle31.api",
+    "downgrade": "eagleconv.eagle31.api",
     # the forward (the [forward] extra)
     "load": "eagleconv.forward",
     "diff": "eagleconv.forward",
@@ -39,19 +39,19 @@ _EXPORTS = {
     "push": "eagleconv.hub",
     "pull": "eagleconv.hub",
     # the canonical description
-    "DrafterSpec": "eagleconv.drafter",
-    "AuxLayers": "eagleconv.drafter",
-    "EagleFlags": "eagleconv.drafter",
-    "MlaDims": "eagleconv.drafter",
-    "LoadedDrafter": "eagleconv.loading",
+    "DrafterSpec": "eagleconv.spec.drafter",
+    "AuxLayers": "eagleconv.spec.drafter",
+    "EagleFlags": "eagleconv.spec.drafter",
+    "MlaDims": "eagleconv.spec.drafter",
+    "LoadedDrafter": "eagleconv.readers.loading",
     # reports
-    "Finding": "eagleconv.report",
-    "InspectReport": "eagleconv.report",
-    "ConvertReport": "eagleconv.report",
-    "ValidationReport": "eagleconv.report",
-    "TransformReport": "eagleconv.report",
-    "DiffReport": "eagleconv.report",
-    "ForwardReport": "eagleconv.report",
+    "Finding": "eagleconv.spec.report",
+    "InspectReport": "eagleconv.spec.report",
+    "ConvertReport": "eagleconv.spec.report",
+    "ValidationReport": "eagleconv.spec.report",
+    "TransformReport": "eagleconv.spec.report",
+    "DiffReport": "eagleconv.spec.report",
+    "ForwardReport": "eagleconv.spec.report",
     "SimulateReport": "eagleconv.simulate",
     "MeasureReport": "eagleconv.measure",
     "PushReport": "eagleconv.hub",
@@ -85,7 +85,7 @@ def _open_hf_headers(path: str, duplicates: _Any = None, **options: _Any) -> tup
 
 def _recognise_checkpoint(directory: _Path, names: list[str], shown: "str | _Path") -> None:
     """For io's --overwrite check (``io.staging.check_replaceable``): a drafter checkpoint by content, or UsageError."""
-    _import_module("eagleconv.loading").recognise_checkpoint(directory, names, shown)
+    _import_module("eagleconv.readers.loading").recognise_checkpoint(directory, names, shown)
 
 
 def _gguf_config(kv: _Any, tensors: _Any) -> dict[str, _Any]:
@@ -114,18 +114,18 @@ def __getattr__(name: str) -> _Any:
 
 if TYPE_CHECKING:  # pragma: no cover
     from .conversion import convert, plan_conversion
-    from .drafter import AuxLayers, DrafterSpec, EagleFlags, MlaDims
-    from .eagle31 import downgrade, upgrade
+    from .spec.drafter import AuxLayers, DrafterSpec, EagleFlags, MlaDims
+    from .eagle31.api import downgrade, upgrade
     from .errors import (ArgumentTypeError, ConversionError, EagleconvError, FindingsError, FormatError,
                          UnsafeInputError, UsageError)
     from .formats import LAYOUTS
     from .forward import Drafter, capture_aux_states, diff, load
     from .hub import PullReport, PushReport, pull, push
-    from .inspection import inspect
+    from .readers.inspection import inspect
     from .io.reader import open_checkpoint
-    from .loading import LoadedDrafter, load_drafter
+    from .readers.loading import LoadedDrafter, load_drafter
     from .measure import MeasureError, MeasureReport
-    from .report import (ConvertReport, DiffReport, Finding, ForwardReport, InspectReport, TransformReport,
-                         ValidationReport)
+    from .spec.report import (ConvertReport, DiffReport, Finding, ForwardReport, InspectReport, TransformReport,
+                              ValidationReport)
     from .simulate import SimulateError, SimulateReport
     from .validation import lint, validate

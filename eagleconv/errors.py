@@ -86,7 +86,7 @@ class DestinationError(EagleconvError, OSError):
 
 
 class MissingExtraError(EagleconvError, ImportError):
-    """An optional dependency is not installed; the message names the extra that installs it (eagleconv._extras)."""
+    """An optional dependency is not installed; the message names the extra that installs it (eagleconv.support._extras)."""
 
     def __init__(self, message: str, module: str, extra: str, path: str | Path | None = None):
         self.extra = extra

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eagleconv import bounds
+from eagleconv.support import bounds
 from tests.test_bounds import EAGLE31, PAIR, TARGET, cli_limited
 
 # (field, its limit) for the fields a drafter or target config sizes things with

@@ -116,7 +116,7 @@ def test_a_file_of_states_alone_is_still_measured_on_them(captured, tmp_path):
 
 
 def test_the_measurement_is_bounded(captured, tmp_path, monkeypatch):
-    import eagleconv.eagle31 as eagle31
+    import eagleconv.eagle31.api as eagle31
 
     monkeypatch.setattr(eagle31, "MEASURE_TOKENS", 20)
     report = eagleconv.upgrade(EAGLE3, tmp_path / "out", calibration=captured[0])

@@ -33,7 +33,7 @@ from eagleconv.errors import ConversionError, EagleconvError, UnsafeInputError
 from eagleconv.formats import LAYOUTS
 from eagleconv.io.reader import open_checkpoint
 from eagleconv.io.safetensors_header import read_header
-from eagleconv.jsonio import loads_strict
+from eagleconv.support.jsonio import loads_strict
 from eagleconv.synthetic import PRODUCERS, DrafterRecipe, TinyDims, make_drafter
 from eagleconv.validation import lint, validate
 
@@ -89,7 +89,7 @@ def recipes(draw) -> DrafterRecipe:
 def _rederived(path: Path, name: str) -> str | None:
     """sha256 of ``name`` derived exactly from what ``path`` holds (t2d from d2t), as convert would."""
     from eagleconv.conversion import _derive
-    from eagleconv.loading import load_drafter
+    from eagleconv.readers.loading import load_drafter
 
     loaded = load_drafter(path)
     try:

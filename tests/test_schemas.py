@@ -9,9 +9,9 @@ from pydantic import ValidationError
 
 from tests.conftest import edit_config
 from eagleconv import convert
-from eagleconv.drafter import AuxLayers
+from eagleconv.spec.drafter import AuxLayers
 from eagleconv.errors import ConversionError
-from eagleconv.schemas import LlamaEagle3Config, SpeculatorsEagle3Config, json_schemas
+from eagleconv.readers.schemas import LlamaEagle3Config, SpeculatorsEagle3Config, json_schemas
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from ..registry import import_entries, registrar
+from ..support.registry import import_entries, registrar
 from .base import Architecture, Expected
 
 if TYPE_CHECKING:
-    from ..jsonio import JSONValue
+    from ..support.jsonio import JSONValue
 
 ARCHITECTURES: dict[str, type[Architecture]] = {}
 

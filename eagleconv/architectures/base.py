@@ -1,4 +1,4 @@
-"""What a drafter architecture is: the decoder family a :class:`~eagleconv.drafter.DrafterSpec` names.
+"""What a drafter architecture is: the decoder family a :class:`~eagleconv.spec.drafter.DrafterSpec` names.
 
 An architecture is a subclass of :class:`Architecture` registered with
 ``@register`` in its own module of this package (``eagleconv.architectures.names()``
@@ -10,10 +10,10 @@ name each layout writes for it, the tensors a synthetic drafter of this family
 has and the example fixtures, the facts engine checks ask about and the verdicts
 it expects from them, and its attention and MLP in the reference forward.  The
 parts every EAGLE-3 drafter shares (fc, fc_norm, the three layer norms, norm,
-lm_head, d2t/t2d) are written once in :mod:`eagleconv.canonical`.
+lm_head, d2t/t2d) are written once in :mod:`eagleconv.spec.canonical`.
 
-The hooks read a spec through :class:`~eagleconv.config_fields.DecoderShape` (the dimensions only), so this
-package needs nothing from :mod:`eagleconv.drafter`, which validates itself against it.
+The hooks read a spec through :class:`~eagleconv.config.config_fields.DecoderShape` (the dimensions only), so this
+package needs nothing from :mod:`eagleconv.spec.drafter`, which validates itself against it.
 """
 
 from __future__ import annotations
@@ -23,17 +23,44 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
-    from ..jsonio import JSONObject, JSONValue
-    from ..synthetic import TinyDims
+    from ..support.jsonio import JSONObject, JSONValue
     from ..nn.store import WeightStore
     from ..nn.norm import NormOps
     from ..rope.rotary import ResolvedRope
     from ..nn.attention import LayerCache
-    from ..config_fields import DecoderShape
+    from ..config.config_fields import DecoderShape
     import torch
     from pydantic import BaseModel
 
     from ..io.reader import TensorInfo
+
+
+@dataclass(frozen=True)
+class TinyDims:
+    """Small but non-degenerate sizes, so shape mix-ups show.
+
+    ``target_hidden`` equals ``hidden`` by default because a drafter that
+    borrows the target's embedding (most layouts ship none) must have the
+    target's width; ``WIDE_TARGET`` is the Llama-3.3-70B-style case where the
+    drafter is narrower than the target and ships its own embedding.
+    """
+
+    hidden: int = 32
+    target_hidden: int = 32
+    heads: int = 4
+    kv_heads: int = 2
+    head_dim: int = 8
+    intermediate: int = 64
+    vocab: int = 128
+    draft_vocab: int = 64
+    aux_ids: tuple[int, ...] = (2, 8, 13)  # vLLM numbering (hidden state entering layer i)
+    target_layers: int = 16
+    # MLA (Kimi K2.x style)
+    q_lora_rank: int | None = 24  # None: q_proj instead of the q_a/q_b latent (vLLM 0.32 cannot load it)
+    kv_lora_rank: int = 16
+    qk_nope_head_dim: int = 8
+    qk_rope_head_dim: int = 4
+    v_head_dim: int = 12
 
 
 @dataclass(frozen=True)

@@ -12,18 +12,18 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, PositiveInt
 
-from ..config_fields import MlaDims, _DecoderFields, _Eagle3Fields
+from ..config.config_fields import MlaDims, _DecoderFields, _Eagle3Fields
 from . import register
 from .base import Architecture, Example, Expected, InLayout, Verdict
 
 if TYPE_CHECKING:
-    from ..jsonio import JSONObject, JSONValue
-    from ..synthetic import TinyDims
+    from ..support.jsonio import JSONObject, JSONValue
+    from .base import TinyDims
     from ..nn.store import WeightStore
     from ..nn.norm import NormOps
     from ..rope.rotary import ResolvedRope
     from ..nn.attention import LayerCache
-    from ..config_fields import DecoderShape
+    from ..config.config_fields import DecoderShape
     import torch
     from pydantic import BaseModel
 

@@ -11,18 +11,18 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import PositiveInt
 
-from ..config_fields import _DecoderFields, _Eagle3Fields
+from ..config.config_fields import _DecoderFields, _Eagle3Fields
 from . import register
 from .base import Architecture, Derive, Example, Expected, InLayout, Verdict, exact_div, shape_of
 
 if TYPE_CHECKING:
-    from ..jsonio import JSONObject, JSONValue
-    from ..synthetic import TinyDims
+    from ..support.jsonio import JSONObject, JSONValue
+    from .base import TinyDims
     from ..nn.store import WeightStore
     from ..nn.norm import NormOps
     from ..rope.rotary import ResolvedRope
     from ..nn.attention import LayerCache
-    from ..config_fields import DecoderShape
+    from ..config.config_fields import DecoderShape
     import torch
     from pydantic import BaseModel
 

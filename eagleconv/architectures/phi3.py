@@ -17,9 +17,9 @@ from .base import Derive, Example, Expected, InLayout, Verdict, exact_div, shape
 from .llama import Llama
 
 if TYPE_CHECKING:
-    from ..synthetic import TinyDims
+    from .base import TinyDims
     from ..nn.store import WeightStore
-    from ..config_fields import DecoderShape
+    from ..config.config_fields import DecoderShape
     import torch
 
     from ..io.reader import TensorInfo

@@ -13,8 +13,8 @@ from .base import Example, Expected, InLayout
 from .llama import Llama
 
 if TYPE_CHECKING:
-    from ..synthetic import TinyDims
-    from ..config_fields import DecoderShape
+    from .base import TinyDims
+    from ..config.config_fields import DecoderShape
     import torch
 
 

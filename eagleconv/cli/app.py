@@ -33,7 +33,7 @@ def _layout_names() -> tuple[str, ...]:
     """
     import importlib.util
 
-    from ..registry import entry_modules
+    from ..support.registry import entry_modules
 
     spec = importlib.util.find_spec("eagleconv.formats")
     locations = spec.submodule_search_locations if spec is not None else None
@@ -169,7 +169,7 @@ def _stdout_closed() -> bool:
 
 def _json_error(message: str, code: str | None, exit_code: int) -> None:
     """The --json failure object (schemas/error.schema.json), on stdout where the report would have been."""
-    from ..report import ErrorReport
+    from ..spec.report import ErrorReport
 
     try:
         click.echo(ErrorReport(ok=False, error=message, code=code, exit_code=exit_code).model_dump_json())

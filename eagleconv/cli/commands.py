@@ -17,7 +17,7 @@ from .app import FORMATS, _console, _progress, cli, run_command
 from .options import DOWNLOAD_HELP, WEIGHTS_DOWNLOAD_HELP, allow_no_verifier_option, parse_size, verifier_option
 
 if TYPE_CHECKING:
-    from ..drafter import AuxConvention
+    from ..spec.drafter import AuxConvention
 
 
 @cli.command()
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 def inspect(ctx: click.Context, path: str, from_format: str | None, allow_pickle: bool, download: bool,
             as_json: bool) -> None:
     """Describe a drafter (a directory or hf://ORG/NAME[@REV]): layout, EAGLE version, flags, dims, aux ids, vocab mapping, tensors."""
-    from ..inspection import inspect as inspect_checkpoint
+    from ..readers.inspection import inspect as inspect_checkpoint
 
     def body():
         report = inspect_checkpoint(path, from_format=from_format, allow_pickle=allow_pickle, download=download)
@@ -117,7 +117,7 @@ def convert(ctx: click.Context, src: str, dst: str, to: str, from_format: str | 
 @click.pass_context
 def schema(ctx: click.Context, out: str) -> None:
     """Write the JSON Schemas of configs, the drafter spec and reports into --out."""
-    from ..schemas import write_schemas
+    from ..readers.schemas import write_schemas
 
     def body():
         for path in write_schemas(out):

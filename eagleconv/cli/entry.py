@@ -12,7 +12,7 @@ import sys
 
 import os
 
-from .._process import exit_on_termination, open_missing_std_streams, raise_on_termination, received_signal
+from ..support._process import exit_on_termination, open_missing_std_streams, raise_on_termination, received_signal
 from ..errors import Interrupted
 
 STDOUT_CLOSED = 141  # 128 + SIGPIPE: the reader of stdout went away (README "Exit codes")

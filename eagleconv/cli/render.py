@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from .._text import human_bytes, printable
-from ..report import ConvertReport, HubSource, InspectReport
+from ..spec.report import ConvertReport, HubSource, InspectReport
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..report import DiffReport, DiffStep, ForwardReport
+from ..spec.report import DiffReport, DiffStep, ForwardReport
 from .render import table
 
 

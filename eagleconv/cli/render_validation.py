@@ -7,7 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .._text import printable
-from ..report import ValidationReport
+from ..spec.report import ValidationReport
 from .render import hub_line
 from .render import table as make_table
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .._process import usable_cores
+from ..support._process import usable_cores
 from ..measure.report import DEFAULT_MAX_TOKENS
 from .app import _console, _progress, cli, run_command
 from .options import WEIGHTS_DOWNLOAD_HELP

@@ -1,4 +1,4 @@
-"""``eagleconv upgrade`` and ``downgrade``: thin click commands over eagleconv.eagle31.
+"""``eagleconv upgrade`` and ``downgrade``: thin click commands over eagleconv.eagle31.api.
 
 Registered on the main group by importing this module (see the bottom of main.py).
 """
@@ -10,7 +10,7 @@ from typing import TypeVar
 
 import click
 
-from ..report import TransformReport
+from ..spec.report import TransformReport
 from .app import FORMATS, _progress, cli, run_command
 from .options import allow_no_verifier_option, parse_size, verifier_option
 
@@ -111,7 +111,7 @@ def upgrade(ctx: click.Context, src: str, dst: str, style: str, fc_norm: bool, n
 
     With --no-fc-norm --no-norm-output the tensors are copied byte for byte ("exact": true).
     """
-    from ..eagle31 import upgrade as run
+    from ..eagle31.api import upgrade as run
     shard = parse_size(max_shard_size)
 
     def body():
@@ -141,7 +141,7 @@ def downgrade(ctx: click.Context, src: str, dst: str, allow_lossy: bool, calibra
 
     Exact folds always; a change to what the drafter computes exits 1 and writes nothing unless --allow-lossy.
     """
-    from ..eagle31 import downgrade as run
+    from ..eagle31.api import downgrade as run
     shard = parse_size(max_shard_size)
 
     def body():

@@ -112,7 +112,7 @@ def validate(ctx: click.Context, path: str, engines: tuple[str, ...], target: st
         if forward and reads_headers(path, download):
             raise needs_download("--forward", path)
         if forward:
-            from .._extras import need
+            from ..support._extras import need
 
             need("torch", "validate --forward")  # before the scan, which can take minutes
         with _progress(enabled=not no_numeric, label="scanning") as bar:

@@ -1,7 +1,7 @@
 """Conversion as source -> transform -> emit, through one streaming, staged, verified writer.
 
 *Source*: a checkpoint read into a DrafterSpec and canonical tensor names
-(:func:`~eagleconv.loading.load_drafter`).  *Transform*: what changes besides
+(:func:`~eagleconv.readers.loading.load_drafter`).  *Transform*: what changes besides
 the layout: nothing for ``convert``; for ``upgrade``/``downgrade`` a new spec
 plus tensors computed in memory (:class:`Transform`).  *Emit*: the plan
 (:func:`plan_conversion`), every source tensor going to exactly one
@@ -23,17 +23,17 @@ from pathlib import Path
 from typing import Any
 
 from .._version import __version__
-from ..drafter import AuxConvention, Verifier
+from ..spec.drafter import AuxConvention, Verifier
 from ..errors import ArgumentTypeError, ConversionError
 from ..io.gguf_writer import GgufTensor, StagedFile, write_gguf
 from ..io.hub_paths import local_path, require_download
 from ..io.reader import is_state_dict, require_source
 from ..io.writer import CheckpointWriter, check_not_overlapping
-from ..gguf_output import gguf_tensors, metadata as gguf_metadata, require_target
-from ..gguf_target import read_target
-from ..jsonio import dump_json
-from ..loading import LoadedDrafter, load_drafter
-from ..report import ConvertReport, Finding
+from ..gguf.gguf_output import gguf_tensors, metadata as gguf_metadata, require_target
+from ..gguf.gguf_target import read_target
+from ..support.jsonio import dump_json
+from ..readers.loading import LoadedDrafter, load_drafter
+from ..spec.report import ConvertReport, Finding
 from ..validation.structural import checkpoint_findings
 from .plan import _plan, refuse_without_verifier
 from .transform import Computed, Transform  # noqa: F401 - Computed: re-exported (transforms, eagle31, tests)
@@ -68,7 +68,7 @@ def convert(source: str | Path | Mapping[str, object], destination: str | Path, 
     opened source; its computed tensors go through the same plan, staging and
     verification as copied ones.  ``verifier``: see :func:`plan_conversion`.
 
-    ``to="gguf"`` writes llama.cpp's draft GGUF, one file at ``destination`` (``eagleconv.gguf_output``):
+    ``to="gguf"`` writes llama.cpp's draft GGUF, one file at ``destination`` (``eagleconv.gguf.gguf_output``):
     ``target`` (required) is the target's GGUF or HF directory, ``outtype`` (f32/f16/bf16) converts floats.
 
     ``durable=False`` skips fsync (the output is still published atomically).

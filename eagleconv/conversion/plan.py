@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 from .. import architectures
 from .._version import __version__
-from ..canonical import BUFFER_NAME, layer_indices
-from ..drafter import EAGLE31_FLAGS, AuxConvention, AuxLayers, DrafterSpec, Verifier
+from ..spec.canonical import BUFFER_NAME, layer_indices
+from ..spec.drafter import EAGLE31_FLAGS, AuxConvention, AuxLayers, DrafterSpec, Verifier
 from ..errors import ConversionError, FindingsError, UsageError
 from ..formats import get_layout
 from ..formats.base import Layout
@@ -24,16 +24,16 @@ from ..formats.base.renames import rename
 from ..formats.base.writing import write_config
 from ..io.durable import write_all
 from ..io.writer import OutputTensor
-from ..loading import LoadedDrafter
-from ..report import ConvertReport, Finding, PlanRow
-from ..verifier import resolve_verifier
-from ..vocab import check_d2t, identity_d2t, t2d_from_target_ids
+from ..readers.loading import LoadedDrafter
+from ..spec.report import ConvertReport, Finding, PlanRow
+from ..spec.verifier import resolve_verifier
+from ..spec.vocab import check_d2t, identity_d2t, t2d_from_target_ids
 from .transform import Transform
 
 Problem = tuple[str, str]  # what the destination cannot take, and why / the way out ("" when nothing to add)
 
 if TYPE_CHECKING:
-    from ..jsonio import JSONObject
+    from ..support.jsonio import JSONObject
 
 
 def _short_name(canonical: str) -> str:

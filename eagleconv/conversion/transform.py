@@ -1,6 +1,6 @@
 """What a transform (``upgrade``, ``downgrade``) hands the conversion plan besides a new layout.
 
-Split from ``conversion.py`` (issue 26): the data :mod:`eagleconv.transforms` and :mod:`eagleconv.eagle31`
+Split from ``conversion.py`` (issue 26): the data :mod:`eagleconv.eagle31.transforms` and :mod:`eagleconv.eagle31.api`
 build, and the plan consumes; no logic.
 """
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..drafter import DrafterSpec
-from ..report import StepDivergence
+from ..spec.drafter import DrafterSpec
+from ..spec.report import StepDivergence
 
 
 @dataclass(frozen=True)

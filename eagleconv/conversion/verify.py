@@ -15,8 +15,8 @@ from ..formats import get_layout
 from ..formats.base.renames import rename
 from ..io.finite import ValueScan
 from ..io.writer import OutputTensor
-from ..loading import load_drafter
-from ..report import ConvertReport, Finding
+from ..readers.loading import load_drafter
+from ..spec.report import ConvertReport, Finding
 from ..validation.numeric import ZERO_CHECKED
 from ..validation.structural import checkpoint_findings
 

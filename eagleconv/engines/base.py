@@ -13,17 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import KW_ONLY, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from ..drafter import ArchitectureName, DrafterSpec
+from ..spec.drafter import ArchitectureName, DrafterSpec
 from ..formats.base import MISSING, get_path
 
 if TYPE_CHECKING:
-    from ..jsonio import JSONObject, JSONValue
+    from ..support.jsonio import JSONObject, JSONValue
     from ..formats.base import Layout, ReadResult
-    from ..report import Effect, Finding, Runner
-    from ..target import TargetInfo
-    from .view import DrafterView
+    from ..spec.report import Effect, EngineForward, Finding, Runner
+    from ..config.target import TargetInfo
 
 
 @dataclass(frozen=True)
@@ -247,3 +246,35 @@ def engine_view(profile: EngineProfile, subject: Subject) -> EngineView:
     count, source = (read_aux_count(config, cls) if cls is not None else (None, "unknown class"))
     return EngineView(profile, config=config, speculators=speculators, architecture=architecture, cls=cls, flags=flags,
                       aux_count=count, aux_count_source=source, problems=problems)
+
+
+# What an engine leaves in a parameter the checkpoint does not fill: a norm's identity scale (its initial weight),
+# all-zero draft-to-target offsets (draft id i = target id i), or the target's LM head rows.
+FillKind = Literal["unit_norm", "zero_offsets", "target_lm_head"]
+
+
+@dataclass(frozen=True)
+class Fill:
+    """A tensor the engine supplies itself: what it holds, and its shape."""
+
+    kind: FillKind
+    _: KW_ONLY
+    shape: tuple[int, ...]
+
+
+@dataclass(kw_only=True)
+class DrafterView:
+    """One engine release's drafter, built from a checkpoint (``view_drafter``; ``serving_view`` for simulate)."""
+
+    profile: EngineProfile
+    subject: Subject  # the checkpoint, as validate's engine checks see it
+    reading: EngineView  # the config as the engine's model class reads it
+    report: EngineForward  # flags, captured layers and whether it loads: validate --forward --engine's entry
+    spec: DrafterSpec | None  # the spec the engine builds; None when it stops before building one
+    layers: tuple[int, ...]  # target layers captured (hidden_state_index), ascending, repeats kept
+    target_layers: int | None = None  # the target's depth, when known
+    guessed: bool = False  # the config names no aux layers: ``layers`` is the engine's guess
+    fills: dict[str, Fill] = field(default_factory=dict)  # canonical name -> what the engine leaves there
+    capture: tuple[int, ...] = ()  # serving: the distinct target layers the runner captures
+    notes: list[str] = field(default_factory=list)  # serving: what differs from the checkpoint, for simulate's notes
+    refused: str | None = None  # serving: why the engine will not serve it (or what it drafts cannot be predicted)

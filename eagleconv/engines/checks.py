@@ -12,14 +12,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .. import architectures
-from ..canonical import FC_NORM_NAME, expected_tensors
-from ..drafter import AuxLayers
+from ..spec.canonical import FC_NORM_NAME, expected_tensors
+from ..spec.drafter import AuxLayers
 from ..formats.base import architectures_of
-from ..report import Effect, Finding, Runner
+from ..spec.report import Effect, Finding, Runner
 from .base import CaptureRules, EngineView, Subject, lookup
 
 if TYPE_CHECKING:
-    from ..jsonio import JSONObject
+    from ..support.jsonio import JSONObject
 
 Check = Callable[[Subject, EngineView], list[Finding]]
 

@@ -23,9 +23,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from ..canonical import FC_NORM_NAME, expected_tensors
+from ..spec.canonical import FC_NORM_NAME, expected_tensors
 from ..formats.gguf import GgufLayout
-from ..report import Finding
+from ..spec.report import Finding
 from .registry import register
 from .base import (ActivationRule, CaptureRules, DrafterClass, EngineProfile, EngineView, FlagRule, KeyRules, Subject,
                    Translation, lookup)
@@ -35,7 +35,7 @@ from .llamacpp_gguf import GGUF_CHECKS
 from .view import DrafterView, Fill, load_failures
 
 if TYPE_CHECKING:
-    from ..jsonio import JSONValue
+    from ..support.jsonio import JSONValue
 
 BUILD = "b11434"
 # src/llama-vocab.cpp marks these token texts end-of-generation (with eos/eot); the loop stops at one

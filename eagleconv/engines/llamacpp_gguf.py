@@ -21,12 +21,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from ..report import Finding
+from ..spec.report import Finding
 from .base import EngineView, Subject, lookup
 from .checks import emits, finding
 
 if TYPE_CHECKING:
-    from ..jsonio import JSONValue
+    from ..support.jsonio import JSONValue
 
 AUX_COUNT = 3
 # config field (the GGUF layout's reading of the key) -> the GGUF key llama.cpp's loader requires

@@ -24,14 +24,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from ..report import Finding
+from ..spec.report import Finding
 from .registry import register
 from .base import CaptureRules, DrafterClass, EngineProfile, EngineView, FlagRule, KeyRules, Subject, Translation
 from .checks import check_aux_count, check_capture, check_flags, check_keys, check_sharing, emits, finding
 from .tokenspeed import check_fc_width_ignores_target_hidden
 
 if TYPE_CHECKING:
-    from ..jsonio import JSONObject, JSONValue
+    from ..support.jsonio import JSONObject, JSONValue
 
 VERSION = "0.9.0"
 MODEL_TYPES = ("llama", "qwen3")

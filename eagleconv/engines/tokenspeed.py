@@ -8,7 +8,7 @@ only; K is the length of the top-level aux ids (else 3); fc is built as
 
 from __future__ import annotations
 
-from ..report import Finding
+from ..spec.report import Finding
 from .registry import register
 from .base import CaptureRules, DrafterClass, EngineProfile, EngineView, FlagRule, KeyRules, Subject
 from .checks import COMMON_CHECKS, emits, finding

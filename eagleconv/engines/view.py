@@ -10,49 +10,17 @@ borrows or defaults.  The tensors themselves are made by the forward (``forward.
 
 from __future__ import annotations
 
-from dataclasses import KW_ONLY, dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from .. import architectures
-from ..drafter import DrafterSpec, EagleFlags
-from ..report import EngineForward, Finding
-from .base import EngineProfile, EngineView, Subject, engine_view, lookup
+from ..spec.drafter import DrafterSpec, EagleFlags
+from ..spec.report import EngineForward, Finding
+from .base import DrafterView, EngineProfile, EngineView, Fill, FillKind, Subject, engine_view, lookup
 from .checks import check_architecture, check_aux_count, check_keys
 
 if TYPE_CHECKING:
-    from ..loading import LoadedDrafter
-    from ..target import TargetInfo
-
-# What an engine leaves in a parameter the checkpoint does not fill: a norm's identity scale (its initial weight),
-# all-zero draft-to-target offsets (draft id i = target id i), or the target's LM head rows.
-FillKind = Literal["unit_norm", "zero_offsets", "target_lm_head"]
-
-
-@dataclass(frozen=True)
-class Fill:
-    """A tensor the engine supplies itself: what it holds, and its shape."""
-
-    kind: FillKind
-    _: KW_ONLY
-    shape: tuple[int, ...]
-
-
-@dataclass(kw_only=True)
-class DrafterView:
-    """One engine release's drafter, built from a checkpoint (``view_drafter``; ``serving_view`` for simulate)."""
-
-    profile: EngineProfile
-    subject: Subject  # the checkpoint, as validate's engine checks see it
-    reading: EngineView  # the config as the engine's model class reads it
-    report: EngineForward  # flags, captured layers and whether it loads: validate --forward --engine's entry
-    spec: DrafterSpec | None  # the spec the engine builds; None when it stops before building one
-    layers: tuple[int, ...]  # target layers captured (hidden_state_index), ascending, repeats kept
-    target_layers: int | None = None  # the target's depth, when known
-    guessed: bool = False  # the config names no aux layers: ``layers`` is the engine's guess
-    fills: dict[str, Fill] = field(default_factory=dict)  # canonical name -> what the engine leaves there
-    capture: tuple[int, ...] = ()  # serving: the distinct target layers the runner captures
-    notes: list[str] = field(default_factory=list)  # serving: what differs from the checkpoint, for simulate's notes
-    refused: str | None = None  # serving: why the engine will not serve it (or what it drafts cannot be predicted)
+    from ..readers.loading import LoadedDrafter
+    from ..config.target import TargetInfo
 
 
 def subject_of(loaded: LoadedDrafter, target: TargetInfo | None = None) -> Subject:

@@ -20,15 +20,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import architectures
-from ..canonical import expected_tensors
-from ..report import Finding
+from ..spec.canonical import expected_tensors
+from ..spec.report import Finding
 from .registry import register
 from .base import ActivationRule, CaptureRules, DrafterClass, EngineProfile, EngineView, FlagRule, KeyRules, Subject, Translation
 from .checks import COMMON_CHECKS, check_tensor_parallel, emits, finding
 from .view import DrafterView, Fill
 
 if TYPE_CHECKING:
-    from ..jsonio import JSONObject, JSONValue
+    from ..support.jsonio import JSONObject, JSONValue
 
 K_PATHS = ("num_aux_hidden_states", "eagle_config.eagle_aux_hidden_state_layer_ids")
 
@@ -276,7 +276,7 @@ MOE_TARGET_TYPES = frozenset({"deepseek_v3", "kimi_k2"})  # transformers' Deepse
 def _target_tensor_names(directory: Path) -> set[str] | None:
     """The target's tensor names from its safetensors index or header (None: no safetensors weights there)."""
     from ..io.safetensors_header import read_header
-    from ..jsonio import load_json
+    from ..support.jsonio import load_json
 
     index = directory / "model.safetensors.index.json"
     if index.is_file():
@@ -292,7 +292,7 @@ def check_target_routing(subject: Subject, view: EngineView) -> list[Finding]:
     (models/deepseek_v2.py:327), so a target saved with the bias under another topk_method fails to load (:1820)."""
     if subject.target is None:
         return []
-    from ..target import read_target_config
+    from ..config.target import read_target_config
 
     file, raw = read_target_config(subject.target.path)
     if raw.get("model_type") not in DEEPSEEK_TARGET_TYPES or raw.get("topk_method") == "noaux_tc":

@@ -14,14 +14,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import AmbiguousLayoutError, FormatError, UsageError
-from ..registry import import_entries, registrar
+from ..support.registry import import_entries, registrar
 from .base import Layout, Seen, bind_architectures
 from .base.reading import ReadResult, read_drafter
 from .base.renames import DDP_HINT, ddp_prefixed
 from .base.writing import write_config
 
 if TYPE_CHECKING:
-    from ..jsonio import JSONValue
+    from ..support.jsonio import JSONValue
 
 LAYOUTS: dict[str, type[Layout]] = {}
 

@@ -3,7 +3,7 @@
 One file: metadata keys plus tensors.  The table below is the whole layout: canonical tensor name <-> GGUF
 tensor name (llama.cpp's converter, ``conversion/llama.py``), and canonical config field <-> GGUF key.
 Reading a GGUF turns the keys into an HF-style config (:func:`config_from_kv`), so the rest of eagleconv
-sees a drafter like any other; writing is ``eagleconv.gguf_output``.
+sees a drafter like any other; writing is ``eagleconv.gguf.gguf_output``.
 
 What llama.cpp cannot hold is refused with the way out: per-layer ``fc_norm`` and ``norm_output``
 (EAGLE-3.1), an aux count other than 3, a decoder other than llama's (MLA, Qwen3's q/k norms, Phi-3's
@@ -18,7 +18,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ..bounds import check_config
+from ..support.bounds import check_config
 from ..errors import FormatError, UnsafeInputError
 from . import register
 from .base import Capability, ConfigField, Layout, Rename, Seen, hf_fields
@@ -167,7 +167,7 @@ POSITIVE_FLOATS = ("rope_theta", "rms_norm_eps")
 
 def check_values(kv: Mapping[str, Any], config: Mapping[str, Any]) -> None:
     """The metadata held to config.json's rules (docs/security.md, "GGUF files"): counts are positive integers
-    within eagleconv.bounds' limits (not BOOL or FLOAT values), every float is finite (JSON cannot state inf;
+    within eagleconv.support.bounds' limits (not BOOL or FLOAT values), every float is finite (JSON cannot state inf;
     a GGUF can), and ``target_layers`` are layer ids from 0.  A refusal is one UnsafeInputError naming the key."""
     names = {field: gguf_key(template) for field, template in KEYS.items()}
     for key, value in kv.items():

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..drafter import DrafterSpec, Verifier
+from ..spec.drafter import DrafterSpec, Verifier
 from . import register
 from .base import Seen, ConfigField, Layout, SameAs, get_path, hf_fields
 from .base.speculators_config import (  # noqa: F401 - the config model, importable from here as before issue 26
@@ -20,7 +20,7 @@ from .base.speculators_config import (  # noqa: F401 - the config model, importa
 )
 
 if TYPE_CHECKING:
-    from ..jsonio import JSONObject
+    from ..support.jsonio import JSONObject
 
 
 @register

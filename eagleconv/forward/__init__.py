@@ -8,7 +8,7 @@ Importing this package imports torch; the CLI imports it only when asked.
 
 from __future__ import annotations
 
-from .._extras import need
+from ..support._extras import need
 
 need("torch", "the forward pass (validate --forward, diff, eagleconv.forward)")
 

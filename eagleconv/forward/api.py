@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..drafter import DrafterSpec
+from ..spec.drafter import DrafterSpec
 from ..errors import ArgumentTypeError
-from ..loading import load_drafter
+from ..readers.loading import load_drafter
 from .inputs import Target, synthetic_inputs
 from .model import DraftInputs, Drafter
 from .weights import BlockCache, CheckpointSource
@@ -33,7 +33,7 @@ def load(path: str | Path, *, dtype: str = "float32", recipe: str = "native", ba
     embed = tgt.embed if tgt is not None and not loaded.read.tensors.get("embed_tokens.weight") else None
     lm_head = tgt.lm_head if tgt is not None and "lm_head.weight" not in loaded.read.tensors else None
     size = sum(info.nbytes for info in loaded.read.tensors.values())
-    from ..bounds import check_memory
+    from ..support.bounds import check_memory
 
     # a forward touches every weight (embed_tokens aside): mapped, then read, so they must fit (a sparse file too)
     check_memory(sum(i.nbytes for n, i in loaded.read.tensors.items() if n != "embed_tokens.weight"),

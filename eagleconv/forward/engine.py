@@ -15,7 +15,7 @@ import torch
 from .weights import TensorSource, stored_name
 
 if TYPE_CHECKING:
-    from ..drafter import DrafterSpec
+    from ..spec.drafter import DrafterSpec
     from ..engines.view import Fill
 
 

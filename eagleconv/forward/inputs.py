@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .._extras import need
+from ..support._extras import need
 from ..errors import FormatError, UsageError
 from .model import DraftInputs
 
@@ -49,7 +49,7 @@ def synthetic_inputs(vocab_size: int, target_hidden: int, aux_ids: Sequence[int]
 def read_prompts(path: str | Path, vocab_size: int | None = None) -> list[list[int]]:
     """The one prompts-file reader (validate/diff --prompts, upgrade/downgrade calibration, simulate): a JSON list
     of token-id lists, under :func:`check_prompts`' rules.  Anything else is a FormatError naming the file (exit 2)."""
-    from ..bounds import check_prompts_size, read_capped
+    from ..support.bounds import check_prompts_size, read_capped
 
     p = Path(path)
     try:
@@ -101,7 +101,7 @@ class Target:
     fallback: str | None = None  # why open_target(runtime="auto") did not run it natively
 
     def __init__(self, directory: str | Path):
-        from ..target import check_target_weights, read_target_config
+        from ..config.target import check_target_weights, read_target_config
 
         self.path = Path(directory)
         if not (self.path / "config.json").is_file():
@@ -243,7 +243,7 @@ def capture_aux_states(target_dir: str | Path | Target, prompts: Sequence[Sequen
     target = target_dir if isinstance(target_dir, Target) else Target(target_dir)
     runs = [target.run(p, layer_ids) for p in prompts]
     if save_to is not None:
-        from ..calibration import Calibration, write_calibration
+        from ..readers.calibration import Calibration, write_calibration
 
         write_calibration(save_to, Calibration.from_runs(prompts, runs, layer_ids), overwrite=overwrite)
     return [states for states, _ in runs]

@@ -17,7 +17,7 @@ from typing import Protocol
 import torch
 
 from .. import architectures
-from ..drafter import DrafterSpec
+from ..spec.drafter import DrafterSpec
 from ..nn.attention import LayerCache
 from ..rope.rotary import ResolvedRope, resolve_rope
 from .ops import NormOps, get_ops
@@ -42,7 +42,7 @@ def forward_problems(spec: DrafterSpec, source: TensorSource) -> list[tuple[str,
     Biases are read whenever present, so a present bias is checked against its weight's rows even when the
     config does not declare one.
     """
-    from ..canonical import expected_tensors
+    from ..spec.canonical import expected_tensors
 
     names = source.names()
     expected = expected_tensors(spec)

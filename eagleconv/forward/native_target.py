@@ -91,7 +91,7 @@ def _read_weights(directory: Path) -> tuple[dict[str, torch.Tensor], dict[str, C
         raise NativeUnsupported("no model.safetensors (or index) in the target directory")
     store = open_checkpoint(directory)  # the index's paths inside the directory, each header pre-parsed: no fallback
     try:
-        from ..bounds import check_memory
+        from ..support.bounds import check_memory
 
         check_memory(sum(i.numel for i in store.tensors.values()) * 4, "the target's weights in float32", directory,
                      "its safetensors")
@@ -115,12 +115,12 @@ class NativeTarget:
 
     def __init__(self, directory: str | Path):
         from ..architectures import get
-        from ..drafter import Rope
+        from ..spec.drafter import Rope
         from .ops import get_ops
         from ..rope.rotary import resolve_rope
         from .weights import DictSource, Weights
 
-        from ..target import check_target_weights, read_target_config
+        from ..config.target import check_target_weights, read_target_config
 
         self.path = Path(directory)
         _, cfg = read_target_config(self.path)  # strict, bounded and typed: one line naming the field

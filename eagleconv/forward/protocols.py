@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     import torch
 
-    from ..drafter import DrafterSpec
+    from ..spec.drafter import DrafterSpec
     from ..nn.attention import LayerCache
     from .model import DraftInputs, DraftResult, Rows, StepOutput
 

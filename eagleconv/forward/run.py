@@ -11,9 +11,9 @@ import torch
 from ..engines import resolve_engines
 from ..engines.view import DrafterView, view_drafter
 from ..errors import UsageError
-from ..loading import load_drafter
-from ..report import DiffReport, DiffStep, Finding, ForwardReport, ForwardStep
-from ..target import load_target
+from ..readers.loading import load_drafter
+from ..spec.report import DiffReport, DiffStep, Finding, ForwardReport, ForwardStep
+from ..config.target import load_target
 from .api import default_aux_ids, load
 from .engine import OverlaySource, fill_tensors, with_fills
 from .inputs import InputFactory, Target, read_prompts

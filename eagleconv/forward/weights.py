@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
 
-from .._process import start_helper_thread
+from ..support._process import start_helper_thread
 from ..errors import FindingsError
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from ..loading import LoadedDrafter
+    from ..readers.loading import LoadedDrafter
 
 BLOCK_BYTES = 128 * 1024 * 1024  # compute-dtype bytes of one upcast weight block
 PACK_BYTES = 4 * 1024 * 1024  # bytes of one packed weight block (Weights(pack=True)): what packing adds to the peak

@@ -19,11 +19,11 @@ from typing import Literal
 
 from pydantic import Field, ValidationError
 
-from ..drafter import EAGLE31_FLAGS
+from ..spec.drafter import EAGLE31_FLAGS
 from ..engines import resolve_engines
 from ..errors import EagleconvError, UsageError
 from ..io.hub_paths import HF_SCHEME, HubRef, check_repo_id, check_revision
-from ..report import ValidationReport, _Report
+from ..spec.report import ValidationReport, _Report
 from ._evaluation import EngineVerdict, engine_matrix
 from ._ranges import HubHTTPError, RangeReader
 from ._remote import NoDrafterFiles, PickleWeights, open_remote
@@ -272,7 +272,7 @@ def summarise(rows: list[AuditRow], engines: list[str], *, fail_on: FailOn = "ne
 
 def read_repo_list(path: str | Path) -> list[str]:
     """A file of repository ids, one a line (``#`` starts a comment)."""
-    from ..jsonio import MAX_JSON_BYTES
+    from ..support.jsonio import MAX_JSON_BYTES
 
     file = Path(path)
     try:

@@ -9,7 +9,7 @@ from pathlib import Path
 from pydantic import Field
 
 from ..errors import EagleconvError
-from ..report import Finding, ValidationReport, _Report
+from ..spec.report import Finding, ValidationReport, _Report
 from ._evaluation import CardSummary
 
 MANIFEST = "MANIFEST.json"

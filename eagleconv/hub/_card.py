@@ -7,16 +7,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from .._version import __version__
-from ..drafter import EagleFlags
+from ..spec.drafter import EagleFlags
 from ..engines import resolve_engines
 from ..errors import UsageError
 from ..io.hub_paths import is_local_path
-from ..report import Finding, ValidationReport
+from ..spec.report import Finding, ValidationReport
 from ._base import LIBRARY, LICENSE, MANIFEST, ManifestEntry
 from ._evaluation import Acceptance, card_sections, engine_matrix, eval_results
 
 if TYPE_CHECKING:
-    from ..report import InspectReport
+    from ..spec.report import InspectReport
 
 
 def verifier_of(config: Mapping[str, object], inspected: InspectReport | None) -> str | None:

@@ -11,7 +11,7 @@ from pydantic import Field
 
 from .._text import markdown_text, printable
 from ..errors import FormatError
-from ..report import Finding, ValidationReport, _Report
+from ..spec.report import Finding, ValidationReport, _Report
 
 if TYPE_CHECKING:
     from huggingface_hub import EvalResult

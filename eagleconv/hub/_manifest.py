@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .._version import __version__
 from ..errors import UnsafeInputError
-from ..jsonio import load_json
+from ..support.jsonio import load_json
 from ._base import HASH_CHUNK, LENIENT, MANIFEST, MANIFEST_FORMAT, ManifestEntry
 
 

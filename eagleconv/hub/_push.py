@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
-from .._extras import need
+from ..support._extras import need
 from ..errors import DestinationError, EagleconvError, MissingExtraError, UsageError
-from ..inspection import inspect
+from ..readers.inspection import inspect
 from ..io.hub_paths import check_repo_id, check_revision, is_hf_url, is_local_path
 from ..io.reader import STATE_DICT, is_state_dict, open_state_dict, require_source
 from ..io.staging import StagedDirectory, remove_tree, staging_name
 from ..io.writer import check_not_overlapping, write_state_dict
-from ..jsonio import load_json
+from ..support.jsonio import load_json
 from ..validation import validate
 from ..validation.api import add_forward, apply_ignore
 from ._base import (CARD, HASHING, HubError, LICENSE, MANIFEST, ManifestEntry, Progress, PushReport, RemoteFile,
@@ -244,7 +244,7 @@ def _stat(directory: Path) -> dict[str, tuple[int, int]]:
 
 
 def _config_of(source: Path) -> dict[str, object]:
-    from ..bounds import check_config
+    from ..support.bounds import check_config
 
     config = load_json(source / "config.json")
     if isinstance(config, dict):

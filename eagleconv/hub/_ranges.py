@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
 
-from ..jsonio import MAX_JSON_BYTES, loads_strict
+from ..support.jsonio import MAX_JSON_BYTES, loads_strict
 from ._base import HubError, HubTimeoutError, _endpoint
 from ._timeouts import MIN_RATE, hub_timeout
 

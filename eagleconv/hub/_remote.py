@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..bounds import check_config
+from ..support.bounds import check_config
 from ..errors import FormatError, UnsafeInputError
 from ..io.hub_paths import HubRef, check_repo_id, check_revision, parse_hf_url
 from ..io.pickle_reader import WEIGHT_PICKLE, weight_pickles
@@ -31,8 +31,8 @@ from ..io.reader import (
 from ..io.remote import RemoteCheckpoint
 from ..io.safetensors_header import header_length, parse_header_bytes
 from ..io.tensor_store import TensorInfo
-from ..jsonio import loads_strict
-from ..report import HubSource
+from ..support.jsonio import loads_strict
+from ..spec.report import HubSource
 from ._ranges import RangeReader
 
 PROBE_BYTES = 16 * 1024  # the first range of each safetensors file: a drafter's header is a few KB

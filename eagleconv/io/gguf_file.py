@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..bounds import MAX_GGUF_ELEMENTS, MAX_GGUF_KEYS, MAX_GGUF_TENSORS, MAX_GGUF_TEXT
+from ..support.bounds import MAX_GGUF_ELEMENTS, MAX_GGUF_KEYS, MAX_GGUF_TENSORS, MAX_GGUF_TEXT
 from ..errors import EagleconvError, FormatError, UnsafeInputError
 from .checkpoint import Checkpoint, _identity, _Location
 from .tensor_store import TensorInfo
@@ -125,7 +125,7 @@ class GgufHeader:
 
 class _Cursor:
     """A walk over the header: every read bounded by the file, everything decoded by the budget of
-    :data:`~eagleconv.bounds.MAX_GGUF_ELEMENTS` array elements and :data:`~eagleconv.bounds.MAX_GGUF_TEXT` bytes
+    :data:`~eagleconv.support.bounds.MAX_GGUF_ELEMENTS` array elements and :data:`~eagleconv.support.bounds.MAX_GGUF_TEXT` bytes
     of text (a sparse file can state a 3e8-element array in 3 MB on disk)."""
 
     def __init__(self, data: memoryview, path: Path):
@@ -404,7 +404,7 @@ def open_gguf(path: str | Path, *, config_from_kv: Callable[[Mapping[str, Any], 
     _refuse_overlaps(locations, path)
     config = None
     if config_from_kv is not None:
-        try:  # the layout's reading of the metadata, bounded as config.json is (eagleconv.bounds)
+        try:  # the layout's reading of the metadata, bounded as config.json is (eagleconv.support.bounds)
             config = config_from_kv(kv, tensors)
         except EagleconvError as exc:
             raise type(exc)(exc.message, exc.path or path, exc.code) from None

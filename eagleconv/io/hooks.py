@@ -14,7 +14,7 @@ from typing import Any
 fetch_hf: Callable[[str], Path] | None = None
 
 # Raise UsageError unless (directory, its entry names) is a drafter checkpoint by content, named as the user
-# wrote it (eagleconv.loading.recognise_checkpoint: it detects the layout, so it sits above io).
+# wrote it (eagleconv.readers.loading.recognise_checkpoint: it detects the layout, so it sits above io).
 recognise_checkpoint: Callable[[Path, list[str], str | Path], None] | None = None
 
 # A GGUF file's metadata (and tensor table) -> the HF-style config its layout reads (eagleconv.formats.gguf.config_from_kv).

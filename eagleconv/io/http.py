@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
 
 from ..errors import EagleconvError, UsageError
-from ..jsonio import JSONValue, loads_strict
+from ..support.jsonio import JSONValue, loads_strict
 
 CONNECT_TIMEOUT = 10.0
 MAX_BODY = 16 * 1024 * 1024  # the default cap on one reply's body; callers pass one per endpoint

@@ -47,7 +47,7 @@ def refusal_reason(exc: BaseException) -> str:
 
 
 def load_pickle_state_dict(path: Path) -> dict[str, Any]:
-    from .._extras import need
+    from ..support._extras import need
 
     need("torch", "--allow-pickle (loading a .bin/.pt pickle)", path)
     import torch

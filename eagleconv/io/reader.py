@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import FormatError, UnsafeInputError
-from ..bounds import check_config
-from ..jsonio import config_dict, load_json
+from ..support.bounds import check_config
+from ..support.jsonio import config_dict, load_json
 from .checkpoint import _SWAPPED, Checkpoint, _identity, _Location
 from .hub_paths import is_hf_url, local_path
 from .paths import resolve_inside, validate_shard_name
@@ -32,7 +32,7 @@ from .state_dict import STATE_DICT
 from .tensor_store import CHUNK_BYTES, TensorStore  # noqa: F401
 
 if TYPE_CHECKING:
-    from ..jsonio import JSONObject
+    from ..support.jsonio import JSONObject
 
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 PICKLE_INDEX = "pytorch_model.bin.index.json"
@@ -86,7 +86,7 @@ def _load_config(directory: Path, duplicates: Duplicates | None = None) -> JSONO
     config = _load_json_noting(resolve_inside(directory, "config.json"), duplicates)
     if not isinstance(config, dict):
         raise FormatError("config.json is not a JSON object", path)
-    check_config(config, path)  # sizes bounded before anything is built from them (eagleconv.bounds)
+    check_config(config, path)  # sizes bounded before anything is built from them (eagleconv.support.bounds)
     return config
 
 

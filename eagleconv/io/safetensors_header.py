@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UnsafeInputError
-from ..jsonio import loads_strict
+from ..support.jsonio import loads_strict
 from .dtypes import DTYPE_SIZES
 
 MAX_HEADER_BYTES = 25_000_000  # huggingface_hub's cap; a drafter header is kilobytes

@@ -23,7 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import NoReturn
 
-from .._process import termination_signals_blocked
+from ..support._process import termination_signals_blocked
 from ..errors import DestinationError, EagleconvError, UsageError
 from .debris import (  # noqa: F401 - also re-exported: their import path before issue 26's split
     Debris, _host_tag, clean_dead_debris, find_debris, owner_tag, process_start, recover, remove_tree, staging_name,
@@ -46,7 +46,7 @@ def write_file_atomically(path: str | Path, chunks: Iterable[bytes | memoryview]
     replaced in one rename.  On any failure the staging file is gone and ``path`` is as it was; an OSError
     is one DestinationError naming ``path`` ("cannot write ``what``: ..."). The parent must exist.
     """
-    from .._process import termination_signals_blocked
+    from ..support._process import termination_signals_blocked
 
     path = Path(path)
     if os.path.lexists(path) and not overwrite:

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._process import start_helper_thread, termination_signals_blocked
+from ..support._process import start_helper_thread, termination_signals_blocked
 from ..errors import UsageError
-from ..jsonio import dump_json
+from ..support.jsonio import dump_json
 from .dtypes import DTYPE_SIZES
 from .finite import SCANNED_DTYPES, ValueScan, scan_file_range
 from .paths import resolve_path
@@ -191,7 +191,7 @@ def write_state_dict(store: Checkpoint, destination: str | Path, *, durable: boo
     is refused naming ``config`` before anything is written.
     """
     from ..errors import ArgumentTypeError
-    from ..jsonio import loads_strict
+    from ..support.jsonio import loads_strict
 
     try:
         text = dump_json(store.config)

@@ -11,7 +11,7 @@ from typing import Literal, overload
 
 from ..errors import EagleconvError
 from ..io.http import MAX_BODY, Channel, HTTPError, HTTPStatusError, short
-from ..jsonio import JSONValue, loads_strict
+from ..support.jsonio import JSONValue, loads_strict
 
 # What each endpoint may send: a completion of 2**20 tokens with top-2 logprobs is ~100 bytes a token.
 CAPS = {"completion": 128 * 1024 * 1024, "metrics": MAX_BODY, "small": 1024 * 1024}

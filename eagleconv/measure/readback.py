@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from ..bounds import MAX_SPECULATIVE_TOKENS
+from ..support.bounds import MAX_SPECULATIVE_TOKENS
 from ..errors import FormatError
 from ..simulate.report import SimulateReport
 from .invariants import Counts, broken
@@ -17,7 +17,7 @@ from .report import MeasureReport
 
 def read_report(path: str | Path) -> SimulateReport | MeasureReport:
     """The report in ``path``; a FormatError (exit 2) naming the file and the first broken rule otherwise."""
-    from ..jsonio import load_json
+    from ..support.jsonio import load_json
 
     data = load_json(path)
     if not isinstance(data, dict) or "tokens" not in data or "num_accepted_tokens" not in data:

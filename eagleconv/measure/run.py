@@ -28,8 +28,8 @@ TRAFFIC = ("another client's traffic: measure needs a dedicated server (one that
 def read_prompts(path: str | Path) -> list[list[int]]:
     """A JSON list of token-id lists (the file every --prompts reads), checked without importing torch, under
     simulate's bounds: the file's size, the tokens over all prompts, and each id below the largest vocabulary."""
-    from ..bounds import MAX_PROMPTS_BYTES
-    from ..jsonio import load_json
+    from ..support.bounds import MAX_PROMPTS_BYTES
+    from ..support.jsonio import load_json
 
     data = load_json(path, MAX_PROMPTS_BYTES)
     if not isinstance(data, list) or not data:
@@ -46,7 +46,7 @@ def read_prompts(path: str | Path) -> list[list[int]]:
 
 def check_prompt_bounds(prompts: Sequence[Sequence[int]], source: str | Path | None) -> None:
     """simulate's bounds on what is sent: MAX_PROMPT_TOKENS over all prompts, each id below MAX_VOCAB."""
-    from ..bounds import MAX_VOCAB, check_prompts_size, refuse
+    from ..support.bounds import MAX_VOCAB, check_prompts_size, refuse
 
     check_prompts_size(prompts, source)
     for n, prompt in enumerate(prompts):

@@ -7,8 +7,8 @@ import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from ..bounds import MAX_VOCAB
-from ..jsonio import JSONObject, JSONValue
+from ..support.bounds import MAX_VOCAB
+from ..support.jsonio import JSONObject, JSONValue
 
 Reply = tuple[list[int], list[float | None] | None, dict[str, float] | None]  # tokens, top-2 margins, timings
 

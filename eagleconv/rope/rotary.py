@@ -16,7 +16,7 @@ import torch
 
 
 class TypedRope(Protocol):
-    """What :func:`resolve_rope` reads of a typed RoPE (:class:`eagleconv.drafter.Rope`); its scaling
+    """What :func:`resolve_rope` reads of a typed RoPE (:class:`eagleconv.spec.drafter.Rope`); its scaling
     parameters (``factor``, ``beta_fast``, ...) are read by name, each a number or None."""
 
     @property
@@ -29,7 +29,7 @@ class TypedRope(Protocol):
 
 @dataclass(frozen=True)
 class ResolvedRope:
-    """A drafter's typed RoPE (:class:`eagleconv.drafter.Rope`) as the engine runs it: theta, scaling type, parameters."""
+    """A drafter's typed RoPE (:class:`eagleconv.spec.drafter.Rope`) as the engine runs it: theta, scaling type, parameters."""
 
     theta: float
     kind: str = "default"  # default | linear | llama3 | yarn | deepseek_yarn

@@ -35,7 +35,7 @@ from .report import SimulateError, SimulateReport, accept_greedy
 if TYPE_CHECKING:
     import torch
 
-    from ..bounds import ModelDims
+    from ..support.bounds import ModelDims
     from ..forward.protocols import TargetModel
     from ..forward.run import StepProgress
 
@@ -68,7 +68,7 @@ def _target(target: str | Path, runtime: str) -> TargetModel:
 
 def available_threads() -> int:
     """The cores this process may run on (its CPU affinity, as a container or ``taskset`` limits it): --threads' cap."""
-    from .._process import usable_cores
+    from ..support._process import usable_cores
 
     return usable_cores()
 
@@ -96,8 +96,8 @@ def simulate(drafter: str | Path, target: str | Path, prompts: Sequence[Sequence
     (``--engine llama.cpp`` only): ``server``, llama-server's slot loop (what is deployed), or ``simple``,
     llama-speculative-simple's (the parity tier's reference); their differences: eagleconv.simulate.llamacpp.
     """
-    from .. import _process
-    from .._extras import need
+    from ..support import _process
+    from ..support._extras import need
 
     if threads is not None and not 1 <= threads <= available_threads():
         raise SimulateError(f"--threads {threads}: give 1 to {available_threads()} (the CPUs this process may use; "
@@ -110,7 +110,7 @@ def simulate(drafter: str | Path, target: str | Path, prompts: Sequence[Sequence
 
     if num_speculative_tokens < 1 or max_tokens < 1:
         raise SimulateError("--num-speculative-tokens and --max-tokens must be at least 1", code=None)
-    from ..bounds import check_decode_arguments
+    from ..support.bounds import check_decode_arguments
 
     check_decode_arguments(max_tokens, num_speculative_tokens)
     if device != "cpu":
@@ -163,11 +163,11 @@ def _simulate(drafter: str | Path, target: str | Path, prompts: list[list[int]],
               llamacpp_loop: str = "server") -> SimulateReport:
     import torch
 
-    from ..bounds import ModelDims, check_decode
+    from ..support.bounds import ModelDims, check_decode
     from ..engines import resolve_engines
     from ..forward.inputs import check_prompts
     from ..forward.weights import PACK_MIN_BYTES
-    from ..target import target_dims
+    from ..config.target import target_dims
 
     progress("loading the target and the drafter", 0, 2)
     dims = target_dims(target) if (Path(target) / "config.json").is_file() else None

@@ -11,7 +11,7 @@ from .report import SimulateError
 
 if TYPE_CHECKING:
     from ..forward.protocols import DraftModel, TargetModel
-    from ..target import TargetInfo
+    from ..config.target import TargetInfo
 
 
 @dataclass(kw_only=True)
@@ -31,14 +31,14 @@ def engine_drafter(drafter: str | Path, engine: str, target: TargetModel, device
 
     ``target_dir``: the target's directory, for the checks that read its config (llama.cpp's).
     """
-    from ..bounds import check_memory
+    from ..support.bounds import check_memory
     from ..engines import resolve_engines
     from ..engines.view import serving_view
     from ..forward.api import default_aux_ids
     from ..forward.engine import fill_tensors, with_fills
     from ..forward.model import Drafter
     from ..forward.weights import BlockCache, CheckpointSource, ResidentSource
-    from ..loading import load_drafter
+    from ..readers.loading import load_drafter
 
     profile = resolve_engines([engine])[0]
     if profile.serve is None:
@@ -70,7 +70,7 @@ def target_info(target: TargetModel, target_dir: str | Path) -> TargetInfo:
     whose every field it understands, every number stated, so its own are the ones transformers' AutoConfig would
     give: no transformers import (``target.load_target``'s, most of simulate --engine llama.cpp's fixed cost)."""
     from ..forward.native_target import NativeTarget
-    from ..target import TargetInfo, load_target
+    from ..config.target import TargetInfo, load_target
 
     if isinstance(target, NativeTarget):
         return TargetInfo(str(target_dir), target.architecture.name, target.hidden_size, target.vocab_size,

@@ -25,8 +25,8 @@ from ..formats.base import Layout, ReadResult, Seen, architectures_of
 from ..io.checkpoint import Checkpoint
 from ..io.reader import CHUNK_BYTES, TensorStore, open_checkpoint, open_state_dict, require_source
 from ..io.remote import needs_download, open_hf_headers, reads_headers
-from ..jsonio import config_dict
-from ..report import Finding, FlagsView, ValidationReport
+from ..support.jsonio import config_dict
+from ..spec.report import Finding, FlagsView, ValidationReport
 from .codes import CODES
 from .semantics import semantics_findings
 from .structural import flag_findings, read_findings, shape_findings, vocab_findings
@@ -34,7 +34,7 @@ from .target import load_target, target_findings
 
 if TYPE_CHECKING:
     from ..io.tensor_store import TensorInfo
-    from ..jsonio import JSONObject, JSONValue
+    from ..support.jsonio import JSONObject, JSONValue
 
 # (on_total, on_bytes) callbacks a caller can pass to follow the numeric scan
 Progress = tuple[Callable[[int], None] | None, Callable[[int], None] | None]
@@ -312,7 +312,7 @@ def _validate(source: str | Path | Mapping[str, object], config: object = None, 
 
     ``source``: a checkpoint directory, or ``{name: torch.Tensor}`` (then
     ``config`` is required: a dict, a config.json path or a transformers
-    ``PretrainedConfig``; see :func:`eagleconv.jsonio.config_dict`).  ``engines``:
+    ``PretrainedConfig``; see :func:`eagleconv.support.jsonio.config_dict`).  ``engines``:
     profile names ("vllm", "vllm:0.32", "sglang", "all"...).  ``target``: the
     target model's directory or config.json.  ``numeric=False`` reads headers
     and the small vectors (d2t, t2d) only.  ``progress``: optional

@@ -14,7 +14,7 @@ from ..formats.base.reading import ReadResult
 from ..io.dtypes import FLOAT_DTYPES, nonfinite_mask, to_float32
 from ..io.finite import NEVER_ZERO
 from ..io.reader import CHUNK_BYTES, TensorStore
-from ..report import Finding
+from ..spec.report import Finding
 
 ZERO_CHECKED = ("fc.weight", "lm_head.weight")
 

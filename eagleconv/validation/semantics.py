@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..report import Finding
+from ..spec.report import Finding
 
 
 def written_by_eagleconv(config: Mapping[str, object]) -> bool:

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import copy
 
-from ..canonical import BUFFER_NAME, FC_NORM_NAME, expected_tensors, layer_indices
+from ..spec.canonical import BUFFER_NAME, FC_NORM_NAME, expected_tensors, layer_indices
 from ..formats.base.fields import MISSING, get_path, set_path
 from ..formats.base.reading import ReadResult, read_drafter
 from ..formats.base.renames import loader_alias
 from ..io.reader import TensorStore
-from ..report import Effect, Finding
+from ..spec.report import Effect, Finding
 from ..rope import ROPE_KEYS, reader_disagreement
-from ..vocab import check_d2t, check_t2d
+from ..spec.vocab import check_d2t, check_t2d
 from .unknown_keys import typo_fixes, unknown_key_findings
 
 

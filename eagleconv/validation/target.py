@@ -1,9 +1,9 @@
-"""The drafter's target-facing sizes against the target model (EC052); the target is read by eagleconv.target."""
+"""The drafter's target-facing sizes against the target model (EC052); the target is read by eagleconv.config.target."""
 
 from __future__ import annotations
 
-from ..report import Finding
-from ..target import TargetInfo, load_target
+from ..spec.report import Finding
+from ..config.target import TargetInfo, load_target
 
 __all__ = ["TargetInfo", "load_target", "target_findings"]
 

@@ -23,12 +23,12 @@ from collections.abc import Iterator, Mapping
 from pydantic import BaseModel
 
 from .. import architectures
-from ..drafter import EagleFlags
-from ..config_types import BOOL_FIELDS, INT_FIELDS, INT_LIST_FIELDS
+from ..spec.drafter import EagleFlags
+from ..spec.config_types import BOOL_FIELDS, INT_FIELDS, INT_LIST_FIELDS
 from ..formats.base import Layout
 from ..formats.base.fields import MISSING, get_path
 from ..formats.modelopt import MODELOPT_EAGLE_KEYS
-from ..report import Finding
+from ..spec.report import Finding
 from ..rope import ROPE_KEYS
 
 _PRETRAINED = "transformers' PretrainedConfig bookkeeping"

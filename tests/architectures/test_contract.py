@@ -18,13 +18,13 @@ import torch
 
 import eagleconv
 from eagleconv import architectures
-from eagleconv.canonical import CANONICAL_NAME, expected_tensors
+from eagleconv.spec.canonical import CANONICAL_NAME, expected_tensors
 from eagleconv.formats import LAYOUTS
 from eagleconv.forward.model import Drafter
 from eagleconv.forward.weights import DictSource
 from eagleconv.forward.api import inputs_for
 from eagleconv.io.reader import open_checkpoint
-from eagleconv.loading import load_drafter
+from eagleconv.readers.loading import load_drafter
 from eagleconv.synthetic import DrafterRecipe, TinyDims, canonical_tensors, check_recipe, make_drafter
 
 SERVABLE = TinyDims(target_hidden=32)  # a drafter that borrows the target's embedding must have its width

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from eagleconv import architectures
-from eagleconv.canonical import CANONICAL_NAME, expected_tensors
-from eagleconv.loading import load_drafter
-from eagleconv.schemas import config_model_for
+from eagleconv.spec.canonical import CANONICAL_NAME, expected_tensors
+from eagleconv.readers.loading import load_drafter
+from eagleconv.readers.schemas import config_model_for
 from eagleconv.synthetic import DrafterRecipe, canonical_tensors
 from tests.support.loaded import spec_of
 

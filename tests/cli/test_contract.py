@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from tests.conftest import edit_config
 from eagleconv.cli.main import cli
-from eagleconv.report import ConvertReport, InspectReport
+from eagleconv.spec.report import ConvertReport, InspectReport
 
 
 def run(*args: str):

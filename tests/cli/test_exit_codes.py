@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from eagleconv.cli.main import cli
-from eagleconv.report import ValidationReport
+from eagleconv.spec.report import ValidationReport
 
 
 def run(*args: str):

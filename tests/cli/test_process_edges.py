@@ -285,7 +285,7 @@ def test_the_executable_leaves_without_the_interpreters_finalisation(hard_exit):
 # prints "Exception ignored" for the Interrupted and goes on; eagleconv sends the signal again to ordinary code.
 _IN_A_CALLBACK = """
 import gc, signal, sys, time, weakref
-from eagleconv._process import raise_on_termination
+from eagleconv.support._process import raise_on_termination
 from eagleconv.errors import Interrupted
 raise_on_termination(sigint=True)
 class Thing: pass

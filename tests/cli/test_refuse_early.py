@@ -64,7 +64,7 @@ def test_convert_to_eagle_of_a_31_drafter_names_downgrade(tmp_path):
 
 def test_downgrade_refuses_lossy_before_capturing_calibration_states(tmp_path, monkeypatch):
     pytest.importorskip("torch")
-    from eagleconv import eagle31
+    from eagleconv.eagle31 import api as eagle31
     from eagleconv.errors import ConversionError
 
     captured = []

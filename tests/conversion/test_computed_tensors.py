@@ -8,7 +8,7 @@ from safetensors.torch import load_file
 
 from eagleconv.conversion import Computed, Transform, convert
 from eagleconv.io.torch_tensors import tensor_bytes
-from eagleconv.report import StepDivergence
+from eagleconv.spec.report import StepDivergence
 
 
 def test_a_transform_writes_computed_tensors_beside_copied_bytes(drafter, tmp_path):

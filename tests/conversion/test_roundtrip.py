@@ -31,7 +31,7 @@ def canonical_digests(recipe: DrafterRecipe) -> dict[str, str]:
 
 def as_canonical(path) -> dict[str, str]:
     """Digests keyed by canonical name (via the checkpoint's detected layout)."""
-    from eagleconv.loading import load_drafter
+    from eagleconv.readers.loading import load_drafter
 
     loaded = load_drafter(path, allow_pickle=True)
     try:

@@ -16,7 +16,7 @@ import pytest
 
 import eagleconv
 from eagleconv.engines import resolve_engines
-from eagleconv.parity import Variant, build_variant, outcome_of
+from eagleconv.validation.parity import Variant, build_variant, outcome_of
 
 REPO = Path(__file__).resolve().parents[2]
 PAIR = REPO / "fixtures" / "tiny-pair"

@@ -21,8 +21,8 @@ import eagleconv
 from eagleconv.conversion import convert
 from eagleconv.errors import ConversionError
 from eagleconv.formats.gguf import GgufLayout
-from eagleconv.loading import load_drafter
-from eagleconv.parity import Variant, build_variant, outcome_of
+from eagleconv.readers.loading import load_drafter
+from eagleconv.validation.parity import Variant, build_variant, outcome_of
 
 REPO = Path(__file__).resolve().parents[2]
 PAIR = REPO / "fixtures" / "tiny-pair"

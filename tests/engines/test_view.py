@@ -14,9 +14,9 @@ import torch
 from eagleconv.engines import PROFILES, resolve_engines
 from eagleconv.engines.view import Fill, serving_view, view_drafter
 from eagleconv.forward.engine import fill_tensors
-from eagleconv.loading import load_drafter
-from eagleconv.parity import Variant, build_variant
-from eagleconv.target import load_target
+from eagleconv.readers.loading import load_drafter
+from eagleconv.validation.parity import Variant, build_variant
+from eagleconv.config.target import load_target
 
 REPO = Path(__file__).resolve().parents[2]
 PAIR = REPO / "fixtures" / "tiny-pair"
@@ -115,7 +115,7 @@ def test_simulate_refuses_an_engine_whose_serving_is_not_modelled():
 
 
 def test_vllm_judges_shapes_by_canonical_name_whatever_the_stored_names(tmp_path):
-    from eagleconv.parity import VARIANTS
+    from eagleconv.validation.parity import VARIANTS
 
     marker = next(v for v in VARIANTS if v.name == "midlayer.* names under eagleconv's vllm marker")
     path = build_variant(marker, tmp_path)

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from eagleconv.cli.main import cli
-from eagleconv.parity import TINY_PAIR, VARIANTS, build_variant
+from eagleconv.validation.parity import TINY_PAIR, VARIANTS, build_variant
 
 VARIANT = next(v for v in VARIANTS if v.name == "midlayer.* names under eagleconv's vllm marker")
 

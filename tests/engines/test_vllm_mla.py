@@ -183,7 +183,7 @@ def test_simulate_runs_the_fused_llama_labelled_drafter_as_the_split_one(tmp_pat
 
 
 def test_upgrade_and_downgrade_to_vllm_write_deepseek_v2(tmp_path):
-    from eagleconv.eagle31 import downgrade, upgrade
+    from eagleconv.eagle31.api import downgrade, upgrade
 
     eagle3 = make_drafter(tmp_path / "e3", DrafterRecipe(producer="torchspec", architecture="deepseek_mla",
                                                          dims=KIMI_LATENT))

@@ -1,6 +1,6 @@
 """The MLA verdict matrix, as seen from pytest (no vLLM needed).
 
-Every MLA variant of eagleconv.parity_mla was run through real vLLM 0.32 by ``.ci/vllm-parity --mla-verdicts
+Every MLA variant of eagleconv.validation.parity_mla was run through real vLLM 0.32 by ``.ci/vllm-parity --mla-verdicts
 --record`` (fixtures/mla-variants/vllm-0.32.0-outcomes.json).  Here eagleconv's prediction for each is checked
 against what vLLM did, against the committed target metadata (config.json + the tensor index of the seeded target
 that the tier builds), and what eagleconv writes for vLLM from MLA input is checked against what vLLM loaded as MLA.
@@ -15,8 +15,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("safetensors")
 
-from eagleconv import parity_mla as mla
-from eagleconv.parity import agrees, predict
+from eagleconv.validation import parity_mla as mla
+from eagleconv.validation.parity import agrees, predict
 
 RECORDED = json.loads(mla.RECORD.read_text())["outcomes"] if mla.RECORD.exists() else {}
 
@@ -66,7 +66,7 @@ CONFIG_STATED = ("model_type deepseek_v3", "model_type deepseek_v32", "model_typ
 @pytest.mark.parametrize("name", CONFIG_STATED)
 def test_lint_predicts_what_the_config_states(name, built):
     from eagleconv import lint
-    from eagleconv.parity import outcome_of
+    from eagleconv.validation.parity import outcome_of
 
     variant = next(v for v in mla.VARIANTS if v.name == name)
     config = built(variant) / "config.json"

@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("safetensors")
 
-from eagleconv.parity import TINY_PAIR, VARIANTS, agrees, build_variant, outcome_of, predict
+from eagleconv.validation.parity import TINY_PAIR, VARIANTS, agrees, build_variant, outcome_of, predict
 
 REPO = Path(__file__).resolve().parents[2]
 RECORD = TINY_PAIR / "vllm-0.32.0-outcomes.json"

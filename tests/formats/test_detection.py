@@ -12,7 +12,7 @@ from tests.conftest import edit_config
 from eagleconv.cli.main import cli
 from eagleconv.errors import AmbiguousLayoutError
 from eagleconv.formats import detect_layout
-from eagleconv.report import InspectReport
+from eagleconv.spec.report import InspectReport
 
 
 def run(*args: str):

@@ -14,7 +14,7 @@ gguf = pytest.importorskip("gguf")
 
 from eagleconv.cli.main import cli  # noqa: E402
 from eagleconv.conversion import convert  # noqa: E402
-from eagleconv.loading import load_drafter  # noqa: E402
+from eagleconv.readers.loading import load_drafter  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 # The producer fixtures llama.cpp's layout can hold (llama, plain EAGLE-3, 3 aux layers)
@@ -208,7 +208,7 @@ def test_truncated_headers_are_format_errors(cut: int, tmp_path: Path) -> None:
 def test_upgrade_norm_before_fc_writes_llamacpps_one_norm_style(tmp_path: Path) -> None:
     """upgrade --style norm_before_fc --to gguf: enc.output_norm.weight and eagle3.norm_before_fc = true."""
     pytest.importorskip("torch")
-    from eagleconv.eagle31 import upgrade
+    from eagleconv.eagle31.api import upgrade
 
     src = FIXTURES / "tiny-pair/eagle3"
     target = target_for(src, tmp_path)

@@ -124,7 +124,7 @@ def test_smollm2_hf_target_with_only_tokenizer_json_equals_theirs(tmp_path: Path
 
 @pytest.mark.skipif(_llamacpp_src() is None, reason="llama.cpp's source is not here")
 def test_bpe_pre_table_is_llamacpps() -> None:
-    """eagleconv/gguf_bpe_pre.py is what .ci/llamacpp_bpe_pre.py reads from llama.cpp's converter source."""
+    """eagleconv/gguf/gguf_bpe_pre.py is what .ci/llamacpp_bpe_pre.py reads from llama.cpp's converter source."""
     done = subprocess.run([sys.executable, str(REPO / ".ci" / "llamacpp_bpe_pre.py"), str(_llamacpp_src()), "--check"],
                           capture_output=True, text=True)
     assert done.returncode == 0, "run: python .ci/llamacpp_bpe_pre.py LLAMACPP_SRC"

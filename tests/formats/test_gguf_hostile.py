@@ -2,7 +2,7 @@
 
 Each file is made here from the tiny pair's eagle3 GGUF, byte by byte (tests/support/gguf_bytes.py), with one
 bomb in it; each must be refused by inspect, validate and convert alike in one line naming the file and the key,
-exit 2, nothing written: the bounds config.json gets (eagleconv.bounds, docs/security.md "GGUF files").
+exit 2, nothing written: the bounds config.json gets (eagleconv.support.bounds, docs/security.md "GGUF files").
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ gguf = pytest.importorskip("gguf")
 
 from eagleconv.cli.main import cli  # noqa: E402
 from eagleconv.conversion import convert  # noqa: E402
-from eagleconv.gguf_target import read_target  # noqa: E402
+from eagleconv.gguf.gguf_target import read_target  # noqa: E402
 from tests.formats.test_gguf import make_target, target_for  # noqa: E402
 from tests.support.gguf_bytes import (  # noqa: E402
     ARRAY, BOOL, FLOAT32, INT32, STRING, UINT8, UINT32, UINT64, Gguf, Hole)

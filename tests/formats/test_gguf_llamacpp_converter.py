@@ -24,7 +24,7 @@ import pytest
 gguf = pytest.importorskip("gguf")
 
 from eagleconv.conversion import convert  # noqa: E402
-from eagleconv.loading import load_drafter  # noqa: E402
+from eagleconv.readers.loading import load_drafter  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 ACCEPTED = ["specforge-llama-eagle3", "modelopt-llama-eagle3", "eagle-llama-eagle3", "tiny-pair/eagle3"]

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from eagleconv.conversion import convert
-from eagleconv.drafter import Rope
-from eagleconv.loading import load_drafter
+from eagleconv.spec.drafter import Rope
+from eagleconv.readers.loading import load_drafter
 from tests.support.loaded import spec_of
 
 

@@ -83,7 +83,7 @@ def _layouts_written(src, tmp_path, tag):
 def _function_bytes(path: Path) -> tuple[dict, dict]:
     """What the forward is built from, as stored: the config without eagleconv's provenance stamp, and every
     canonical tensor's bytes but t2d (d2t's inverse: never read by the forward; layouts without it drop it)."""
-    from eagleconv.loading import load_drafter
+    from eagleconv.readers.loading import load_drafter
 
     config = json.loads((path / "config.json").read_text())
     config.pop("eagleconv", None)

@@ -15,7 +15,7 @@ import math
 import pytest
 import torch
 
-from eagleconv.drafter import AuxLayers, DrafterSpec, EagleFlags, MlaDims, Rope
+from eagleconv.spec.drafter import AuxLayers, DrafterSpec, EagleFlags, MlaDims, Rope
 from eagleconv.synthetic import DrafterRecipe, TinyDims, canonical_tensors
 
 D = TinyDims()

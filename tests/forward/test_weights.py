@@ -54,7 +54,7 @@ def test_prefetch_asks_for_every_tensor_but_the_skipped_ones_in_file_order(monke
     import threading
 
     from eagleconv.forward.weights import CheckpointSource
-    from eagleconv.loading import load_drafter
+    from eagleconv.readers.loading import load_drafter
 
     loaded = load_drafter(FIXTURES / "speculators-llama-eagle31")  # stores embed_tokens, which only rows are read of
     loaded.store.close()

@@ -33,13 +33,13 @@ if atheris is not None:
         from eagleconv.errors import EagleconvError
         from eagleconv.io.reader import _read_index
         from eagleconv.io.safetensors_header import read_header
-        from eagleconv.jsonio import loads_strict
+        from eagleconv.support.jsonio import loads_strict
         from eagleconv.validation import lint
 else:
     from eagleconv.errors import EagleconvError
     from eagleconv.io.reader import _read_index
     from eagleconv.io.safetensors_header import read_header
-    from eagleconv.jsonio import loads_strict
+    from eagleconv.support.jsonio import loads_strict
     from eagleconv.validation import lint
 
 WORK = Path(tempfile.mkdtemp(prefix="eagleconv-fuzz-"))

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 import eagleconv
-from eagleconv.drafter import DrafterSpec
+from eagleconv.spec.drafter import DrafterSpec
 from eagleconv.errors import ConversionError
 from eagleconv.formats import LAYOUTS as REGISTERED, get_layout
 from eagleconv.io.dtypes import CONFIG_DTYPE_NAMES

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from eagleconv.errors import FormatError, UnsafeInputError
 from eagleconv.io.reader import open_checkpoint
 from eagleconv.io.safetensors_header import parse_header_bytes, read_header
-from eagleconv.jsonio import load_json
+from eagleconv.support.jsonio import load_json
 
 
 def write_safetensors(path, header: dict | bytes, data: bytes = b"", prefix_len: int | None = None) -> None:

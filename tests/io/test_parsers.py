@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from eagleconv.cli.main import cli
 from eagleconv.errors import UnsafeInputError
 from eagleconv.io.safetensors_header import read_header
-from eagleconv.jsonio import MAX_DEPTH, loads_strict
+from eagleconv.support.jsonio import MAX_DEPTH, loads_strict
 
 REPO = Path(__file__).resolve().parents[2]
 try:  # transformers 5 types its configs (and states rope_theta inside rope_parameters); 4.x does neither

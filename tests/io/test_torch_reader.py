@@ -11,8 +11,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from eagleconv.loading import open_tensors
-from eagleconv.loading import load_drafter
+from eagleconv.readers.loading import open_tensors
+from eagleconv.readers.loading import load_drafter
 
 
 @pytest.mark.parametrize("producer", ["vllm", "specforge", "automodel"])
@@ -45,6 +45,6 @@ def test_torch_reader_maps_the_file_and_never_writes_to_it(drafter):
 
 
 def test_torch_reader_module_imports_without_torch():
-    code = ("import sys, eagleconv.io.torch_tensors, eagleconv.loading, eagleconv.conversion\n"
+    code = ("import sys, eagleconv.io.torch_tensors, eagleconv.readers.loading, eagleconv.conversion\n"
             "assert 'torch' not in sys.modules, 'torch imported'\n")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -25,7 +25,7 @@ from click.testing import CliRunner  # noqa: E402
 from eagleconv.cli.main import cli  # noqa: E402
 from eagleconv.forward.kv_cache import Segment, SlotCache, target_step  # noqa: E402
 from eagleconv.forward.native_target import NativeTarget, NativeUnsupported  # noqa: E402
-from eagleconv.parity import VARIANTS, build_variant  # noqa: E402
+from eagleconv.validation.parity import VARIANTS, build_variant  # noqa: E402
 from eagleconv.simulate import SimulateError, available_threads, engine_drafter, simulate  # noqa: E402
 from eagleconv.synthetic import DrafterRecipe, TinyDims, make_drafter  # noqa: E402
 
@@ -171,7 +171,7 @@ def test_slot_cache_overwrites_rejected_slots_and_keeps_earlier_ones_when_it_gro
 
 
 def test_threads_default_to_the_idle_cores_chosen_and_are_restored(monkeypatch):
-    import eagleconv._process as process
+    import eagleconv.support._process as process
 
     chosen: list[tuple[int, float | None]] = []
     real = process.default_threads

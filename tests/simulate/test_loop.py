@@ -84,6 +84,6 @@ def test_native_target_info_is_what_transformers_reads():
     pytest.importorskip("transformers")
     from eagleconv.forward.native_target import NativeTarget
     from eagleconv.simulate.drafter import target_info
-    from eagleconv.target import load_target
+    from eagleconv.config.target import load_target
 
     assert target_info(NativeTarget(PAIR / "target"), PAIR / "target") == load_target(PAIR / "target")

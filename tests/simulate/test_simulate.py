@@ -61,7 +61,7 @@ def test_trained_drafter_is_accepted_at_position_0(eagle3):
 
 
 def test_a_broken_drafter_changes_only_the_counters(eagle3, tmp_path):
-    from eagleconv.parity import VARIANTS, build_variant
+    from eagleconv.validation.parity import VARIANTS, build_variant
 
     variant = next(v for v in VARIANTS if v.name == "d2t missing")
     broken = simulate(build_variant(variant, tmp_path), PAIR / "target", PROMPTS)
@@ -79,7 +79,7 @@ def test_layouts_draft_identically(eagle3, tmp_path):
 
 
 def test_vllm_load_failure_is_reported_not_simulated(tmp_path):
-    from eagleconv.parity import VARIANTS, build_variant
+    from eagleconv.validation.parity import VARIANTS, build_variant
 
     variant = next(v for v in VARIANTS if v.name == "model.-prefixed keys")
     with pytest.raises(SimulateError, match="fails at load"):
@@ -122,8 +122,8 @@ def test_a_missing_norm_runs_with_the_engines_unit_weights(tmp_path):
     """vLLM loads an fc_norm drafter without its fc_norm tensors (weights stay 1.0): the engine view runs it."""
     from eagleconv.engines import resolve_engines
     from eagleconv.engines.view import view_drafter
-    from eagleconv.loading import load_drafter
-    from eagleconv.parity import VARIANTS, build_variant
+    from eagleconv.readers.loading import load_drafter
+    from eagleconv.validation.parity import VARIANTS, build_variant
 
     variant = next(v for v in VARIANTS if v.name == "fc_norm flag without the tensors")
     path = build_variant(variant, tmp_path)

@@ -1,6 +1,6 @@
 """simulate's default threads on a shared machine, and --threads' bounds (issue 27 item 1, issue 28 item 11).
 
-The default is the cores other processes leave idle (eagleconv._process.choose_threads over cpu_sample):
+The default is the cores other processes leave idle (eagleconv.support._process.choose_threads over cpu_sample):
 these tests check the decision and the measurement it is given, not timings (benchmarks/simulate_threads.py).
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from eagleconv._process import (FREE_CORE_MARGIN, choose_threads, cpu_sample, default_threads, others_busy,
+from eagleconv.support._process import (FREE_CORE_MARGIN, choose_threads, cpu_sample, default_threads, others_busy,
                                 usable_cores)
 
 REPO = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from eagleconv.loading import load_drafter
+from eagleconv.readers.loading import load_drafter
 
 EPS = 1e-5     # the synthetic configs' rms_norm_eps
 

@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("torch")
 
 import eagleconv
-from eagleconv.eagle31 import MIN_CALIBRATION_PROMPTS, MIN_CALIBRATION_TOKENS
+from eagleconv.eagle31.api import MIN_CALIBRATION_PROMPTS, MIN_CALIBRATION_TOKENS
 
 REPO = Path(__file__).resolve().parents[2]
 PAIR = REPO / "fixtures" / "tiny-pair"

@@ -13,8 +13,8 @@ from safetensors.torch import save_file
 import eagleconv
 from eagleconv.cli.main import cli
 from eagleconv.errors import ConversionError, FormatError
-from eagleconv.loading import load_drafter
-from eagleconv.transforms import scale_preserving_weight, unnormalising_scale
+from eagleconv.readers.loading import load_drafter
+from eagleconv.eagle31.transforms import scale_preserving_weight, unnormalising_scale
 from tests.support.loaded import EPS, canonical, rms64
 
 K, HT = 3, 32  # TinyDims: three aux states of width 32
@@ -155,7 +155,7 @@ def test_exact_fold_agrees_with_the_unfolded_drafter(drafter, tmp_path):
     Bound: float32 drafter, one rounding of the folded fc to float32:
     |g_fold - g_ref| <= 2^-24 * sum_j |fc_ij w_j x_j| (+ float64 noise).
     """
-    from eagleconv.transforms import fold_columns
+    from eagleconv.eagle31.transforms import fold_columns
 
     src = drafter(producer="vllm", eagle31=True, dtype="float32")
     t = canonical(src)

@@ -14,8 +14,8 @@ import torch
 from safetensors.torch import save_file
 
 import eagleconv
-from eagleconv.loading import load_drafter
-from eagleconv.transforms import least_squares_refit, output_norm_refit, relative_residual
+from eagleconv.readers.loading import load_drafter
+from eagleconv.eagle31.transforms import least_squares_refit, output_norm_refit, relative_residual
 from tests.support.loaded import canonical, rms64  # the canonical tensors of a written drafter; float64 RMS
 
 PAIR = Path(__file__).resolve().parents[2] / "fixtures" / "tiny-pair"
@@ -156,7 +156,7 @@ def test_cli_reports_the_refit_and_writes_an_eagle31_drafter(tmp_path, capsys):
     assert "refit fc.weight" not in text.stdout and "changes the function: add fc_norm" in text.stdout
     assert torch.equal(canonical(tmp_path / "plain")["fc.weight"], canonical(EAGLE3)["fc.weight"])
     from eagleconv.cli.transform_cmds import _emit  # what the text mode prints for the refit report above
-    from eagleconv.report import TransformReport
+    from eagleconv.spec.report import TransformReport
 
     _emit(TransformReport.model_validate(report), as_json=False)
     assert f"refit fc.weight on 48 tokens: relative residual {fc['residual_before']:.3g} -> " in capsys.readouterr().out

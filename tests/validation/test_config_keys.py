@@ -19,7 +19,7 @@ from eagleconv.cli.main import cli
 from eagleconv.conversion import convert
 from eagleconv.errors import ConversionError
 from eagleconv.formats import LAYOUTS
-from eagleconv.report import ValidationReport
+from eagleconv.spec.report import ValidationReport
 from eagleconv.synthetic import PRODUCERS, DrafterRecipe, check_recipe, make_drafter, producer_config
 from eagleconv.validation import lint, validate
 from eagleconv.validation.reference import REFERENCE_PATH

@@ -25,7 +25,7 @@ def test_a_specforge_31_from_another_layout_gets_no_pr_879_doubt(tmp_path: Path)
 
 
 def test_an_upgrade_to_specforge_gets_no_pr_879_doubt(tmp_path: Path):
-    from eagleconv.eagle31 import upgrade
+    from eagleconv.eagle31.api import upgrade
 
     out = tmp_path / "up"
     upgrade(FIXTURES / "specforge-llama-eagle3", out, to="specforge")

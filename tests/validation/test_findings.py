@@ -70,7 +70,7 @@ def test_validate_json_carries_each_findings_effect(tmp_path):
     import subprocess
     import sys
 
-    from eagleconv.parity import VARIANTS, build_variant
+    from eagleconv.validation.parity import VARIANTS, build_variant
 
     variant = next(v for v in VARIANTS if v.name == "model.-prefixed keys")
     path = build_variant(variant, tmp_path)

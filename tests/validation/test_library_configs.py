@@ -10,7 +10,7 @@ import torch
 
 import eagleconv
 from eagleconv.errors import ArgumentTypeError, EagleconvError, UnsafeInputError
-from eagleconv.jsonio import MAX_DEPTH
+from eagleconv.support.jsonio import MAX_DEPTH
 from eagleconv.synthetic import DrafterRecipe, producer_config, producer_tensors
 
 RECIPE = DrafterRecipe(producer="vllm")

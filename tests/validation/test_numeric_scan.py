@@ -11,7 +11,7 @@ from click.testing import CliRunner
 import eagleconv
 from eagleconv.cli.main import cli
 from eagleconv.io.reader import StateDictTensors
-from eagleconv.report import ValidationReport
+from eagleconv.spec.report import ValidationReport
 from eagleconv.synthetic import DrafterRecipe, TinyDims, canonical_tensors, producer_config
 from eagleconv.validation.api import check
 from eagleconv.validation.reference import REFERENCE_PATH, render_findings
@@ -168,7 +168,7 @@ def test_library_export():
 
 def test_numeric_scan_reports_progress_over_every_float_byte(drafter):
     import eagleconv
-    from eagleconv.loading import load_drafter
+    from eagleconv.readers.loading import load_drafter
 
     path = drafter(producer="vllm", dims=SERVABLE)
     totals, seen = [], []

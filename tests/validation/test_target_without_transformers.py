@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from eagleconv.errors import FormatError
-from eagleconv.target import load_target
+from eagleconv.config.target import load_target
 
 REPO = Path(__file__).resolve().parents[2]
 PAIR = REPO / "fixtures" / "tiny-pair"

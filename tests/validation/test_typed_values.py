@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from tests.conftest import edit_config
 from eagleconv.cli.main import cli
-from eagleconv.report import ValidationReport
+from eagleconv.spec.report import ValidationReport
 
 
 def run(*args: str):

@@ -9,7 +9,7 @@ tables (:mod:`~eagleconv.formats.base.fields`), reading a config into a
 exactly derived from tensor shapes, else the layout's own documented default;
 each non-config value is reported), writing a spec back out as a config
 (:mod:`~eagleconv.formats.base.writing`), and the JSON type rules
-(:mod:`eagleconv.config_types`).  They are modules of this package, not of
+(:mod:`eagleconv.spec.config_types`).  They are modules of this package, not of
 ``formats/``, because every module of ``formats/`` but ``base`` is a layout
 (``registry.entry_modules``: the CLI lists ``--to``/``--from`` from the file
 names).  ``__init__`` keeps what a layout module imports, so a layout (ours or
@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ... import architectures
-from ...drafter import AuxConvention, DrafterSpec, EagleFlags
+from ...spec.drafter import AuxConvention, DrafterSpec, EagleFlags
 from .fields import ConfigField, hf_fields
 
 # The names this module held before issue 26's split, re-exported for their old import path.
-from ...config_types import (  # noqa: F401
+from ...spec.config_types import (  # noqa: F401
     BOOL_FIELDS, HEADS_DIVIDE_HIDDEN, INT_FIELDS, INT_LIST_FIELDS, LAYER_TYPES, SHAPE_FIELDS, TOP_LEVEL_TYPES,
     TORCH_DTYPE_NAMES, TRANSFORMERS_MODEL_TYPES, TRANSFORMERS_TYPES, transformers_type_problems,
 )
@@ -41,7 +41,7 @@ from .renames import DDP_HINT, Rename, ddp_prefixed, loader_alias, map_names, re
 from .writing import spec_values, write_config  # noqa: F401
 
 if TYPE_CHECKING:
-    from ...jsonio import JSONObject, JSONValue
+    from ...support.jsonio import JSONObject, JSONValue
 
 # -- the layout class -------------------------------------------------------------
 

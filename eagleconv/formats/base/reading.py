@@ -17,9 +17,9 @@ from pydantic import BaseModel, ValidationError
 
 from ... import architectures
 from ...architectures.base import Architecture, exact_div as _exact_div, shape_of as _shape
-from ...canonical import FC_NORM_NAME, layer_indices
-from ...config_types import SHAPE_FIELDS, TOP_LEVEL_TYPES, transformers_type_problems, wanted as _wanted
-from ...drafter import AuxConvention, AuxLayers, DrafterSpec, EagleFlags, Rope
+from ...spec.canonical import FC_NORM_NAME, layer_indices
+from ...spec.config_types import SHAPE_FIELDS, TOP_LEVEL_TYPES, transformers_type_problems, wanted as _wanted
+from ...spec.drafter import AuxConvention, AuxLayers, DrafterSpec, EagleFlags, Rope
 from ...io.dtypes import CONFIG_DTYPE_NAMES
 from ...io.reader import TensorInfo
 from ...rope import ROPE_KEYS, both_spellings
@@ -30,7 +30,7 @@ from .speculators_config import SpeculatorsEagle3Config
 if TYPE_CHECKING:
     from pydantic_core import ErrorDetails
 
-    from ...jsonio import JSONValue
+    from ...support.jsonio import JSONValue
     from . import Layout
 
 @dataclass

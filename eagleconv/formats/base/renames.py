@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ...canonical import CANONICAL_NAME
+from ...spec.canonical import CANONICAL_NAME
 
 if TYPE_CHECKING:
     from . import Layout

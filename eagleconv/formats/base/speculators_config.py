@@ -10,7 +10,7 @@ from __future__ import annotations
 from pydantic import Field, PositiveInt
 
 from ...architectures.llama import LlamaDecoderFields
-from ...config_fields import _Config, _Eagle3Fields
+from ...config.config_fields import _Config, _Eagle3Fields
 
 
 class SpeculatorsVerifier(_Config):

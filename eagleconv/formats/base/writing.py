@@ -10,12 +10,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ... import architectures
-from ...drafter import DrafterSpec
+from ...spec.drafter import DrafterSpec
 from ...io.dtypes import CONFIG_DTYPE_NAMES
 from .fields import MISSING, get_path, set_path
 
 if TYPE_CHECKING:
-    from ...jsonio import JSONObject
+    from ...support.jsonio import JSONObject
     from . import Layout
 
 def spec_values(layout: type[Layout], spec: DrafterSpec) -> JSONObject:

@@ -14,9 +14,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from . import architectures
-from .config_fields import MlaDims  # (DrafterSpec.mla) a leaf, so an architecture builds one without importing drafter
-from .rope import ROPE_KEYS, rope_kind
+from .. import architectures
+from ..config.config_fields import MlaDims  # (DrafterSpec.mla) a leaf, so an architecture builds one without importing drafter
+from ..rope import ROPE_KEYS, rope_kind
 
 ArchitectureName = str
 """A registered drafter architecture's name (``eagleconv.architectures.names()`` lists them)."""

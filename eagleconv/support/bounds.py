@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import UnsafeInputError
+from ..errors import UnsafeInputError
 
 # -- the limits (docs/security.md) --------------------------------------------------------------------------------
 MAX_LAYERS = 1024  # num_hidden_layers and the like; the deepest published decoder has 126 (Llama 3.1 405B)

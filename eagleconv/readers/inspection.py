@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import ArgumentTypeError
-from .io.remote import needs_download, open_hf_headers, reads_headers
+from ..errors import ArgumentTypeError
+from ..io.remote import needs_download, open_hf_headers, reads_headers
 from .loading import load_drafter, read_store
-from .report import FlagsView, InspectReport, TensorRow, VocabSummary
+from ..spec.report import FlagsView, InspectReport, TensorRow, VocabSummary
 
 
 def inspect(path: str | Path, *, from_format: str | None = None, allow_pickle: bool = False,

@@ -1,7 +1,7 @@
 """EAGLE-3 <-> EAGLE-3.1: the math of ``upgrade`` and ``downgrade``, as transforms over canonical tensors.
 
 Math only: tensors in, tensors and a plan out.  The orchestration (the source, calibration, measuring the
-divergence, the writer, the report) is :mod:`eagleconv.eagle31`; the calibration file is :mod:`eagleconv.calibration`.
+divergence, the writer, the report) is :mod:`eagleconv.eagle31.api`; the calibration file is :mod:`eagleconv.readers.calibration`.
 
 How the aux hidden states ``a_1..a_K`` (each ``Ht`` wide) reach the decoder
 (vLLM: combine_hidden_states in llama_eagle3.py)::
@@ -33,15 +33,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from . import architectures
-from .conversion import Computed, Transform
-from .drafter import DrafterSpec
-from .errors import ConversionError, UsageError
+from .. import architectures
+from ..conversion import Computed, Transform
+from ..spec.drafter import DrafterSpec
+from ..errors import ConversionError, UsageError
 
 if TYPE_CHECKING:
     import torch
 
-    from .loading import LoadedDrafter
+    from ..readers.loading import LoadedDrafter
 
 Style = Literal["fc_norm", "norm_before_fc"]
 FOLD_ROWS = 1024  # fc rows folded at a time: float64 temporaries stay ~ rows x K*Ht x 8 bytes
@@ -208,7 +208,7 @@ def _eps(spec: DrafterSpec) -> float:
 
 
 def _computed(name: str, tensor: torch.Tensor, reason: str) -> Computed:
-    from .io.torch_tensors import tensor_bytes
+    from ..io.torch_tensors import tensor_bytes
 
     dtype, shape, data = tensor_bytes(tensor)
     return Computed(name, dtype, shape, data, reason)

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeAlias
 
-from .errors import ArgumentTypeError, FormatError, UnsafeInputError
+from ..errors import ArgumentTypeError, FormatError, UnsafeInputError
 
 MAX_JSON_BYTES = 16 * 1024 * 1024
 MAX_DEPTH = 64  # a drafter config nests 3 deep; serde_json's limit is 128

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from .jsonio import JSONObject, JSONValue
-from .validation.api import validate
+from ..support.jsonio import JSONObject, JSONValue
+from .api import validate
 
 if TYPE_CHECKING:
     import torch
 
-    from .report import Finding
+    from ..spec.report import Finding
 
 # "unverified": it loads, and runs as intended only if a value the engine guesses (the checkpoint does not state it)
 # is what the drafter was trained with; either run that loads agrees with it (see ``agrees``).
@@ -34,7 +34,7 @@ def agrees(predicted: str, observed: str) -> bool:
     """Whether what vLLM did (``observed``: intended, differs, fails) is what eagleconv predicted."""
     return observed == predicted or (predicted == "unverified" and observed in ("intended", "differs"))
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parent.parent.parent
 TINY_PAIR = REPO / "fixtures" / "tiny-pair"
 
 Edit = Callable[[JSONObject, "dict[str, torch.Tensor]"], object]  # (config, tensors), edited in place; returns ignored

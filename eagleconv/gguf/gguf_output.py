@@ -20,21 +20,21 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .drafter import DrafterSpec
-from .errors import ConversionError, UsageError
-from .formats.gguf import ARCH, KEYS, gguf_key
+from ..spec.drafter import DrafterSpec
+from ..errors import ConversionError, UsageError
+from ..formats.gguf import ARCH, KEYS, gguf_key
 from .gguf_target import TargetMeta
-from .io.dtypes import DTYPE_SIZES
-from .io.gguf_file import absolute_ids, copy_rope_rows, copy_rope_rows_kernel
-from .io.gguf_writer import GgufTensor, KeyValue, header_writer
-from .io.writer import OutputTensor
-from .report import ConvertReport
+from ..io.dtypes import DTYPE_SIZES
+from ..io.gguf_file import absolute_ids, copy_rope_rows, copy_rope_rows_kernel
+from ..io.gguf_writer import GgufTensor, KeyValue, header_writer
+from ..io.writer import OutputTensor
+from ..spec.report import ConvertReport
 
 if TYPE_CHECKING:
     import gguf
     import numpy as np
 
-    from .loading import LoadedDrafter
+    from ..readers.loading import LoadedDrafter
 
 OUTTYPES = {"f32": "F32", "f16": "F16", "bf16": "BF16"}
 FLOATS = frozenset({"F32", "F16", "BF16"})
@@ -86,7 +86,7 @@ def _convert(raw: bytes, src: str, dst: str) -> bytes:
 
 def _streamed(read: Callable[[int, int], bytes], tensor: OutputTensor, dtype: str) -> Callable[[int], None]:
     """Write ``tensor`` converted to ``dtype``, a block at a time."""
-    from .io.staging import write_all
+    from ..io.staging import write_all
 
     def write(fd: int) -> None:
         step = BLOCK_BYTES - BLOCK_BYTES % DTYPE_SIZES[tensor.dtype]
@@ -164,7 +164,7 @@ def _int_dtype(dtype: str) -> str:
 
 
 def _bytes(data: bytes) -> Callable[[int], None]:
-    from .io.staging import write_all
+    from ..io.staging import write_all
 
     return lambda fd: write_all(fd, data)
 
@@ -279,7 +279,7 @@ def _file_type(tensors: Sequence[GgufTensor]) -> int:
 
 def require_target(target: object, outtype: str | None, to: str) -> None:
     """--to gguf needs --target (as llama.cpp's converter needs --target-model-dir); --outtype is GGUF's only."""
-    from .formats import get_layout
+    from ..formats import get_layout
 
     if get_layout(to).needs_target and target is None:
         raise UsageError("--to gguf needs --target TARGET (the target's .gguf or its HF directory): llama.cpp's draft "

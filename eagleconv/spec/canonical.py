@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import re
 
-from .architectures.base import Expected
+from ..architectures.base import Expected
 from .drafter import DrafterSpec
 
-from . import architectures
+from .. import architectures
 
 # Attention and MLP modules are the architectures' (each module lists its own); the rest is shared by every drafter.
 _ATTN = "(" + "|".join(sorted({m for a in architectures.ARCHITECTURES.values() for m in a.attention_modules})) + ")"

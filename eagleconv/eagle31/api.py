@@ -1,6 +1,6 @@
 """``upgrade`` (EAGLE-3 -> 3.1) and ``downgrade`` (3.1 -> 3): the orchestration, a transform then the convert writer.
 
-The math is :mod:`eagleconv.transforms` (functions of tensors and the plans built from them); this module wires it
+The math is :mod:`eagleconv.eagle31.transforms` (functions of tensors and the plans built from them); this module wires it
 to the source,
 the calibration states, the divergence measurement and the staged, verified
 writer of :func:`eagleconv.conversion.convert`, and builds the report.
@@ -13,23 +13,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from ._extras import need
-from ._process import start_worker_pools
-from .calibration import TOKENS_KEY, Calibration, load_calibration
-from .conversion import Transform, convert
-from .errors import ConversionError, UsageError
-from .formats import get_layout
-from .report import FlagsView, RefitRow, StepDivergence, TransformChange, TransformReport
+from ..support._extras import need
+from ..support._process import start_worker_pools
+from ..readers.calibration import TOKENS_KEY, Calibration, load_calibration
+from ..conversion import Transform, convert
+from ..errors import ConversionError, UsageError
+from ..formats import get_layout
+from ..spec.report import FlagsView, RefitRow, StepDivergence, TransformChange, TransformReport
 from .transforms import Plan, Style, check_style, plan_downgrade, plan_upgrade
 
 if TYPE_CHECKING:
     import torch
 
-    from .drafter import DrafterSpec, EagleFlags
-    from .forward import Target
-    from .forward.model import DraftInputs
-    from .forward.run import StepProgress
-    from .loading import LoadedDrafter
+    from ..spec.drafter import DrafterSpec, EagleFlags
+    from ..forward import Target
+    from ..forward.model import DraftInputs
+    from ..forward.run import StepProgress
+    from ..readers.loading import LoadedDrafter
 
 MEASURE_STEPS = 4
 # Fewer calibration tokens than this and upgrade warns: on the SmolLM2 pair (benchmarks/upgrade_calibration.py,
@@ -52,7 +52,7 @@ class _OneTarget:
         self.model: Target | None = None
 
     def load(self) -> Target:
-        from .forward import Target
+        from ..forward import Target
 
         assert self.path is not None
         if self.model is None:
@@ -83,7 +83,7 @@ def _calibration(loaded: LoadedDrafter, calibration: str | Path | None, target: 
 
 def _capture(spec: DrafterSpec, target: _OneTarget, prompts: str | Path) -> tuple[Calibration, str]:
     """The target's aux states on the prompts at the drafter's layers, with the tokens: what a calibration file holds."""
-    from .forward import default_aux_ids, read_prompts
+    from ..forward import default_aux_ids, read_prompts
 
     tgt = target.load()
     prompt_list = read_prompts(prompts, tgt.vocab_size)
@@ -106,7 +106,7 @@ def _calibration_inputs(calibration: Calibration, vocab_size: int, seed: int,
     """
     import torch
 
-    from .forward.model import DraftInputs
+    from ..forward.model import DraftInputs
 
     g = torch.Generator().manual_seed(seed)
     inputs: list[DraftInputs] = []
@@ -147,11 +147,11 @@ class _Measurer:
 
     def __init__(self, loaded: LoadedDrafter, target: Target | str | Path | None, prompts: str | Path | None,
                  seed: int, calibration: Calibration | None = None, progress: StepProgress | None = None):
-        from .forward.api import default_aux_ids
-        from .forward.model import Drafter
-        from .forward.inputs import InputFactory
-        from .forward.run import _target_and_prompts, run_all
-        from .forward.weights import CheckpointSource
+        from ..forward.api import default_aux_ids
+        from ..forward.model import Drafter
+        from ..forward.inputs import InputFactory
+        from ..forward.run import _target_and_prompts, run_all
+        from ..forward.weights import CheckpointSource
 
         spec = loaded.require_spec()
         tgt, prompt_list, layers = _target_and_prompts(target, None if calibration is not None else prompts)
@@ -175,9 +175,9 @@ class _Measurer:
         self.notes = source.borrowed()  # rows the drafter borrows that no --target supplied: seeded synthetic
 
     def divergence(self, spec: DrafterSpec, tensors: dict[str, torch.Tensor], what: str) -> list[StepDivergence]:
-        from .forward.model import Drafter
-        from .forward.run import OverlaySource, compare, run_all
-        from .forward.weights import CheckpointSource
+        from ..forward.model import Drafter
+        from ..forward.run import OverlaySource, compare, run_all
+        from ..forward.weights import CheckpointSource
 
         changed = Drafter(spec, OverlaySource(CheckpointSource(self.loaded), tensors), dtype="float32", seed=self.seed,
                           **self.borrowed)
@@ -191,9 +191,9 @@ def _source_feedback(loaded: LoadedDrafter, target: _OneTarget, calibration: Cal
     None and why not: what norm_output's refit makes the post-norm state reproduce."""
     import torch
 
-    from .forward.api import default_aux_ids
-    from .forward.model import Drafter
-    from .forward.weights import CheckpointSource
+    from ..forward.api import default_aux_ids
+    from ..forward.model import Drafter
+    from ..forward.weights import CheckpointSource
 
     spec = loaded.require_spec()
     if spec.lm_head == "target":
@@ -319,7 +319,7 @@ def upgrade(source: str | Path | Mapping[str, object], destination: str | Path, 
     off the output computes exactly what the input did (tensors byte-identical,
     ``exact`` true).  New norm weights preserve each input's typical scale when
     aux states are given (``calibration``: the file :func:`capture_aux_states`
-    ``save_to=`` writes, see :mod:`eagleconv.transforms`; or ``target`` +
+    ``save_to=`` writes, see :mod:`eagleconv.eagle31.transforms`; or ``target`` +
     ``prompts``), else they are 1.0, and the divergence is measured on those
     states (``target`` with ``calibration`` lends the borrowed rows).  With
     aux states and ``refit`` (the default) the weights the new norms make

@@ -36,7 +36,7 @@ class _Report(BaseModel):
         except PydanticSerializationError:
             import json
 
-            from ._text import without_surrogates
+            from .._text import without_surrogates
 
             indent = kwargs.pop("indent", None)
             kwargs.pop("ensure_ascii", None)

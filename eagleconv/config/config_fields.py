@@ -1,7 +1,7 @@
 """The typed fields an EAGLE-3 drafter's config.json may state, shared by the architectures' config models.
 
 A leaf (pydantic only): the architecture modules build their config models from these and
-:mod:`eagleconv.schemas` publishes them, so neither imports the other to get them.
+:mod:`eagleconv.readers.schemas` publishes them, so neither imports the other to get them.
 Types only, no defaults: absence is the layout reader's business.
 """
 
@@ -69,7 +69,7 @@ class MlaDims(BaseModel):
 class DecoderShape(Protocol):
     """The dimensions a decoder layer is built from: what an architecture reads of a spec.
 
-    :class:`eagleconv.drafter.DrafterSpec` satisfies it, and so does a native target's own description
+    :class:`eagleconv.spec.drafter.DrafterSpec` satisfies it, and so does a native target's own description
     (forward.native_target): an architecture's hooks are typed against this, not against the drafter's spec,
     so ``architectures`` needs nothing from ``drafter`` (which validates itself against the architectures).
     """

@@ -12,7 +12,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from .errors import MissingExtraError
+from ..errors import MissingExtraError
 
 # module -> the extra (pyproject.toml [project.optional-dependencies]) that installs it
 EXTRA_OF = {"torch": "forward", "transformers": "forward", "triton": "kernels"}

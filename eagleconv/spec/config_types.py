@@ -13,10 +13,10 @@ import json
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from . import architectures
+from .. import architectures
 
 if TYPE_CHECKING:
-    from .jsonio import JSONValue
+    from ..support.jsonio import JSONValue
 
 # The fields that size a tensor: integers, and never defaulted silently (formats.base.reading notes each it derives).
 SHAPE_FIELDS = (

@@ -16,42 +16,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import architectures
-from ._extras import need
-from .jsonio import JSONObject, JSONValue
+from .. import architectures
+from ..architectures.base import TinyDims
+from ..support._extras import need
+from ..support.jsonio import JSONObject, JSONValue
 
 if TYPE_CHECKING:
     import torch
 
 PRODUCERS = ("eagle", "specforge", "torchspec", "vllm", "speculators", "automodel", "modelopt")
-
-
-@dataclass(frozen=True)
-class TinyDims:
-    """Small but non-degenerate sizes, so shape mix-ups show.
-
-    ``target_hidden`` equals ``hidden`` by default because a drafter that
-    borrows the target's embedding (most layouts ship none) must have the
-    target's width; ``WIDE_TARGET`` is the Llama-3.3-70B-style case where the
-    drafter is narrower than the target and ships its own embedding.
-    """
-
-    hidden: int = 32
-    target_hidden: int = 32
-    heads: int = 4
-    kv_heads: int = 2
-    head_dim: int = 8
-    intermediate: int = 64
-    vocab: int = 128
-    draft_vocab: int = 64
-    aux_ids: tuple[int, ...] = (2, 8, 13)  # vLLM numbering (hidden state entering layer i)
-    target_layers: int = 16
-    # MLA (Kimi K2.x style)
-    q_lora_rank: int | None = 24  # None: q_proj instead of the q_a/q_b latent (vLLM 0.32 cannot load it)
-    kv_lora_rank: int = 16
-    qk_nope_head_dim: int = 8
-    qk_rope_head_dim: int = 4
-    v_head_dim: int = 12
 
 
 WIDE_TARGET = TinyDims(target_hidden=48)

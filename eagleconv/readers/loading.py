@@ -11,18 +11,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .drafter import AuxConvention, DrafterSpec
-from .errors import AmbiguousLayoutError, EagleconvError, FindingsError, UsageError
-from .formats import detect_layout, get_layout, read_drafter
-from .formats.base import Layout
-from .formats.base.reading import ReadResult, read_fields
-from .io.reader import SAFETENSORS_INDEX, Checkpoint, open_checkpoint, open_source
-from .io.staging import not_a_checkpoint
-from .bounds import check_config
-from .jsonio import load_json
+from ..spec.drafter import AuxConvention, DrafterSpec
+from ..errors import AmbiguousLayoutError, EagleconvError, FindingsError, UsageError
+from ..formats import detect_layout, get_layout, read_drafter
+from ..formats.base import Layout
+from ..formats.base.reading import ReadResult, read_fields
+from ..io.reader import SAFETENSORS_INDEX, Checkpoint, open_checkpoint, open_source
+from ..io.staging import not_a_checkpoint
+from ..support.bounds import check_config
+from ..support.jsonio import load_json
 
 if TYPE_CHECKING:
-    from .io.torch_tensors import TorchTensors
+    from ..io.torch_tensors import TorchTensors
 
 
 @dataclass
@@ -53,7 +53,7 @@ class LoadedDrafter:
 
     def torch_tensors(self) -> TorchTensors:
         """The checkpoint's tensors as torch tensors by canonical name, memory-mapped (imports torch on use)."""
-        from .io.torch_tensors import TorchTensors
+        from ..io.torch_tensors import TorchTensors
 
         return TorchTensors(self.store, self.read.canonical)
 
@@ -89,7 +89,7 @@ def read_store(store: Checkpoint, *, layout: str | None = None,
 
 def open_tensors(path: str | Path, *, layout: str | None = None, allow_pickle: bool = False) -> TorchTensors:
     """The canonical tensors of the drafter at ``path`` (its layout detected unless given), memory-mapped."""
-    from .io.torch_tensors import TorchTensors
+    from ..io.torch_tensors import TorchTensors
 
     loaded = load_drafter(path, layout=layout, allow_pickle=allow_pickle)
     return TorchTensors(loaded.store, loaded.read.canonical, owns_store=True)

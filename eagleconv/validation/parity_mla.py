@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .parity import REPO, Edit, _drop, slug
-from .synthetic import DrafterRecipe, TinyDims, make_drafter
+from ..synthetic import DrafterRecipe, TinyDims, make_drafter
 
 if TYPE_CHECKING:
     import torch
 
-    from .jsonio import JSONObject
+    from ..support.jsonio import JSONObject
 
 MLA_VARIANTS_DIR = REPO / "fixtures" / "mla-variants"
 RECORD = MLA_VARIANTS_DIR / "vllm-0.32.0-outcomes.json"
@@ -146,7 +146,7 @@ def build_variant(variant: MlaVariant, out: Path) -> Path:
     """Write the variant as a checkpoint directory under ``out`` (named ...eagle3... so vLLM's path rules agree)."""
     from safetensors.torch import save_file
 
-    from .synthetic import producer_config, producer_tensors
+    from ..synthetic import producer_config, producer_tensors
 
     dst = out / f"mla-eagle3-variant-{slug(variant.name)}"
     if dst.exists():

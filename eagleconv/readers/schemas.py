@@ -14,45 +14,45 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .config_fields import EagleConfigBlock, _Config, _DecoderFields, _Eagle3Fields  # noqa: F401 - re-exported (their old home)
-from .drafter import DrafterSpec
-from .formats.base.reading import config_model_for
+from ..config.config_fields import EagleConfigBlock, _Config, _DecoderFields, _Eagle3Fields  # noqa: F401 - re-exported (their old home)
+from ..spec.drafter import DrafterSpec
+from ..formats.base.reading import config_model_for
 
 
 def __getattr__(name: str) -> Any:
     """The per-architecture config models live in their architecture modules; found here too."""
     if name == "LlamaEagle3Config":
-        from .architectures.llama import LlamaEagle3Config
+        from ..architectures.llama import LlamaEagle3Config
 
         return LlamaEagle3Config
     if name == "DeepseekMlaEagle3Config":
-        from .architectures.deepseek_mla import DeepseekMlaEagle3Config
+        from ..architectures.deepseek_mla import DeepseekMlaEagle3Config
 
         return DeepseekMlaEagle3Config
     if name == "SpeculatorsEagle3Config":
-        from .formats.speculators import SpeculatorsEagle3Config
+        from ..formats.speculators import SpeculatorsEagle3Config
 
         return SpeculatorsEagle3Config
     raise AttributeError(name)
 
 
 PUBLISHED: dict[str, str] = {
-    "drafter-spec": "eagleconv.drafter:DrafterSpec",
+    "drafter-spec": "eagleconv.spec.drafter:DrafterSpec",
     "config-llama-eagle3": "eagleconv.architectures.llama:LlamaEagle3Config",
     "config-deepseek-mla-eagle3": "eagleconv.architectures.deepseek_mla:DeepseekMlaEagle3Config",
     "config-speculators-eagle3": "eagleconv.formats.speculators:SpeculatorsEagle3Config",
-    "report-inspect": "eagleconv.report:InspectReport",
-    "report-convert": "eagleconv.report:ConvertReport",
-    "report-validate": "eagleconv.report:ValidationReport",
-    "report-transform": "eagleconv.report:TransformReport",
+    "report-inspect": "eagleconv.spec.report:InspectReport",
+    "report-convert": "eagleconv.spec.report:ConvertReport",
+    "report-validate": "eagleconv.spec.report:ValidationReport",
+    "report-transform": "eagleconv.spec.report:TransformReport",
     "report-push": "eagleconv.hub:PushReport",
     "report-pull": "eagleconv.hub:PullReport",
-    "report-diff": "eagleconv.report:DiffReport",
+    "report-diff": "eagleconv.spec.report:DiffReport",
     "report-simulate": "eagleconv.simulate:SimulateReport",
     "report-measure": "eagleconv.measure:MeasureReport",
     "audit-row": "eagleconv.hub:AuditRow",
     "report-audit": "eagleconv.hub:AuditSummary",
-    "error": "eagleconv.report:ErrorReport",
+    "error": "eagleconv.spec.report:ErrorReport",
 }
 
 

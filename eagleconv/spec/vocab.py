@@ -16,7 +16,7 @@ import sys
 from array import array
 from dataclasses import dataclass, field
 
-from .io.dtypes import DTYPE_SIZES, INT_DTYPES
+from ..io.dtypes import DTYPE_SIZES, INT_DTYPES
 
 _ARRAY_CODES = {"I8": "b", "U8": "B", "I16": "h", "U16": "H", "I32": "i", "U32": "I", "I64": "q", "U64": "Q"}
 

@@ -13,16 +13,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import FormatError, UsageError
-from .io.dtypes import INT_DTYPES
-from .io.safetensors_header import build_header, read_header
-from .io.staging import write_file_atomically
+from ..errors import FormatError, UsageError
+from ..io.dtypes import INT_DTYPES
+from ..io.safetensors_header import build_header, read_header
+from ..io.staging import write_file_atomically
 
 if TYPE_CHECKING:
     import torch
 
-    from .drafter import DrafterSpec
-    from .io.safetensors_header import SafetensorsHeader
+    from ..spec.drafter import DrafterSpec
+    from ..io.safetensors_header import SafetensorsHeader
 
 # The calibration file (``--calibration FILE``, written by ``capture_aux_states(save_to=...)``) is one
 # safetensors file.  Required: ``aux_hidden_states``, one row per token, [N, K*Ht] or [N, K, Ht] (any
@@ -79,7 +79,7 @@ def write_calibration(path: str | Path, calibration: Calibration, *, overwrite: 
 
     import torch
 
-    from .io.torch_tensors import tensor_bytes
+    from ..io.torch_tensors import tensor_bytes
 
     tensors = {CALIBRATION_KEY: calibration.states, LENGTHS_KEY: torch.tensor(calibration.lengths, dtype=torch.int64)}
     if calibration.tokens is not None:
@@ -95,7 +95,7 @@ def write_calibration(path: str | Path, calibration: Calibration, *, overwrite: 
 def _read_tensor(path: Path, header: SafetensorsHeader, name: str) -> torch.Tensor:
     import torch
 
-    from .io.torch_tensors import torch_dtype
+    from ..io.torch_tensors import torch_dtype
 
     entry = header.entries[name]
     with open(path, "rb") as f:
@@ -149,7 +149,7 @@ def load_calibration(path: str | Path, spec: DrafterSpec) -> Calibration:
     path = Path(path)
     if not path.is_file():
         raise FormatError("no such calibration file", path)
-    from .bounds import MAX_CALIBRATION_BYTES, check_file_size, check_memory
+    from ..support.bounds import MAX_CALIBRATION_BYTES, check_file_size, check_memory
 
     check_file_size(path, "the calibration file", MAX_CALIBRATION_BYTES)
     header = read_header(path)  # the strict parser every checkpoint goes through

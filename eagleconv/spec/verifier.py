@@ -15,8 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from .drafter import Verifier
-from .errors import FormatError, UsageError
-from .jsonio import load_json
+from ..errors import FormatError, UsageError
+from ..support.jsonio import load_json
 
 
 def _looks_like_a_path(text: str) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .errors import Interrupted
+from ..errors import Interrupted
 
 if TYPE_CHECKING:
     import threading

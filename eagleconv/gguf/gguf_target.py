@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import FormatError, MissingExtraError, UnsafeInputError, UsageError
-from .io.gguf_file import is_gguf, read_header
-from .io.gguf_writer import KeyValue
+from ..errors import FormatError, MissingExtraError, UnsafeInputError, UsageError
+from ..io.gguf_file import is_gguf, read_header
+from ..io.gguf_writer import KeyValue
 
 
 @dataclass
@@ -90,9 +90,9 @@ def _from_gguf(path: Path) -> TargetMeta:
 
 
 def _check_sizes(sizes: dict[str, Any], path: Path) -> None:
-    """The target's layer count, hidden size and vocab: positive integers within eagleconv.bounds' limits (a
+    """The target's layer count, hidden size and vocab: positive integers within eagleconv.support.bounds' limits (a
     target GGUF is held to what its config.json would be)."""
-    from .bounds import MAX_DIM, MAX_LAYERS, MAX_VOCAB
+    from ..support.bounds import MAX_DIM, MAX_LAYERS, MAX_VOCAB
 
     for (key, value), limit in zip(sizes.items(), (MAX_LAYERS, MAX_DIM, MAX_VOCAB)):
         if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= limit:
@@ -114,9 +114,9 @@ def check_side_files(path: Path) -> None:
     that is not an object, a chat template that is not UTF-8.  One line naming the file, exit 2."""
     import os
 
-    from .bounds import read_capped
-    from .io.paths import resolve_inside
-    from .jsonio import load_json
+    from ..support.bounds import read_capped
+    from ..io.paths import resolve_inside
+    from ..support.jsonio import load_json
 
     for name in (*SIDE_JSON, *SIDE_RAW):
         if not os.path.lexists(path / name):
@@ -135,7 +135,7 @@ def check_side_files(path: Path) -> None:
 
 
 def _from_hf_dir(path: Path) -> TargetMeta:
-    from .target import read_target_config
+    from ..config.target import read_target_config
 
     config_path = path / "config.json"
     if not config_path.is_file():
@@ -161,7 +161,7 @@ def _vocab_kind(path: Path) -> tuple[str, str]:
     if not file.is_file():
         raise UsageError("--target directory has neither tokenizer.model nor tokenizer.json: pass the target's "
                          "tokenizer, or --target TARGET.gguf", path)
-    from .jsonio import load_json
+    from ..support.jsonio import load_json
 
     tokenizer = load_json(file, max_bytes=MAX_SIDE_BYTES)
     model = tokenizer.get("model") if isinstance(tokenizer, dict) else None
@@ -179,7 +179,7 @@ def _vocab_kind(path: Path) -> tuple[str, str]:
 
 
 def _auto_tokenizer(path: Path) -> Any:
-    from ._extras import need
+    from ..support._extras import need
 
     need("transformers", "reading a tokenizer.json target as llama.cpp's converter does", path)
     from transformers import AutoTokenizer
@@ -265,7 +265,7 @@ def _prefix_space(path: Path) -> list[KeyValue]:
 
     config_file = path / "tokenizer_config.json"
     if config_file.is_file():
-        from .jsonio import load_json
+        from ..support.jsonio import load_json
 
         prefix = load_json(config_file).get("add_prefix_space")  # an object: check_side_files
         if prefix is not None:
@@ -299,7 +299,7 @@ def sentencepiece_keys(path: Path, vocab_size: int) -> list[KeyValue]:
         tokens[i], scores[i], types[i] = sp.IdToPiece(i).encode(), sp.GetScore(i), int(kind)
     added = path / "added_tokens.json"
     if added.is_file():
-        from .jsonio import load_json
+        from ..support.jsonio import load_json
 
         for text, i in load_json(added).items():  # an object: check_side_files
             if not isinstance(i, int) or isinstance(i, bool) or i < 0:

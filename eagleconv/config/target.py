@@ -15,9 +15,9 @@ from pathlib import Path
 from collections.abc import Mapping
 from typing import Any
 
-from .bounds import ModelDims, check_config
-from .errors import FormatError, UnsafeInputError
-from .jsonio import load_json
+from ..support.bounds import ModelDims, check_config
+from ..errors import FormatError, UnsafeInputError
+from ..support.jsonio import load_json
 
 # Typed fields of a target config (its text_config for a multimodal one), checked before any reader uses them:
 # counts are JSON integers >= 1 (not "4", 4.7 or true), eps and theta finite numbers > 0.
@@ -53,7 +53,7 @@ def _field(config: Mapping[str, object], key: str) -> object:
 
 def read_target_config(path: str | Path) -> tuple[Path, dict[str, Any]]:
     """The one reader of a target's config.json (simulate, validate --forward, upgrade --target, --target checks):
-    the strict JSON reader (duplicate keys, limits), the size bounds (eagleconv.bounds) and the typed fields
+    the strict JSON reader (duplicate keys, limits), the size bounds (eagleconv.support.bounds) and the typed fields
     above, each refused in one line naming the file and the field.  Returns the file and the config."""
     path = Path(path)
     file = path / "config.json" if path.is_dir() else path
@@ -106,7 +106,7 @@ def check_target_weights(directory: str | Path, raw: dict[str, Any]) -> None:
     """The target's index and shards through the strict readers (every file inside the directory, the header
     pre-parser), and the shapes that size the model agreeing with its config: a mismatch is one line naming the
     field here, not transformers' ``ignore_mismatched_sizes`` error or a shape error mid-forward."""
-    from .io.reader import open_checkpoint
+    from ..io.reader import open_checkpoint
 
     directory = Path(directory)
     store = open_checkpoint(directory)
@@ -142,7 +142,7 @@ def check_target_weights(directory: str | Path, raw: dict[str, Any]) -> None:
 
 
 def target_dims(path: str | Path) -> ModelDims:
-    """What sizes the target's KV cache and logits (eagleconv.bounds.ModelDims), from its checked config."""
+    """What sizes the target's KV cache and logits (eagleconv.support.bounds.ModelDims), from its checked config."""
     file, raw = read_target_config(path)
     text = raw["text_config"] if isinstance(raw.get("text_config"), dict) else raw
 
