@@ -81,28 +81,12 @@ def hub_env(monkeypatch, tmp_path):
 
 def header_drip(every: float = 0.2, limit: float = 60) -> Behaviour:
     """A status line, then a header one byte every ``every`` s: it never ends (h11's 64 KiB limit is 5 hours away)."""
-    def send(out: BinaryIO, stop: threading.Event) -> None:
-        out.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Drip: ")
-        out.flush()
-        end = time.monotonic() + limit
-        while time.monotonic() < end and not stop.wait(every):
-            out.write(b"a")
-            out.flush()
-
-    return send
+    return drip(every, limit, head=b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Drip: ", byte=b"a")
 
 
 def redirect_drip(location: str, every: float = 0.2, limit: float = 60) -> Behaviour:
     """A 302 to ``location`` whose body (read before the redirect is followed) drips."""
-    def send(out: BinaryIO, stop: threading.Event) -> None:
-        out.write(f"HTTP/1.1 302 Found\r\nLocation: {location}\r\nConnection: close\r\n\r\n".encode())
-        out.flush()
-        end = time.monotonic() + limit
-        while time.monotonic() < end and not stop.wait(every):
-            out.write(b" ")
-            out.flush()
-
-    return send
+    return drip(every, limit, head=f"HTTP/1.1 302 Found\r\nLocation: {location}\r\nConnection: close\r\n\r\n".encode())
 
 
 def steady(pieces: int, every: float) -> Behaviour:

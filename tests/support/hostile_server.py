@@ -34,15 +34,19 @@ def reply(status: int, body: object, headers: tuple[tuple[str, str], ...] = (),
     return send
 
 
-def drip(every: float = 0.2, limit: float = 10.0, prefix: bytes = b"") -> Behaviour:
-    """Headers at once, then one byte every ``every`` s for ``limit`` s (no Content-Length: the body never ends
-    before the connection does)."""
+DRIP_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n"
+
+
+def drip(every: float = 0.2, limit: float = 10.0, prefix: bytes = b"", head: bytes = DRIP_HEAD,
+         byte: bytes = b" ") -> Behaviour:
+    """``head`` (headers, by default) at once, then ``byte`` every ``every`` s for ``limit`` s (no Content-Length:
+    the body never ends before the connection does; a ``head`` that stops inside the headers drips those)."""
     def send(out: BinaryIO, stop: threading.Event) -> None:
-        out.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n" + prefix)
+        out.write(head + prefix)
         out.flush()
         end = time.monotonic() + limit
         while time.monotonic() < end and not stop.wait(every):
-            out.write(b" ")
+            out.write(byte)
             out.flush()
 
     return send
