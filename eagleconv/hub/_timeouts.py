@@ -134,15 +134,10 @@ def _httpx_client_factory(template: _HttpxClient) -> Callable[[], Any]:  # httpx
             self.inner, self.what, self.started, self.cap = inner, (method, url, limit), started, cap
 
         def __iter__(self) -> Iterator[bytes]:
-            received = 0
+            deadline = _Deadline(self.what[2], self.started)
             try:
                 for chunk in self.inner:
-                    received += len(chunk)
-                    if received > self.cap:
-                        raise HubError(f"the Hub's answer to {self.what[0]} {self.what[1]} is over {self.cap} bytes")
-                    if time.monotonic() > self.started + self.what[2] + received / MIN_RATE:
-                        raise _timed_out(*self.what)
-                    yield chunk
+                    yield _counted(chunk, deadline, self.cap, self.what)
             except http.TimeoutException:
                 raise _timed_out(*self.what) from None
 
@@ -215,11 +210,9 @@ def _httpx_client_factory(template: _HttpxClient) -> Callable[[], Any]:  # httpx
             limit = _limit
             if limit is not None and isinstance(response.stream, http.SyncByteStream):
                 url = str(request.url).split("?")[0]
-                declared = response.headers.get("Content-Length")
-                cap = (MAX_API_BODY if "/resolve/" not in url else
-                       int(declared) if declared is not None and declared.isdigit() else MAX_FILE_BODY)
                 response.stream = Stream(response.stream, request.method, url, limit,
-                                         getattr(_started, "at", time.monotonic()), cap)
+                                         getattr(_started, "at", time.monotonic()),
+                                         _cap(url, response.headers.get("Content-Length")))
             return response
 
     return lambda: Client(event_hooks=hooks, follow_redirects=True, timeout=None)
@@ -235,6 +228,16 @@ class _Deadline:
         return self.started + self.limit + self.received / MIN_RATE
 
 
+def _counted(chunk: bytes, deadline: _Deadline, cap: int, what: tuple[str, str, float], fired: bool = False) -> bytes:
+    """``chunk``, once counted against its body's cap and deadline (both clients read bodies through this)."""
+    deadline.received += len(chunk)
+    if deadline.received > cap:
+        raise HubError(f"the Hub's answer to {what[0]} {what[1]} is over {cap} bytes")
+    if fired or time.monotonic() > deadline():
+        raise _timed_out(*what)
+    return chunk
+
+
 class _Body:
     """huggingface_hub 0.x: a response's ``raw`` (urllib3's, which requests reads) read in pieces against its
     deadline and cap.  A read blocked in a drip is ended by the connection's watchdog; its error is eagleconv's."""
@@ -247,12 +250,7 @@ class _Body:
         return getattr(self._raw, name)
 
     def _took(self, chunk: bytes) -> bytes:
-        self._deadline.received += len(chunk)
-        if self._deadline.received > self._cap:
-            raise HubError(f"the Hub's answer to {self._what[0]} {self._what[1]} is over {self._cap} bytes")
-        if self._dog.fired or time.monotonic() > self._deadline():
-            raise _timed_out(*self._what)
-        return chunk
+        return _counted(chunk, self._deadline, self._cap, self._what, fired=self._dog.fired)
 
     @contextmanager
     def _reading(self) -> Iterator[None]:
