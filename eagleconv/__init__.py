@@ -21,7 +21,7 @@ _EXPORTS = {
     # reading, converting, validating
     "inspect": "eagleconv.readers.inspection",
     "convert": "eagleconv.conversion",
-    "plan_conversion": "eagleconv.conversion",
+    "plan_conversion": "eagleconv.conversion.plan",
     "validate": "eagleconv.validation",
     "lint": "eagleconv.validation",
     "open_checkpoint": "eagleconv.io.reader",
@@ -88,19 +88,12 @@ def _recognise_checkpoint(directory: _Path, names: list[str], shown: "str | _Pat
     _import_module("eagleconv.readers.loading").recognise_checkpoint(directory, names, shown)
 
 
-def _gguf_config(kv: _Any, tensors: _Any) -> dict[str, _Any]:
-    """For io's GGUF reader (``io.gguf_file.open_gguf``): the GGUF layout's metadata -> config.json view."""
-    config: dict[str, _Any] = _import_module("eagleconv.formats.gguf").config_from_kv(kv, tensors)
-    return config
-
-
 # The one place that wires a lower layer to a higher one: io needs the hub (hf:// paths) and layout detection
 # (what --overwrite may replace) without importing either.
 _io_hooks.fetch_hf = _fetch_hf
 _io_hooks.open_hf_headers = _open_hf_headers
 _io_hooks.hub_offline = lambda: bool(_import_module("eagleconv.hub").offline())
 _io_hooks.recognise_checkpoint = _recognise_checkpoint
-_io_hooks.gguf_config = _gguf_config
 
 
 def __getattr__(name: str) -> _Any:
@@ -113,7 +106,8 @@ def __getattr__(name: str) -> _Any:
 
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .conversion import convert, plan_conversion
+    from .conversion import convert
+    from .conversion.plan import plan_conversion
     from .spec.drafter import AuxLayers, DrafterSpec, EagleFlags, MlaDims
     from .eagle31.api import downgrade, upgrade
     from .errors import (ArgumentTypeError, ConversionError, EagleconvError, FindingsError, FormatError,

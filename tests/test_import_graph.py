@@ -37,10 +37,10 @@ LAYERS: tuple[str, ...] = (
     "config",  # what config.json files state: the drafter's typed fields, the target's config
     "architectures",  # one module per decoder family (reads a spec as config_fields.DecoderShape)
     "spec",  # the canonical description: DrafterSpec, canonical names, config types, vocab, reports
+    "gguf",  # llama.cpp's draft GGUF: reading, writing, its keys, the storage rules, target metadata, BPE pre-hash
     "formats",  # one module per layout
     "synthetic",  # seeded tiny drafters in every producer's layout
     "readers",  # checkpoint -> layout -> DrafterSpec, inspect, the calibration file, published schemas
-    "gguf",  # llama.cpp's draft GGUF: writer, target metadata, BPE pre-tokenizer table
     "engines",  # engine profiles, their checks and views
     "forward",  # the reference forward
     "validation",  # validate(), lint(), the vLLM parity tier's predictions

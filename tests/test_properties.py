@@ -88,7 +88,7 @@ def recipes(draw) -> DrafterRecipe:
 
 def _rederived(path: Path, name: str) -> str | None:
     """sha256 of ``name`` derived exactly from what ``path`` holds (t2d from d2t), as convert would."""
-    from eagleconv.conversion import _derive
+    from eagleconv.conversion.plan import _derive
     from eagleconv.readers.loading import load_drafter
 
     loaded = load_drafter(path)

@@ -199,10 +199,11 @@ def diff(ctx: click.Context, a: str, b: str, steps: int, target: str | None, pro
     _passive_omp()
 
     def body():
+        from ..gguf.gguf_file import open_if_gguf
         from ..io.reader import open_checkpoint
 
         for path in (a, b):  # a missing or unsafe checkpoint is refused before torch is imported or anything runs
-            open_checkpoint(path, allow_pickle=allow_pickle)
+            open_checkpoint(path, allow_pickle=allow_pickle, open_file=open_if_gguf)
         from ..forward import diff as diff_drafters
 
         with _status(f"running {steps} draft steps of each drafter"):

@@ -13,34 +13,28 @@ built in memory.
 
 The steps live one job to a module (issue 26): what a transform hands over (:mod:`~eagleconv.conversion.transform`),
 the plan (:mod:`~eagleconv.conversion.plan`), and the checks of the staged output (:mod:`~eagleconv.conversion.verify`);
-this module runs them through the writer.  Every name ``eagleconv.conversion`` offered before stays importable from here.
+this module runs them through the destination layout's writer (``Layout.output``: a safetensors directory, or
+llama.cpp's GGUF with its storage rules, ``eagleconv.gguf.gguf_output``), never asking which it is.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
-from .._version import __version__
-from ..spec.drafter import AuxConvention, Verifier
 from ..errors import ArgumentTypeError, ConversionError
-from ..io.gguf_writer import GgufTensor, StagedFile, write_gguf
+from ..formats import get_layout
 from ..io.hub_paths import local_path, require_download
 from ..io.reader import is_state_dict, require_source
-from ..io.writer import CheckpointWriter, check_not_overlapping
-from ..gguf.gguf_output import gguf_tensors, metadata as gguf_metadata, require_target
-from ..gguf.gguf_target import read_target
-from ..support.jsonio import dump_json
+from ..io.writer import check_not_overlapping
 from ..readers.loading import LoadedDrafter, load_drafter
+from ..spec.drafter import AuxConvention, Verifier
 from ..spec.report import ConvertReport, Finding
 from ..validation.structural import checkpoint_findings
 from .plan import _plan, refuse_without_verifier
-from .transform import Computed, Transform  # noqa: F401 - Computed: re-exported (transforms, eagle31, tests)
+from .transform import Transform
 from .verify import _NumericCheck, _verify_output, plan_sources
 
-# Names this module held before issue 26's split, re-exported for their old import path.
-from .plan import _derive, output_findings, plan_conversion  # noqa: F401
 
 def convert(source: str | Path | Mapping[str, object], destination: str | Path, to: str | None, *,
             config: object = None, from_format: str | None = None,
@@ -68,8 +62,9 @@ def convert(source: str | Path | Mapping[str, object], destination: str | Path, 
     opened source; its computed tensors go through the same plan, staging and
     verification as copied ones.  ``verifier``: see :func:`plan_conversion`.
 
-    ``to="gguf"`` writes llama.cpp's draft GGUF, one file at ``destination`` (``eagleconv.gguf.gguf_output``):
-    ``target`` (required) is the target's GGUF or HF directory, ``outtype`` (f32/f16/bf16) converts floats.
+    ``target`` and ``outtype`` are the destination layout's writer's (``Layout.output``): ``to="gguf"`` writes
+    llama.cpp's draft GGUF, one file at ``destination`` (``eagleconv.gguf.gguf_output``), ``target`` (required)
+    is the target's GGUF or HF directory, ``outtype`` (f32/f16/bf16) converts floats.
 
     ``durable=False`` skips fsync (the output is still published atomically).
     ``numeric`` checks every float tensor for NaN/Inf (EC060) as it is written,
@@ -91,14 +86,12 @@ def convert(source: str | Path | Mapping[str, object], destination: str | Path, 
                           allow_pickle=allow_pickle)
     try:
         to = to or loaded.layout.name
-        require_target(target, outtype, to)
-        target_meta = read_target(target) if to == "gguf" and target is not None else None
-        # Every check that can refuse the destination (it exists, --overwrite of a non-checkpoint, the
-        # current directory) runs here, before the transform (calibration, divergence) and the plan.
-        writer: CheckpointWriter | StagedFile | None = None
+        # The layout's writer (safetensors directory, llama.cpp's GGUF...) checks its own arguments (--target,
+        # --outtype) and, with every check that can refuse the destination (it exists, --overwrite of a
+        # non-checkpoint, the current directory), runs here, before the transform (calibration, divergence).
+        output = get_layout(to).output.prepare(target=target, outtype=outtype)
         if not dry_run:
-            writer = (StagedFile(destination, overwrite=overwrite, durable=durable) if to == "gguf" else
-                      CheckpointWriter(destination, sources=sources, overwrite=overwrite, durable=durable))
+            output.open(destination, sources=sources, overwrite=overwrite, durable=durable)
         findings: list[Finding] = checkpoint_findings(loaded.read, loaded.store)
         errors = [f for f in findings if f.severity == "error"]
         if errors and not force:
@@ -110,53 +103,25 @@ def convert(source: str | Path | Mapping[str, object], destination: str | Path, 
             refuse_without_verifier(loaded, to, verifier)
         changed = transform(loaded) if transform is not None else None
         report, tensors, config, spec = _plan(loaded, to, drop=drop, aux_layer_ids=aux_layer_ids,
-                                              aux_convention=aux_convention, transform=changed, verifier=verifier)
+                                              aux_convention=aux_convention, transform=changed, verifier=verifier,
+                                              output=output)
         report.findings = findings + report.findings
         report.destination = str(destination)
         report.dry_run = dry_run
-        if target_meta is not None:
-            report.notes += target_meta.notes
-            written = gguf_tensors(loaded, report, tensors, spec, target_meta, outtype)
-            header = gguf_metadata(loaded, spec, written, target_meta, report.notes)
-            if dry_run:
-                return report
-            assert isinstance(writer, StagedFile)
-            return _write_gguf(report, loaded, writer, header, written, to, clean=not errors, force=force,
-                               numeric=numeric, on_bytes=on_bytes, on_total=on_total)
         if dry_run:
             if numeric:
                 report.notes.append("NaN/Inf check not run: --dry-run reads no tensor data (`eagleconv validate` does)")
             return report
-        assert isinstance(writer, CheckpointWriter)
-        report.notes += writer.notes
+        report.notes += output.notes
         if on_total:
             on_total(sum(t.nbytes for t in tensors))
-        metadata = {"format": "pt", "eagleconv_version": __version__}
         check = _NumericCheck(report, plan_sources(report), force, loaded.store.path) if numeric else None
         if not numeric:
             report.notes.append("numeric check skipped (--no-numeric): NaN/Inf weights were not looked for")
-        report.files_written = writer.write(tensors, {"config.json": dump_json(config)},
-                                            max_shard_size=max_shard_size, metadata=metadata, on_bytes=on_bytes,
+        report.files_written = output.write(tensors, config, max_shard_size=max_shard_size, on_bytes=on_bytes,
                                             verify=lambda staged: _verify_output(staged, tensors, to, clean=not errors),
                                             check_values=check)
         report.bytes_written = sum(t.nbytes for t in tensors)
         return report
     finally:
         loaded.close()
-
-
-def _write_gguf(report: ConvertReport, loaded: LoadedDrafter, staged: StagedFile, header: Any,
-                tensors: Sequence[GgufTensor], to: str, *, clean: bool, force: bool, numeric: bool,
-                on_bytes: Callable[[int], None] | None, on_total: Callable[[int], None] | None) -> ConvertReport:
-    """Write the GGUF (staged, value-checked, read back, published) and finish the report."""
-    report.notes += staged.notes
-    if on_total:
-        on_total(sum(t.nbytes for t in tensors))
-    check = _NumericCheck(report, plan_sources(report), force, loaded.store.path) if numeric else None
-    if not numeric:
-        report.notes.append("numeric check skipped (--no-numeric): NaN/Inf weights were not looked for")
-    write_gguf(staged, header, tensors, on_bytes=on_bytes, check_values=check,
-               verify=lambda path: _verify_output(path, tensors, to, clean=clean))
-    report.files_written = [Path(report.destination).name]
-    report.bytes_written = sum(t.nbytes for t in tensors)
-    return report

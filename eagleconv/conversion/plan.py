@@ -19,6 +19,7 @@ from ..spec.drafter import EAGLE31_FLAGS, AuxConvention, AuxLayers, DrafterSpec,
 from ..errors import ConversionError, FindingsError, UsageError
 from ..formats import get_layout
 from ..formats.base import Layout
+from ..formats.base.output import Output
 from ..formats.base.fields import MISSING, get_path
 from ..formats.base.renames import rename
 from ..formats.base.writing import write_config
@@ -125,12 +126,15 @@ def _plan(loaded: LoadedDrafter, to: str, *, drop: Iterable[str] = (),
           aux_layer_ids: Sequence[int] | None = None,
           aux_convention: AuxConvention = "hidden_state_index",
           transform: Transform | None = None,
-          verifier: str | Verifier | None = None) -> tuple[ConvertReport, list[OutputTensor], dict, DrafterSpec]:
+          verifier: str | Verifier | None = None,
+          output: Output | None = None) -> tuple[ConvertReport, list[OutputTensor], dict, DrafterSpec]:
     """Plan a conversion from headers and small vectors (plus ``transform``'s computed tensors).
 
     Raises ConversionError when the layout change cannot be exact.  ``verifier`` (``--verifier``):
     the target model to name in the output, a Hub id or a local model directory; it replaces
-    whatever the source names.
+    whatever the source names.  ``output``: the destination layout's writer, whose storage step the plan
+    names last (llama.cpp's GGUF: absolute d2t ids, rotary Q/K rows, F32 norms, ``--outtype``; each stated
+    on its row); None plans the tensors as the layout names them.
     """
     dst = get_layout(to)
     try:
@@ -226,7 +230,7 @@ def _plan(loaded: LoadedDrafter, to: str, *, drop: Iterable[str] = (),
         dest_names[dest] = canonical
         plan.append(PlanRow(source=read.canonical.get(canonical), destination=dest, shape=list(new.shape),
                             dtype=new.dtype, action="computed", reason=new.reason))
-        out.append(OutputTensor(dest, new.dtype, new.shape, len(new.data), _bytes_writer(new.data)))
+        out.append(OutputTensor(dest, new.dtype, new.shape, len(new.data), _bytes_writer(new.data), new.data))
 
     present = (set(read.tensors) | set(computed)) - set(removed) - {
         r for r in read.canonical if _matches_drop(r, read.canonical[r], drop_set)}
@@ -241,7 +245,7 @@ def _plan(loaded: LoadedDrafter, to: str, *, drop: Iterable[str] = (),
         data, dtype, shape, how = derived
         dest = rename(dst.renames, needed, to_canonical=False) or needed
         plan.append(PlanRow(source=None, destination=dest, shape=list(shape), dtype=dtype, action="derive", reason=how))
-        out.append(OutputTensor(dest, dtype, shape, len(data), _bytes_writer(data)))
+        out.append(OutputTensor(dest, dtype, shape, len(data), _bytes_writer(data), data))
         notes.append(f"derived {dest}: {how}")
 
     if problems:
@@ -262,6 +266,8 @@ def _plan(loaded: LoadedDrafter, to: str, *, drop: Iterable[str] = (),
                            exact=transform.exact if transform is not None else True,
                            divergence=list(transform.divergence) if transform is not None else [],
                            findings=output_findings(dst, spec))
+    if output is not None:
+        out = output.storage(loaded.store, report, out, spec)
     return report, out, config, spec
 
 

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from ..support._extras import need
 from ..support._process import start_worker_pools
 from ..readers.calibration import TOKENS_KEY, Calibration, load_calibration
-from ..conversion import Transform, convert
+from ..conversion import convert
+from ..conversion.transform import Transform
 from ..errors import ConversionError, UsageError
 from ..formats import get_layout
 from ..spec.report import FlagsView, RefitRow, StepDivergence, TransformChange, TransformReport

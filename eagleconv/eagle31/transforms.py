@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from .. import architectures
-from ..conversion import Computed, Transform
+from ..conversion.transform import Computed, Transform
 from ..spec.drafter import DrafterSpec
 from ..errors import ConversionError, UsageError
 

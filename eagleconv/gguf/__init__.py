@@ -1,6 +1,8 @@
-"""llama.cpp's draft GGUF: the writer (``gguf_output``), the target's tokenizer and metadata (``gguf_target``)
-and llama.cpp's BPE pre-tokenizer hash table (``gguf_bpe_pre``, generated).
+"""llama.cpp's draft GGUF, in one home (issue 34): reading (``gguf_file``: the bounded header reader, a GGUF drafter
+as a checkpoint; ``gguf_keys``: its metadata as a config), writing (``gguf_writer``: the staged single-file writer;
+``gguf_output``: the GGUF layout's writer, llama.cpp's storage rules and metadata), the target's tokenizer and
+metadata (``gguf_target``) and llama.cpp's BPE pre-tokenizer hash table (``gguf_bpe_pre``, generated).
 
-The GGUF byte format itself (the bounded reader, the single-file writer) is in :mod:`eagleconv.io`, which every
-reader opens through, and the layout's name and key tables in :mod:`eagleconv.formats.gguf`.
+It sits below the layouts: the GGUF layout (:mod:`eagleconv.formats.gguf`, its tensor table) names
+``gguf_output.GgufOutput`` as its writer, and the readers pass ``gguf_file.open_if_gguf`` to ``io.reader``.
 """

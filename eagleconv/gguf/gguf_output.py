@@ -1,7 +1,8 @@
-"""Emit a conversion plan as llama.cpp's EAGLE-3 draft GGUF (``convert --to gguf``).
+"""The GGUF layout's writer (``GgufLayout.output``): llama.cpp's draft GGUF, as ``convert --to gguf`` writes it.
 
-The plan (``conversion.plan_conversion``) already names every tensor in GGUF terms; this module adds what
-llama.cpp's converter does besides renaming, so the file holds what theirs holds:
+The plan names every tensor in GGUF terms and then names this writer's storage step (:meth:`GgufOutput.storage`),
+which does what llama.cpp's converter does besides renaming, so the file holds what theirs holds; each change is
+stated on the tensor's plan row:
 
 - ``d2t`` as I64 absolute target ids (``d2t + arange``), checked in range of the target vocab and unique;
 - the llama Q/K rows in ggml's rotary order (``LlamaModel.permute``), one head at a time;
@@ -10,35 +11,79 @@ llama.cpp's converter does besides renaming, so the file holds what theirs holds
 - the metadata: the drafter's hyper-parameters and flags, aux ids as ``eagle3.target_layers`` in llama.cpp's
   numbering (the input of layer id), and the target's tokenizer and layer count (``gguf_target``).
 
-Tensors whose dtype is kept are copied by the kernel; the rest are streamed in bounded blocks.
+Tensors whose dtype is kept are copied by the kernel; the rest are streamed in bounded blocks, read from the source
+(a ranged read) or from the bytes a transform computed.
 """
 
 from __future__ import annotations
 
-import os
+import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from ..spec.drafter import DrafterSpec
 from ..errors import ConversionError, UsageError
-from ..formats.gguf import ARCH, KEYS, gguf_key
-from .gguf_target import TargetMeta
+from ..io.checkpoint import Checkpoint
 from ..io.dtypes import DTYPE_SIZES
-from ..io.gguf_file import absolute_ids, copy_rope_rows, copy_rope_rows_kernel
-from ..io.gguf_writer import GgufTensor, KeyValue, header_writer
 from ..io.writer import OutputTensor
-from ..spec.report import ConvertReport
+from ..spec.drafter import DrafterSpec
+from ..spec.report import ConvertReport, PlanRow
+from .gguf_file import GgufCheckpoint, absolute_ids, copy_rope_rows, copy_rope_rows_kernel
+from .gguf_keys import ARCH, KEYS, gguf_key
+from .gguf_target import TargetMeta, read_target
+from .gguf_writer import GgufTensor, KeyValue, StagedFile, header_writer, write_gguf
 
 if TYPE_CHECKING:
     import gguf
     import numpy as np
 
-    from ..readers.loading import LoadedDrafter
+    from ..io.finite import ValueScan
 
 OUTTYPES = {"f32": "F32", "f16": "F16", "bf16": "BF16"}
 FLOATS = frozenset({"F32", "F16", "BF16"})
 BLOCK_BYTES = 1 << 20
+
+
+class GgufOutput:
+    """One ``.gguf`` file, staged and published by one rename (``gguf_writer``); see the module docstring."""
+
+    def __init__(self, target: TargetMeta, outtype: str | None):
+        self.target, self.outtype = target, outtype
+        self.notes: list[str] = []
+        self._staged: StagedFile | None = None
+        self._header: gguf.GGUFWriter | None = None
+
+    @classmethod
+    def prepare(cls, *, target: str | Path | None, outtype: str | None) -> GgufOutput:
+        """--target is required (as llama.cpp's converter needs --target-model-dir) and read now, before anything
+        is converted; --outtype is f32, f16 or bf16."""
+        if target is None:
+            raise UsageError("--to gguf needs --target TARGET (the target's .gguf or its HF directory): llama.cpp's "
+                             "draft GGUF carries the target's tokenizer and layer count; nothing was written")
+        if outtype is not None and outtype not in OUTTYPES:
+            raise UsageError(f"--outtype {outtype!r}: choose one of {', '.join(OUTTYPES)}")
+        return cls(read_target(target), outtype)
+
+    def open(self, destination: str | Path, *, sources: Sequence[str | Path], overwrite: bool,
+             durable: bool) -> None:
+        self._staged = StagedFile(destination, overwrite=overwrite, durable=durable)
+        self.notes = self._staged.notes
+
+    def storage(self, store: Checkpoint, report: ConvertReport, tensors: list[OutputTensor],
+                spec: DrafterSpec) -> list[GgufTensor]:
+        """The planned tensors as llama.cpp stores them, and the header that lists them (its notes in the report)."""
+        report.notes += self.target.notes
+        written = _stored(store, report.plan, tensors, spec, self.target, self.outtype)
+        self._header = metadata(store, spec, written, self.target, report.notes)
+        return written
+
+    def write(self, tensors: Sequence[OutputTensor], config: dict[str, Any], *, max_shard_size: int | None,
+              on_bytes: Callable[[int], None] | None, verify: Callable[[Path], None],
+              check_values: Callable[[OutputTensor, ValueScan], None] | None) -> list[str]:
+        """Write the file (the config is in the header: ``storage`` built it); returns its name."""
+        assert self._staged is not None and self._header is not None, "open() and storage() first"
+        write_gguf(self._staged, self._header, tensors, on_bytes=on_bytes, check_values=check_values, verify=verify)
+        return [self._staged.destination.name]
 
 
 def _rope_heads(name: str, spec: DrafterSpec) -> int | None:
@@ -49,23 +94,15 @@ def _rope_heads(name: str, spec: DrafterSpec) -> int | None:
     return None
 
 
-def _reader(loaded: LoadedDrafter, source: str | None, tensor: OutputTensor) -> Callable[[int, int], bytes]:
-    """read(offset, size) of the tensor's bytes as the plan would write them (a ranged read where it can)."""
-    store = loaded.store
-    if source is not None and source in store.tensors and hasattr(store, "read_range"):
-        return lambda offset, size: store.read_range(source, offset, size)
-    data = _capture(tensor)
-    return lambda offset, size: data[offset:offset + size]
-
-
-def _capture(tensor: OutputTensor) -> bytes:
-    """The bytes an OutputTensor's writer appends (small or computed tensors), through a memory file."""
-    fd = os.memfd_create("eagleconv-tensor")
-    try:
-        tensor.write(fd)
-        return os.pread(fd, tensor.nbytes, 0)
-    finally:
-        os.close(fd)
+def _reader(store: Checkpoint, source: str | None, tensor: OutputTensor) -> Callable[[int, int], bytes]:
+    """read(offset, size) of the tensor's bytes as the plan would write them: held in memory (computed, derived),
+    else a ranged read of its source tensor."""
+    data = tensor.data
+    if data is not None:
+        return lambda offset, size: data[offset:offset + size]
+    if source is None:
+        raise ConversionError(f"internal error: planned tensor {tensor.name} has neither bytes nor a source", store.path)
+    return functools.partial(store.read_range, source)
 
 
 def _convert(raw: bytes, src: str, dst: str) -> bytes:
@@ -95,20 +132,20 @@ def _streamed(read: Callable[[int, int], bytes], tensor: OutputTensor, dtype: st
     return write
 
 
-def gguf_tensors(loaded: LoadedDrafter, report: ConvertReport, tensors: Sequence[OutputTensor], spec: DrafterSpec,
-                 target: TargetMeta, outtype: str | None) -> list[GgufTensor]:
-    """The plan's tensors as llama.cpp stores them (see the module docstring); each change goes in the report."""
+def _stored(store: Checkpoint, plan: list[PlanRow], tensors: Sequence[OutputTensor], spec: DrafterSpec,
+            target: TargetMeta, outtype: str | None) -> list[GgufTensor]:
+    """The plan's tensors as llama.cpp stores them (see the module docstring); each change goes on its plan row."""
     import numpy as np
 
-    sources = {row.destination: row.source for row in report.plan if row.destination and row.action == "copy"}
-    rows = {row.destination: row for row in report.plan if row.destination}
+    sources = {row.destination: row.source for row in plan if row.destination and row.action == "copy"}
+    rows = {row.destination: row for row in plan if row.destination}
     wanted = OUTTYPES[outtype] if outtype else None
     out: list[GgufTensor] = []
     for t in tensors:
-        read = _reader(loaded, sources.get(t.name), t)
+        read = _reader(store, sources.get(t.name), t)
         if t.name == "d2t":
             ids = absolute_ids(np.frombuffer(read(0, t.nbytes), dtype=_int_dtype(t.dtype)))
-            _check_ids(ids, target.vocab_size, loaded)
+            _check_ids(ids, target.vocab_size, store.path)
             data = ids.astype("<i8").tobytes()
             out.append(GgufTensor(t.name, "I64", t.shape, len(data), _bytes(data)))
             _note(rows, t.name, "d2t + arange: llama.cpp stores absolute target ids (I64)")
@@ -120,13 +157,13 @@ def gguf_tensors(loaded: LoadedDrafter, report: ConvertReport, tensors: Sequence
             dtype = wanted
         elif t.dtype not in FLOATS and t.dtype not in ("I64", "I32"):
             raise ConversionError(f"{t.name} is {t.dtype}; llama.cpp's draft GGUF holds F32/F16/BF16 weights "
-                                  "(dequantise the drafter first)", loaded.store.path)
+                                  "(dequantise the drafter first)", store.path)
         nbytes = t.nbytes // DTYPE_SIZES[t.dtype] * DTYPE_SIZES[dtype]
         heads = _rope_heads(t.name, spec)
         if heads is not None:
             itemsize = DTYPE_SIZES[t.dtype]
             permuted = _rope_writer(read, t.shape, itemsize, heads, t.dtype, dtype,
-                                    _kernel_copier(loaded, sources.get(t.name)))
+                                    _kernel_copier(store, sources.get(t.name)))
             out.append(GgufTensor(t.name, dtype, t.shape, nbytes, permuted))
             _note(rows, t.name, "rows in ggml's rotary order (llama.cpp's LlamaModel.permute)")
         elif dtype != t.dtype:
@@ -139,13 +176,12 @@ def gguf_tensors(loaded: LoadedDrafter, report: ConvertReport, tensors: Sequence
     return out
 
 
-def _kernel_copier(loaded: LoadedDrafter, source: str | None) -> Callable[[int, int, int], None] | None:
-    """copy(offset, size, fd) of a copied tensor's stored bytes, where the source is a file (else None)."""
-    store = loaded.store
-    if source is None or source not in store.tensors or getattr(store, "_memory", None) is not None \
-            or type(store).__name__ == "GgufCheckpoint" or not hasattr(store, "copy_range_into"):
+def _kernel_copier(store: Checkpoint, source: str | None) -> Callable[[int, int, int], None] | None:
+    """copy(offset, size, fd) of a copied tensor's stored bytes, where the file holds them as read (else None: a
+    GGUF source serves its Q/K rows reordered, a pickle or state dict is in memory)."""
+    if source is None or isinstance(store, GgufCheckpoint) or store.in_memory:
         return None
-    return lambda offset, size, fd: store.copy_range_into(source, offset, size, fd)
+    return functools.partial(store.copy_range_into, source)
 
 
 def _rope_writer(read: Callable[[int, int], bytes], shape: tuple[int, ...], itemsize: int, heads: int,
@@ -175,17 +211,17 @@ def _note(rows: dict, name: str, what: str) -> None:
         row.reason = f"{row.reason}; {what}" if row.reason else what
 
 
-def _check_ids(ids: np.ndarray, vocab: int, loaded: LoadedDrafter) -> None:
+def _check_ids(ids: np.ndarray, vocab: int, path: str | Path) -> None:
     import numpy as np
 
     bad = np.flatnonzero((ids < 0) | (ids >= vocab))
     if bad.size:
         raise ConversionError(f"d2t maps draft token {int(bad[0])} to target id {int(ids[bad[0]])}, outside the "
-                              f"target vocab of {vocab} (llama.cpp's converter refuses it too)", loaded.store.path,
+                              f"target vocab of {vocab} (llama.cpp's converter refuses it too)", path,
                               code="EC030")
     if np.unique(ids).size != ids.size:
         raise ConversionError("d2t maps two draft tokens to one target id (llama.cpp's converter refuses it too)",
-                              loaded.store.path, code="EC030")
+                              path, code="EC030")
 
 
 def target_layers(spec: DrafterSpec, target: TargetMeta, notes: list[str]) -> list[int]:
@@ -208,7 +244,7 @@ def target_layers(spec: DrafterSpec, target: TargetMeta, notes: list[str]) -> li
     return list(ids)
 
 
-def metadata(loaded: LoadedDrafter, spec: DrafterSpec, tensors: Sequence[GgufTensor], target: TargetMeta,
+def metadata(store: Checkpoint, spec: DrafterSpec, tensors: Sequence[GgufTensor], target: TargetMeta,
              notes: list[str]) -> gguf.GGUFWriter:
     """A gguf.GGUFWriter holding the keys llama.cpp's converter writes, in its order, and the tensor table."""
     import gguf
@@ -216,13 +252,13 @@ def metadata(loaded: LoadedDrafter, spec: DrafterSpec, tensors: Sequence[GgufTen
     V = gguf.GGUFValueType
     if spec.rope.scaling != "none":
         raise ConversionError(f"rope scaling {spec.rope.scaling!r}: eagleconv writes llama.cpp drafts without RoPE "
-                              "scaling only", loaded.store.path)
+                              "scaling only", store.path)
     if spec.target_hidden_size != target.hidden_size:
         raise ConversionError(f"the drafter reads target hidden states of width {spec.target_hidden_size}; the "
-                              f"--target has hidden size {target.hidden_size}", loaded.store.path, code="EC052")
+                              f"--target has hidden size {target.hidden_size}", store.path, code="EC052")
     if spec.rms_norm_eps is None:
         raise ConversionError("rms_norm_eps is unknown (neither the config nor the layout states it); llama.cpp "
-                              "needs it", loaded.store.path, code="EC004")
+                              "needs it", store.path, code="EC004")
     if spec.vocab_size != target.vocab_size:
         notes.append(f"the drafter's vocab_size {spec.vocab_size} differs from the target's {target.vocab_size}")
     head_dim = spec.head_dim or spec.hidden_size // spec.num_attention_heads
@@ -234,7 +270,7 @@ def metadata(loaded: LoadedDrafter, spec: DrafterSpec, tensors: Sequence[GgufTen
     ]
     writer = header_writer(ARCH, kv, tensors)
     total = writer.get_total_parameter_count()
-    source = Path(loaded.store.path)
+    source = Path(store.path)
     card_dir = source if source.is_dir() else None
     meta = gguf.Metadata.load(None, card_dir, None, total[0])
     if meta.name is None:
@@ -275,16 +311,3 @@ def _file_type(tensors: Sequence[GgufTensor]) -> int:
     main = max(sizes, key=lambda d: sizes[d]) if sizes else "F32"
     return int({"F32": gguf.LlamaFileType.ALL_F32, "F16": gguf.LlamaFileType.MOSTLY_F16,
                 "BF16": gguf.LlamaFileType.MOSTLY_BF16}[main])
-
-
-def require_target(target: object, outtype: str | None, to: str) -> None:
-    """--to gguf needs --target (as llama.cpp's converter needs --target-model-dir); --outtype is GGUF's only."""
-    from ..formats import get_layout
-
-    if get_layout(to).needs_target and target is None:
-        raise UsageError("--to gguf needs --target TARGET (the target's .gguf or its HF directory): llama.cpp's draft "
-                         "GGUF carries the target's tokenizer and layer count; nothing was written")
-    if outtype is not None and to != "gguf":
-        raise UsageError("--outtype applies to --to gguf only (other layouts keep every dtype)")
-    if outtype is not None and outtype not in OUTTYPES:
-        raise UsageError(f"--outtype {outtype!r}: choose one of {', '.join(OUTTYPES)}")

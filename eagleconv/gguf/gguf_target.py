@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import FormatError, MissingExtraError, UnsafeInputError, UsageError
-from ..io.gguf_file import is_gguf, read_header
-from ..io.gguf_writer import KeyValue
+from .gguf_file import is_gguf, read_header
+from .gguf_writer import KeyValue
 
 
 @dataclass
@@ -102,8 +102,9 @@ def _check_sizes(sizes: dict[str, Any], path: Path) -> None:
 
 # The target directory's files llama.cpp's converter (gguf.SpecialVocab, LlamaHfVocab) and transformers' tokenizer
 # read: each checked before either opens it (inside the directory, capped, and JSON through the strict reader).
-SIDE_JSON = ("config.json", "tokenizer_config.json", "added_tokens.json", "special_tokens_map.json",
-             "chat_template.json", "tokenizer.json", "vocab.json")
+# config.json is not among them: the one reader of a target's config (config.target.read_target_config) reads it.
+SIDE_JSON = ("tokenizer_config.json", "added_tokens.json", "special_tokens_map.json", "chat_template.json",
+             "tokenizer.json", "vocab.json")
 SIDE_RAW = ("tokenizer.model", "merges.txt", "chat_template.jinja")
 MAX_SIDE_BYTES = 64 * 1024 * 1024  # tokenizer.json of a 256k vocab is ~33 MiB (Gemma 3); a config ~ KiB
 
@@ -136,12 +137,15 @@ def check_side_files(path: Path) -> None:
 
 def _from_hf_dir(path: Path) -> TargetMeta:
     from ..config.target import read_target_config
+    from ..io.paths import resolve_inside
 
-    config_path = path / "config.json"
-    if not config_path.is_file():
+    if not (path / "config.json").is_file():
         raise UsageError("--target directory has no config.json", path)
+    config_path = resolve_inside(path, "config.json")  # the path policy, as for the side files
     check_side_files(path)
-    _, config = read_target_config(config_path)  # typed and bounded: no layer count 0, -5, true or 1e9
+    # The one reader (strict JSON, bounds, typed fields: no layer count 0, -5, true or 1e9), read once; then the
+    # converter's own rule: text_config's fields over the top level's.
+    _, config = read_target_config(config_path)
     if isinstance(config.get("text_config"), dict):
         config = {**config, **config["text_config"]}
     missing = next((k for k in ("num_hidden_layers", "vocab_size", "hidden_size") if k not in config), None)

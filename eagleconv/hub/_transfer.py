@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..gguf.gguf_file import open_if_gguf
 from ..io.reader import open_checkpoint
 from ..io.staging import fsync_file
 from ._base import CARD, DOWNLOADING, MANIFEST, Progress, Step
@@ -85,7 +86,7 @@ def _copy_files(source: Path, target: Path, names: Sequence[str], progress: Step
 
 def checkpoint_files(source: Path) -> tuple[list[str], list[str]]:
     """(files that make up the checkpoint, other files in the directory): only the former are published."""
-    store = open_checkpoint(source)
+    store = open_checkpoint(source, open_file=open_if_gguf)
     try:
         names = sorted({"config.json", *store.files})
     finally:

@@ -72,6 +72,11 @@ class Checkpoint(TensorStore):
         """How reports name this checkpoint: its directory (a header-only Hub read: hf://ORG/NAME@COMMIT)."""
         return str(self.path)
 
+    @property
+    def in_memory(self) -> bool:
+        """Whether the tensors are held in memory (a pickle, a state dict), not read from their files."""
+        return self._memory is not None
+
     # -- raw access ---------------------------------------------------------
     def _fd_for(self, loc: _Location) -> int:
         """The open shard ``loc`` is in: the very file its header came from, or UnsafeInputError naming it."""

@@ -6,7 +6,7 @@ submodule) sets both to functions that import their module on first use.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +16,6 @@ fetch_hf: Callable[[str], Path] | None = None
 # Raise UsageError unless (directory, its entry names) is a drafter checkpoint by content, named as the user
 # wrote it (eagleconv.readers.loading.recognise_checkpoint: it detects the layout, so it sits above io).
 recognise_checkpoint: Callable[[Path, list[str], str | Path], None] | None = None
-
-# A GGUF file's metadata (and tensor table) -> the HF-style config its layout reads (eagleconv.formats.gguf.config_from_kv).
-gguf_config: Callable[[Mapping[str, Any], Mapping[str, Any]], dict[str, Any]] | None = None
 
 # hf://ORG/NAME[@REV] read from its config, index and safetensors headers (eagleconv.hub.open_hf_headers):
 # (path, duplicates, config_only=...) -> (io.remote.RemoteCheckpoint, a function returning report.HubSource).

@@ -12,7 +12,7 @@ name this module held before the split stays importable from here.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,18 +56,20 @@ def open_state_dict(state_dict: Mapping[str, object], config: object, *, duplica
 
 
 def open_source(source: str | Path | Mapping[str, object], config: object = None, *,
-                allow_pickle: bool = False) -> Checkpoint:
+                allow_pickle: bool = False, open_file: OpenFile | None = None) -> Checkpoint:
     """A library call's source: a checkpoint directory (:func:`open_checkpoint`) or a state dict with its config."""
     require_source(source, config)
     if is_state_dict(source):
         return open_state_dict(source, config)  # type: ignore[arg-type]
-    return open_checkpoint(source, allow_pickle=allow_pickle)  # type: ignore[arg-type]
+    return open_checkpoint(source, allow_pickle=allow_pickle, open_file=open_file)  # type: ignore[arg-type]
 
 
 # -- opening a directory ------------------------------------------------------
 
 # (file, key) pairs of duplicate JSON keys, when the caller judges them (EC001) instead of refusing the file
 Duplicates = list[tuple[Path, str]]
+# A one-file checkpoint's opener (path -> its Checkpoint, or None when the file is not its kind).
+OpenFile = Callable[[Path], Checkpoint | None]
 
 
 def _load_json_noting(path: Path, duplicates: Duplicates | None) -> Any:
@@ -162,7 +164,8 @@ def require_exists(path: str | Path) -> Path:
     return directory
 
 
-def open_checkpoint(path: str | Path, *, allow_pickle: bool = False, duplicates: Duplicates | None = None) -> Checkpoint:
+def open_checkpoint(path: str | Path, *, allow_pickle: bool = False, duplicates: Duplicates | None = None,
+                    open_file: OpenFile | None = None) -> Checkpoint:
     """Open a checkpoint directory and validate its structure without reading tensor data (no layout: that is
     ``loading.load_drafter``, and a runnable drafter ``forward.load``).
 
@@ -170,17 +173,16 @@ def open_checkpoint(path: str | Path, *, allow_pickle: bool = False, duplicates:
     wins, as engines read them) instead of refusing the file with EC001.
     ``hf://ORG/NAME[@REV]`` is downloaded through the Hugging Face cache (its
     manifest verified) first; any other path is local, never a Hub id.
+    ``open_file``: opens a one-file checkpoint, or returns None when the file is not its kind (llama.cpp's GGUF:
+    ``eagleconv.gguf.gguf_file.open_if_gguf``, passed by the callers above that read GGUF drafters).
     """
     if is_hf_url(path):
         path = local_path(path)
     directory = require_exists(path)
     if not directory.is_dir():
-        from .gguf_file import is_gguf, open_gguf
-
-        if is_gguf(directory):  # llama.cpp's one-file drafter
-            from . import hooks
-
-            return open_gguf(directory, config_from_kv=hooks.gguf_config)
+        opened = open_file(directory) if open_file is not None else None
+        if opened is not None:  # llama.cpp's one-file drafter
+            return opened
         raise FormatError("expected a checkpoint directory (config.json + weights) or a GGUF file", directory)
     config = _load_config(directory, duplicates)
     notes: list[str] = []

@@ -45,6 +45,7 @@ class OutputTensor:
     shape: tuple[int, ...]
     nbytes: int
     write: Callable[[int], None]  # appends exactly ``nbytes`` bytes to the given fd
+    data: bytes | None = None  # those bytes, where they are held in memory (computed and derived tensors)
 
 
 def check_not_overlapping(sources: Sequence[str | Path], destination: str | Path) -> None:

@@ -16,6 +16,7 @@ from ..errors import AmbiguousLayoutError, EagleconvError, FindingsError, UsageE
 from ..formats import detect_layout, get_layout, read_drafter
 from ..formats.base import Layout
 from ..formats.base.reading import ReadResult, read_fields
+from ..gguf.gguf_file import open_if_gguf
 from ..io.reader import SAFETENSORS_INDEX, Checkpoint, open_checkpoint, open_source
 from ..io.staging import not_a_checkpoint
 from ..support.bounds import check_config
@@ -68,7 +69,7 @@ def load_drafter(path: str | Path | Mapping[str, object], *, config: object = No
     ``path`` may also be an in-memory state dict, with its ``config`` (a dict, a config.json path or a
     transformers ``PretrainedConfig``): see :func:`eagleconv.io.reader.open_source`.
     """
-    return read_store(open_source(path, config, allow_pickle=allow_pickle), layout=layout,
+    return read_store(open_source(path, config, allow_pickle=allow_pickle, open_file=open_if_gguf), layout=layout,
                       aux_convention=aux_convention)
 
 

@@ -35,7 +35,7 @@ MAX_SPECULATIVE_TOKENS = 64  # simulate --num-speculative-tokens; vLLM runs sing
 MAX_PROMPTS_BYTES = 16 * 1024 * 1024  # a prompts file (JSON: Python's lists take ~18x its bytes)
 MAX_CALIBRATION_BYTES = 16 * 1024 ** 3  # an upgrade --calibration file (also held to the memory it needs)
 MEMORY_SHARE = 0.8  # of the memory available to the process, what one allocation from a config may take
-# A GGUF header (io.gguf_file.read_header): what its metadata may make eagleconv hold.  A target's tokenizer is the
+# A GGUF header (gguf.gguf_file.read_header): what its metadata may make eagleconv hold.  A target's tokenizer is the
 # largest published content: Gemma 3's 262,144 tokens are ~0.8M array elements (tokens, scores, types) and ~4 MiB
 # of text; llama 3's adds 280,147 merges.
 MAX_GGUF_KEYS = 1 << 16  # metadata keys; llama.cpp's converter writes ~50

@@ -23,6 +23,7 @@ from ..errors import ArgumentTypeError, EagleconvError, FormatError, UsageError
 from ..formats import LAYOUTS, detect_layout, get_layout, read_drafter
 from ..formats.base import Layout, ReadResult, Seen, architectures_of
 from ..io.checkpoint import Checkpoint
+from ..gguf.gguf_file import open_if_gguf
 from ..io.reader import CHUNK_BYTES, TensorStore, open_checkpoint, open_state_dict, require_source
 from ..io.remote import needs_download, open_hf_headers, reads_headers
 from ..support.jsonio import config_dict
@@ -329,7 +330,7 @@ def _validate(source: str | Path | Mapping[str, object], config: object = None, 
 
     duplicates: list[tuple[Path, str]] = []
     try:
-        store = open_checkpoint(source, allow_pickle=allow_pickle, duplicates=duplicates)
+        store = open_checkpoint(source, allow_pickle=allow_pickle, duplicates=duplicates, open_file=open_if_gguf)
     except EagleconvError as exc:
         if exc.code not in JUDGED_CODES:
             raise

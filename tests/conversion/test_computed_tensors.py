@@ -6,7 +6,8 @@ from __future__ import annotations
 import torch
 from safetensors.torch import load_file
 
-from eagleconv.conversion import Computed, Transform, convert
+from eagleconv.conversion import convert
+from eagleconv.conversion.transform import Computed, Transform
 from eagleconv.io.torch_tensors import tensor_bytes
 from eagleconv.spec.report import StepDivergence
 

@@ -174,7 +174,7 @@ def test_overwrite_replaces_only_a_gguf_and_never_a_half_file(tmp_path: Path) ->
 
 def test_header_reader_agrees_with_gguf_reader(tmp_path: Path) -> None:
     """eagleconv's fast header walk reads what llama.cpp's own GGUFReader reads, key for key, tensor for tensor."""
-    from eagleconv.io.gguf_file import read_header
+    from eagleconv.gguf.gguf_file import read_header
 
     src = FIXTURES / "tiny-pair/eagle3"
     target = target_for(src, tmp_path)
@@ -196,7 +196,7 @@ def test_header_reader_agrees_with_gguf_reader(tmp_path: Path) -> None:
 @pytest.mark.parametrize("cut", [3, 10, 30, 100, 400])
 def test_truncated_headers_are_format_errors(cut: int, tmp_path: Path) -> None:
     from eagleconv.errors import FormatError
-    from eagleconv.io.gguf_file import read_header
+    from eagleconv.gguf.gguf_file import read_header
 
     src = FIXTURES / "tiny-pair/eagle3"
     convert(src, tmp_path / "d.gguf", "gguf", target=target_for(src, tmp_path))

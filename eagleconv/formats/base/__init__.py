@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ... import architectures
 from ...spec.drafter import AuxConvention, DrafterSpec, EagleFlags
 from .fields import ConfigField, hf_fields
+from .output import CheckpointOutput, Output
 
 # The names this module held before issue 26's split, re-exported for their old import path.
 from ...spec.config_types import (  # noqa: F401
@@ -103,6 +104,8 @@ class Layout:
     # Converting into it needs the target model's metadata (--target): llama.cpp's GGUF carries the target's
     # tokenizer.  Such a layout is a serving format, not a producer's: tests and synthetic drafters skip it.
     needs_target: ClassVar[bool] = False
+    # Its writer (issue 34): how convert stores and writes the planned tensors (base/output.py).
+    output: ClassVar[type[Output]] = CheckpointOutput
     # What to do instead, for a drafter this layout refuses: by flag name, "aux_count" or "architecture"
     way_out: ClassVar[dict[str, str]] = {}
 

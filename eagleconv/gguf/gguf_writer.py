@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from .gguf_file import DTYPE_TO_GGML, is_gguf
-from .durable import fsync_file
-from .staging import StagedDirectory
-from .writer import OutputTensor
+from ..io.durable import fsync_file
+from ..io.staging import StagedDirectory
+from ..io.writer import OutputTensor
 
 if TYPE_CHECKING:
     import gguf
@@ -36,7 +36,7 @@ class StagedFile(StagedDirectory):
 
     def __enter__(self) -> Path:
         try:
-            from .staging import make_parents, staging_name
+            from ..io.staging import make_parents, staging_name
 
             self._created = make_parents(self.destination.parent)
             path = self.destination.parent / staging_name(self.destination, "partial")
@@ -56,7 +56,7 @@ class StagedFile(StagedDirectory):
         finally:
             self.durable = durable
         if durable:
-            from .staging import fsync_dir
+            from ..io.staging import fsync_dir
 
             fsync_dir(self.destination.parent)
 
@@ -126,7 +126,7 @@ def write_gguf(staged_file: StagedFile, writer: gguf.GGUFWriter, tensors: Sequen
     read back from the staged file on a helper thread while the next is copied (as the safetensors writer
     does); ``verify(staged)`` runs before publishing.  Raising in either publishes nothing.
     """
-    from .writer import WRITEBACK, _prefetch_numpy, _Scanner, _Writeback, write_tensors
+    from ..io.writer import WRITEBACK, _prefetch_numpy, _Scanner, _Writeback, write_tensors
 
     with staged_file as staged:
         writer.write_header_to_file(path=staged)

@@ -9,7 +9,7 @@ so a reader sees what every other layout stores: ``d2t`` as offsets (GGUF holds 
 ``d2t + arange``) and the llama Q/K rows in Hugging Face's order (its converter applies
 ``LlamaModel.permute``, the rotary row order ggml's RoPE expects).
 
-Writing is ``io.gguf_writer``.
+Writing is :mod:`~eagleconv.gguf.gguf_writer`.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..support.bounds import MAX_GGUF_ELEMENTS, MAX_GGUF_KEYS, MAX_GGUF_TENSORS, MAX_GGUF_TEXT
 from ..errors import EagleconvError, FormatError, UnsafeInputError
-from .checkpoint import Checkpoint, _identity, _Location
-from .tensor_store import TensorInfo
-from .durable import write_all
+from ..io.checkpoint import Checkpoint, _identity, _Location
+from ..io.tensor_store import TensorInfo
+from ..io.durable import write_all
+from .gguf_keys import config_from_kv
 
 if TYPE_CHECKING:
     import numpy as np
@@ -356,12 +357,10 @@ def _refuse_overlaps(locations: Mapping[str, _Location], path: Path) -> None:
             raise FormatError(f"not a readable GGUF file: tensors {first!r} and {second!r} share bytes", path)
 
 
-def open_gguf(path: str | Path, *, config_from_kv: Callable[[Mapping[str, Any], Mapping[str, TensorInfo]], dict]
-              | None = None) -> GgufCheckpoint:
+def open_gguf(path: str | Path) -> GgufCheckpoint:
     """Open a GGUF drafter: its header parsed, no tensor data read.  A malformed file is one FormatError.
 
-    ``config_from_kv``: the GGUF layout's translation of the metadata into an HF-style config.json
-    (handed down by the caller, since io sits below the layouts).
+    Its config is the metadata read as an HF-style config.json (:func:`~eagleconv.gguf.gguf_keys.config_from_kv`).
     """
     import gguf
     import numpy as np
@@ -402,12 +401,10 @@ def open_gguf(path: str | Path, *, config_from_kv: Callable[[Mapping[str, Any], 
         tensors[name] = info
         locations[name] = _Location(path, start, start + nbytes, identity)
     _refuse_overlaps(locations, path)
-    config = None
-    if config_from_kv is not None:
-        try:  # the layout's reading of the metadata, bounded as config.json is (eagleconv.support.bounds)
-            config = config_from_kv(kv, tensors)
-        except EagleconvError as exc:
-            raise type(exc)(exc.message, exc.path or path, exc.code) from None
+    try:  # the metadata read as a config, bounded as config.json is (eagleconv.support.bounds)
+        config = config_from_kv(kv, tensors)
+    except EagleconvError as exc:
+        raise type(exc)(exc.message, exc.path or path, exc.code) from None
     for name, info in tensors.items():
         for template, key in ROPE_ROWS.items():
             if _template_match(name, template):
@@ -425,5 +422,10 @@ def open_gguf(path: str | Path, *, config_from_kv: Callable[[Mapping[str, Any], 
                           rope_heads=rope_heads, kv=kv)
 
 
+def open_if_gguf(path: Path) -> GgufCheckpoint | None:
+    """``io.reader.open_checkpoint``'s ``open_file``: a GGUF drafter opened, None for a file of any other kind."""
+    return open_gguf(path) if is_gguf(path) else None
+
+
 __all__ = ["GgufCheckpoint", "GgufHeader", "absolute_ids", "copy_rope_rows", "copy_rope_rows_kernel", "is_gguf",
-           "open_gguf", "read_header", "rope_rows"]
+           "open_gguf", "open_if_gguf", "read_header", "rope_rows"]
