@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import ArgumentTypeError, ConversionError
 from ..formats import get_layout
@@ -32,8 +33,10 @@ from ..spec.drafter import AuxConvention, Verifier
 from ..spec.report import ConvertReport, Finding
 from ..validation.structural import checkpoint_findings
 from .plan import _plan, refuse_without_verifier
-from .transform import Transform
 from .verify import _NumericCheck, _verify_output, plan_sources
+
+if TYPE_CHECKING:
+    from .transform import Transform
 
 
 def convert(source: str | Path | Mapping[str, object], destination: str | Path, to: str | None, *,

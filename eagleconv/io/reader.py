@@ -1,7 +1,8 @@
 """Opening checkpoints lazily: headers first, tensor bytes only on request.
 
 :func:`open_checkpoint` opens a drafter directory (config.json plus safetensors, single or sharded, or an
-opt-in pickle) or llama.cpp's one-file GGUF, validating every header (and the index against the headers)
+opt-in pickle), or a one-file checkpoint through the opener its caller passes (llama.cpp's GGUF:
+``eagleconv.gguf.gguf_file.open_if_gguf``), validating every header (and the index against the headers)
 without reading tensor data; :func:`open_state_dict` and :func:`open_source` take a training loop's
 in-memory ``{name: tensor}`` with its config instead.  What they return lives one job to a module (issue 26):
 the :class:`~eagleconv.io.tensor_store.TensorStore` interface, an on-disk checkpoint's bytes

@@ -118,7 +118,7 @@ def test_same_tensors_and_metadata_as_llamacpp_converter(name: str, tmp_path: Pa
     for tensor, value in my_tensors.items():
         assert value == their_tensors[tensor], tensor
     layers = "eagle3.target_layers"
-    assert my_kv.keys() == their_kv.keys()
+    assert list(my_kv) == list(their_kv)  # the same keys in the same order (issue 34: the header's bytes)
     assert {k: v for k, v in my_kv.items() if k != layers} == {k: v for k, v in their_kv.items() if k != layers}
     default = [2, LAYERS // 2, LAYERS - 3]
     recorded = spec.aux.ids_as("hidden_state_index")
@@ -138,6 +138,7 @@ def test_outtype_rounds_as_llamacpp_converter_does(outtype: str, tmp_path: Path)
     assert done.returncode == 0, done.stderr[-2000:]
     convert(src, tmp_path / "mine.gguf", "gguf", target=target, outtype=outtype)
     assert contents(tmp_path / "mine.gguf") == contents(tmp_path / "theirs.gguf")
+    assert list(contents(tmp_path / "mine.gguf")[0]) == list(contents(tmp_path / "theirs.gguf")[0])  # key order
 
 
 from tests.support.ci_cache import smollm2_pair as _smollm2_pair  # noqa: E402
