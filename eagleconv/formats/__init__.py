@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import AmbiguousLayoutError, FormatError, UsageError
 from ..support.registry import import_entries, registrar
-from .base import Layout, Seen, bind_architectures
+from .base import Layout, Seen
 from .base.reading import ReadResult, read_drafter
 from .base.renames import DDP_HINT, ddp_prefixed
 from .base.writing import write_config
@@ -26,12 +26,9 @@ if TYPE_CHECKING:
 LAYOUTS: dict[str, type[Layout]] = {}
 
 
-_add = registrar(LAYOUTS, "layout")
-
-
-def register(layout: type[Layout]) -> type[Layout]:
-    """Class decorator: add a layout to the registry (names must be unique); the architectures say what it holds."""
-    return bind_architectures(_add(layout))
+register = registrar(LAYOUTS, "layout")
+"""Class decorator: add a layout to the registry (names must be unique).  What it holds is read when asked
+(:mod:`~eagleconv.formats.base.holding`), so it may come before or after the architectures it holds."""
 
 
 def get_layout(name: str) -> type[Layout]:

@@ -7,6 +7,7 @@ what converting to ``vllm`` does here.
 
 from __future__ import annotations
 
+from ..architectures.base import InLayout
 from . import register
 from .base import Seen, Layout, Rename, SameAs, architectures_of, hf_fields
 
@@ -16,6 +17,7 @@ class AutomodelLayout(Layout):
     name = "automodel"
     producer = "NVIDIA NeMo Automodel"
     description = "model.-prefixed keys (lm_head, d2t, t2d unprefixed), LlamaEagle3DraftModel"
+    holds = {"llama": InLayout(("LlamaEagle3DraftModel",))}
     renames = (
         Rename("lm_head.{rest}", "lm_head.{rest}"),
         Rename("d2t", "d2t"),
