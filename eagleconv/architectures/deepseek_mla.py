@@ -70,11 +70,6 @@ class DeepseekMla(Architecture):
                         "backends take 320, 512 or 576 and fail at the first forward"),)
     synthetic_model_type = "kimi_k2"
     synthetic_architecture = {"*": "Eagle3DeepseekV2ForCausalLM"}
-    synthetic_overrides = {
-        "vllm": {"model_type": "deepseek_v2"},
-        "torchspec": {"layer_output_ids": True, "eagle_config": {
-            "use_input_layernorm_in_first_layer": True, "use_last_layernorm": True, "use_mtp_layernorm": False}},
-    }
 
     @classmethod
     def config_model(cls) -> type[BaseModel]:

@@ -30,7 +30,7 @@ class Qwen3(Llama):
     marker_tensors = (".self_attn.q_norm.", ".self_attn.k_norm.")
     attention_modules = Llama.attention_modules + ("q_norm", "k_norm")
     synthetic_model_type = "qwen3"
-    synthetic_architecture = {"*": "LlamaForCausalLMEagle3", "vllm": "Eagle3Qwen3ForCausalLM"}
+    synthetic_architecture = {"*": "LlamaForCausalLMEagle3"}
     transformers_model_types = frozenset({"qwen3"})
     harmless_config_keys = dict.fromkeys(("use_sliding_window", "sliding_window", "max_window_layers", "layer_types"),
                                          "transformers' Qwen3Config sliding-window settings, written by save_pretrained")
