@@ -101,6 +101,7 @@ class Verdict:
 
     ``layouts``: the layouts it applies to (empty: every layout that holds the family); ``errors``: the
     error-severity finding codes expected (empty: none, the drafter is servable); ``why``: the engine's reason.
+    A layout states its own (``Layout.verdicts``: what an engine says of any family in it, ``layouts`` unused).
     """
 
     engine: str

@@ -63,16 +63,20 @@ def canonical_digests(path) -> dict[str, str]:
 
 
 def expected_errors(arch: str, layout: str, engine: str) -> set[str]:
-    """The error codes the architecture module declares for a clean drafter in ``layout`` under ``engine``."""
+    """The error codes the architecture module and the layout module declare for a clean drafter of ``arch`` in
+    ``layout`` under ``engine``."""
     out: set[str] = set()
     for v in architectures.get(arch).verdicts:
         if v.engine == engine and (not v.layouts or layout in v.layouts):
             out |= v.errors
+    for v in LAYOUTS[layout].verdicts:
+        if v.engine == engine:
+            out |= v.errors
     return out
 
 
-def engines_for(arch: str) -> list[str]:
-    return sorted({DEFAULT_ENGINE} | {v.engine for v in architectures.get(arch).verdicts})
+def engines_for(arch: str, layout: str) -> list[str]:
+    return sorted({DEFAULT_ENGINE} | {v.engine for v in architectures.get(arch).verdicts + LAYOUTS[layout].verdicts})
 
 
 def write_target(directory, layers: int = 16) -> str:
@@ -155,9 +159,9 @@ def check_architecture_in_layout(tmp_path, arch: str, layout: str, eagle31: bool
         derived = {n for n in set(got) ^ set(want) if n == "t2d"}  # re-derived exactly from d2t where a layout lacks it
         assert {n: d for n, d in got.items() if n not in derived} == {n: d for n, d in want.items() if n not in derived}, other
 
-    # validate: exactly the verdicts the architecture module declares (none: servable)
+    # validate: exactly the verdicts the architecture and layout modules declare (none: servable)
     target = write_target(tmp_path / "target")
-    for engine in engines_for(arch):
+    for engine in engines_for(arch, layout):
         checked = eagleconv.validate(src, target=target, engines=(engine,), allow_pickle=True)
         errors = {f.code for f in checked.findings if f.severity == "error"}
         assert errors == expected_errors(arch, layout, engine), (engine, [f.message for f in checked.findings

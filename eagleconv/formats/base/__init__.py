@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ...architectures.base import InLayout
+from ...architectures.base import InLayout, Verdict
 from .holding import Holding
 from ...spec.drafter import AuxConvention, DrafterSpec, EagleFlags
 from .fields import ConfigField, hf_fields
@@ -97,6 +97,8 @@ class Layout(metaclass=Holding):
     # architecture name -> how this layout writes it (its config ``architectures``, rewritten model_types, aux
     # numbering); an architecture written after the layout says it in its own ``layouts`` instead
     holds: ClassVar[Mapping[str, InLayout]] = {}
+    # what an engine profile says of a clean drafter of any family in this layout (tests/architectures/test_contract.py)
+    verdicts: ClassVar[tuple[Verdict, ...]] = ()
     flags: ClassVar[frozenset[str]] = frozenset(EagleFlags.model_fields)
     fixed_aux_count: ClassVar[int | None] = None
     max_layers: ClassVar[int | None] = None
