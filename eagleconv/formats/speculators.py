@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..spec.drafter import DrafterSpec, Verifier
 from ..architectures.base import InLayout
+from ..spec.drafter import DrafterSpec, Verifier
 from . import register
 from .base import Seen, ConfigField, Layout, SameAs, get_path, hf_fields
 from .base.speculators_config import (  # noqa: F401 - the config model, importable from here as before issue 26
