@@ -20,9 +20,9 @@ from typing import Any
 
 from ..support.bounds import check_config
 from ..errors import FormatError, UnsafeInputError
-from ..architectures.base import InLayout
 from . import register
 from .base import Capability, ConfigField, Layout, Rename, Seen, hf_fields
+from ..architectures.base import InLayout
 
 ARCH = "eagle3"
 LLAMACPP_BUILD = "b11434"
