@@ -168,7 +168,7 @@ def test_the_recipe_names_exactly_the_files_a_new_engine_touches():
 
     doc = engines.__doc__ or ""
     assert _named_files(doc) == RECIPE
-    section = (REPO / "docs" / "architecture.md").read_text().split("### A new engine", 1)[1].split("\n#", 1)[0]
+    section = (REPO / "docs" / "architecture.md").read_text().split("## A new engine", 1)[1].split("\n#", 1)[0]
     assert _named_files(section) == RECIPE
     # each named place is where the registry looks: engine modules are discovered from engines/, a loop named
     # ``vllm`` is simulate/vllm.py, the protocols are servers.PROFILES
