@@ -146,3 +146,23 @@ def moe(h: torch.Tensor, w: WeightStore, p: str, cfg: Moe) -> torch.Tensor:
         y = _swiglu(x[rows], w, f"{m}experts.{e}.") * weights[rows, slot, None]
         out.index_add_(0, rows, y.to(out.dtype))
     return out.view_as(h) + _swiglu(h, w, m + "shared_experts.")
+
+
+YARN_STATED = ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale", "mscale_all_dim")
+
+
+def check_rope(rope: Any) -> None:
+    """DeepseekUnsupported unless ``rope`` (spec.drafter.Rope, read as interleaved) is one transformers and vLLM
+    compute alike: none, or yarn (deepseek_yarn) with every parameter DeepSeek's own configs state, none zero.
+    transformers takes other defaults than vLLM's deepseek_yarn where mscale or mscale_all_dim is missing or zero,
+    and reads attention_factor and truncate, which vLLM does not."""
+    if rope.scaling == "none" and not rope.ignored_keys:
+        return
+    if rope.scaling != "deepseek_yarn":
+        raise DeepseekUnsupported(f"rope scaling {rope.scaling!r}: eagleconv runs DeepSeek-V3 targets with none or yarn")
+    unstated = [k for k in YARN_STATED if not getattr(rope, k)]
+    extra = [k for block in ("rope_scaling", "rope_parameters") if isinstance(rope.stated.get(block), dict)
+             for k in rope.stated[block] if k not in ("type", "rope_type", "rope_theta", *YARN_STATED)]
+    if unstated or extra:
+        raise DeepseekUnsupported(f"yarn rope with {', '.join(unstated)} unstated or zero {extra or ''}".strip()
+                                  + " (transformers and vLLM would compute different rotations)")

@@ -133,12 +133,12 @@ class NativeTarget:
         check_target_weights(self.path, cfg)
         arch = _check_config(cfg)
         try:
-            typed_rope = Rope.from_config(cfg)
+            typed_rope = Rope.from_config(cfg, interleaved=arch == "deepseek_mla")  # yarn: deepseek_yarn
         except ValueError as exc:
             raise NativeUnsupported(f"rope: {exc}") from None
         if typed_rope.theta is None:
             raise NativeUnsupported("no rope_theta stated (transformers would default it)")
-        if typed_rope.scaling not in (("none",) if arch == "deepseek_mla" else ROPE_KINDS) or typed_rope.ignored_keys:
+        if arch != "deepseek_mla" and (typed_rope.scaling not in ROPE_KINDS or typed_rope.ignored_keys):
             raise NativeUnsupported(f"rope scaling {typed_rope.scaling!r} {typed_rope.ignored_keys or ''}".strip())
         self.num_layers = int(cfg["num_hidden_layers"])
         self.vocab_size = int(cfg["vocab_size"])
@@ -152,9 +152,10 @@ class NativeTarget:
         self.moe: Moe | None = None  # DeepSeek-V3: dense below moe.first_dense, routed from there
         if arch == "deepseek_mla":
             from ..config.config_fields import MlaDims
-            from .native_deepseek import DeepseekUnsupported, read_config
+            from .native_deepseek import DeepseekUnsupported, check_rope, read_config
 
             try:
+                check_rope(typed_rope)
                 dims, self.moe = read_config(cfg, self.num_layers)
             except DeepseekUnsupported as exc:
                 raise NativeUnsupported(str(exc)) from None
