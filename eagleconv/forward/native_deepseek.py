@@ -87,11 +87,12 @@ def read_config(cfg: Mapping[str, Any], layers: int) -> tuple[dict[str, int | No
     for key, wanted in rules.items():
         if cfg.get(key, 1 if key == "moe_layer_freq" else None) != wanted:
             raise DeepseekUnsupported(f"{key} = {cfg.get(key)!r} (eagleconv runs {key} {wanted!r} routing only)")
-    if not isinstance(cfg["norm_topk_prob"], bool) or not isinstance(cfg["routed_scaling_factor"], int | float):
+    scaling = cfg["routed_scaling_factor"]
+    if not isinstance(cfg["norm_topk_prob"], bool) or isinstance(scaling, bool) or not isinstance(scaling, int | float):
         raise DeepseekUnsupported("norm_topk_prob must be a boolean and routed_scaling_factor a number")
     moe = Moe(first, _int(cfg, "n_routed_experts"), _int(cfg, "n_shared_experts"), _int(cfg, "num_experts_per_tok"),
               _int(cfg, "n_group"), _int(cfg, "topk_group"), cfg["norm_topk_prob"],
-              float(cfg["routed_scaling_factor"]), _int(cfg, "moe_intermediate_size"))
+              float(scaling), _int(cfg, "moe_intermediate_size"))
     per = moe.experts // moe.groups if moe.groups > 0 else 0
     if (moe.groups <= 0 or moe.experts % moe.groups or per < 2 or not 0 < moe.topk_groups <= moe.groups
             or not 0 < moe.top_k <= moe.topk_groups * per or moe.shared < 1):
@@ -159,7 +160,8 @@ def check_rope(rope: Any) -> None:
     if rope.scaling == "none" and not rope.ignored_keys:
         return
     if rope.scaling != "deepseek_yarn":
-        raise DeepseekUnsupported(f"rope scaling {rope.scaling!r}: eagleconv runs DeepSeek-V3 targets with none or yarn")
+        raise DeepseekUnsupported(f"rope scaling {rope.scaling!r} {rope.ignored_keys or ''}".strip()
+                                  + ": eagleconv runs DeepSeek-V3 targets with none or yarn")
     unstated = [k for k in YARN_STATED if not getattr(rope, k)]
     extra = [k for block in ("rope_scaling", "rope_parameters") if isinstance(rope.stated.get(block), dict)
              for k in rope.stated[block] if k not in ("type", "rope_type", "rope_theta", *YARN_STATED)]
