@@ -24,7 +24,7 @@ paired, median) as the MLA parity tier does (.ci/vllm_parity_mla.py): the TorchS
 beforehand by ``eagleconv convert --to vllm`` (as a user converts once; not timed), both sides read the converted
 drafter, and vLLM runs with its CPU rotary custom op off (``custom_ops: ["-rotary_embedding"]``: it rotates MLA's
 3-D ``q_pe`` wrongly, so with it on vLLM's tokens are not simulate's).  simulate runs the DeepSeek-V3 target in
-transformers (``--target-runtime auto`` falls back to it).
+eagleconv's own runtime (``--target-runtime auto`` picks it; the row records ``target_runtime``).
 """
 
 from __future__ import annotations

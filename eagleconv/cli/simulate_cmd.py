@@ -49,7 +49,7 @@ def render_simulate(report, console) -> None:
 @click.option("--p-min", type=click.FloatRange(0.0, 1.0), default=0.0, show_default=True,
               help="llama.cpp only: --spec-draft-p-min, stop drafting when the top token's probability is lower.")
 @click.option("--target-runtime", type=click.Choice(("auto", "eagleconv", "transformers")), default="auto",
-              show_default=True, help="What computes the target: eagleconv's own Llama/Qwen3 forward (no transformers "
+              show_default=True, help="What computes the target: eagleconv's own Llama/Qwen3/DeepSeek-V3 forward (no transformers "
               "import), transformers, or auto (eagleconv where it understands the whole config, else transformers).")
 @click.option("--threads", type=click.IntRange(min=1), default=None, metavar="N",
               help="CPU threads (torch's intra-op threads) for the forward passes: 1 to the CPUs this process may "

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 
 class SlotCache:
     """One sequence's keys and values, slot i holding position i: one [layers, 2, kv_heads, capacity, head_dim] block.
+    Where values are narrower than keys (MLA: qk_nope + qk_rope wide keys, v_head_dim wide values) the values fill
+    the first ``dv`` of each slot's ``head_dim``.
 
     ``capacity``: the slots allocated at the first write, where the caller knows the furthest one (simulate:
     prompt + max_tokens + K); a write past them grows the block by doubling.  One block per sequence, not one
@@ -61,19 +63,19 @@ class SlotCache:
     def write(self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Put k/v [h, n, d] in slots start..start+n-1 (overwriting what a rejected draft left there) and return
         the keys and values of slots 0..start+n-1."""
-        end = start + k.shape[1]
+        end, dv = start + k.shape[1], v.shape[2]
         if self.kv is None and self.shared is not None:
-            self.kv = self.shared.allocate(k, self.capacity)[:, :, self.row]
+            self.kv = self.shared.allocate(k, v, self.capacity)[:, :, self.row]
         kv = self.kv
         if kv is None or kv.shape[3] < end:
             cap = max(end, 2 * kv.shape[3] if kv is not None else self.capacity)  # doubling: amortised copies
-            grown = k.new_empty(self.layers, 2, k.shape[0], cap, k.shape[2])
+            grown = k.new_empty(self.layers, 2, k.shape[0], cap, max(k.shape[2], dv))
             if kv is not None:
                 grown[:, :, :, :kv.shape[3]] = kv  # every layer's slots, those this step already wrote included
             kv, self.kv, self.shared = grown, grown, None
-        kv[layer, 0, :, start:end] = k
-        kv[layer, 1, :, start:end] = v
-        return kv[layer, 0, :, :end], kv[layer, 1, :, :end]
+        kv[layer, 0, :, start:end, :k.shape[2]] = k
+        kv[layer, 1, :, start:end, :dv] = v
+        return kv[layer, 0, :, :end, :k.shape[2]], kv[layer, 1, :, :end, :dv]
 
 
 class SharedBlock:
@@ -84,9 +86,9 @@ class SharedBlock:
         self.layers, self.count = layers, count
         self.kv: torch.Tensor | None = None
 
-    def allocate(self, like: torch.Tensor, capacity: int) -> torch.Tensor:
+    def allocate(self, k: torch.Tensor, v: torch.Tensor, capacity: int) -> torch.Tensor:
         if self.kv is None:
-            self.kv = like.new_zeros(self.layers, 2, self.count, like.shape[0], capacity, like.shape[2])
+            self.kv = k.new_zeros(self.layers, 2, self.count, k.shape[0], capacity, max(k.shape[2], v.shape[2]))
         return self.kv
 
 
@@ -111,10 +113,12 @@ class SlotStep:
     def __init__(self, segments: Sequence[Segment], layer: int, starts: Sequence[int], lengths: Sequence[int]):
         self.segments, self.layer, self.starts, self.lengths = segments, layer, starts, lengths
         self.kvs: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.dk = self.dv = 0  # this step's key and value widths (extend sets them)
 
     def extend(self, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor) -> SlotStep:
         """k/v [1, kv_heads, N, d] of every segment's rows, in order: each written to its segment's slots."""
         k, v = k[0], v[0]
+        self.dk, self.dv = k.shape[-1], v.shape[-1]
         self.kvs = [s.cache.write(self.layer, s.start, k[:, r:r + n], v[:, r:r + n])
                     for s, r, n in zip(self.segments, self.starts, self.lengths)]
         return self
@@ -136,7 +140,8 @@ class SlotStep:
             members = [s.cache.row for s in segments]
             if members != list(range(shared.count)):
                 block = block[:, members]
-            o = attend_grouped(q.view(nh, B, n, d).transpose(0, 1), block[0], block[1], positions.view(B, n),
+            o = attend_grouped(q.view(nh, B, n, d).transpose(0, 1), block[0, ..., :self.dk], block[1, ..., :self.dv],
+                               positions.view(B, n),
                                torch.arange(end, device=device), scale)  # [B, nh, n, dv]
             return o.transpose(0, 1).reshape(nh, N, o.shape[-1])[None]
         o = torch.cat([attend_grouped(q[None, :, r:r + n], keys[None], values[None], positions[r:r + n],
@@ -147,7 +152,7 @@ class SlotStep:
 
 def target_step(target: NativeTarget, segments: Sequence[Segment], layer_ids: Sequence[int]
                 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """One scheduled step of a native Llama/Qwen3 target over every segment's new rows, in one ragged batch.
+    """One scheduled step of a native Llama/Qwen3/DeepSeek-V3 target over every segment's new rows, in one ragged batch.
 
     Per segment: the greedy token after each row of ``logits_rows`` and the captured states [n, sum Ht] at
     ``layer_ids`` (concatenated in the order given).  The layers are NativeTarget.layers (the architecture's own

@@ -1,8 +1,8 @@
 """``eagleconv simulate``: greedy speculative decoding offline, counted the way the engine counts it.
 
-The target runs in transformers, or (``--target-runtime auto``, the default, for a Llama or Qwen3 target whose every
-config field and tensor eagleconv understands) in eagleconv's own forward of the same math, checked against
-transformers and vLLM.  The engine's profile names its decode loop (``EngineProfile.decode_loop``), a module
+The target runs in transformers, or (``--target-runtime auto``, the default, for a Llama, Qwen3 or DeepSeek-V3
+target whose every config field and tensor eagleconv understands) in eagleconv's own forward of the same math,
+checked against transformers and vLLM.  The engine's profile names its decode loop (``EngineProfile.decode_loop``), a module
 beside this one run over simulate's one decode loop (``loop.py``): vLLM's proposer (``vllm.py``), llama-server's
 and llama-speculative-simple's (``llamacpp.py``), or a plugin's own module.
 

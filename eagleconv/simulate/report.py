@@ -28,7 +28,7 @@ class SimulateReport(BaseModel):
     engine: str
     num_speculative_tokens: int
     max_tokens: int
-    target_runtime: str = Field(description="what computed the target: 'eagleconv' (its own Llama/Qwen3 forward) "
+    target_runtime: str = Field(description="what computed the target: 'eagleconv' (its own Llama/Qwen3/DeepSeek-V3 forward) "
                                             "or 'transformers'")
     notes: list[str] = Field(default_factory=list)
     num_generated: list[int] | None = Field(default=None, description="llama.cpp only: tokens the target emitted per "
