@@ -8,7 +8,9 @@ what converting to ``vllm`` does here.
 from __future__ import annotations
 
 from . import register
-from .base import Seen, Layout, Rename, SameAs, architectures_of, hf_fields
+from .base import Seen, Layout, architectures_of
+from .base.renames import Rename
+from .base.fields import SameAs, hf_fields
 
 
 @register

@@ -10,7 +10,9 @@ no EAGLE-3.1 switch exists.  eagleconv writes this layout as
 from __future__ import annotations
 
 from . import register
-from .base import Seen, Capability, Layout, Rename, SameAs, architectures_of, has_prefix, hf_fields
+from .base import Seen, Capability, Layout, architectures_of, has_prefix
+from .base.renames import Rename
+from .base.fields import SameAs, hf_fields
 
 
 @register

@@ -21,7 +21,9 @@ from typing import Any
 from ..support.bounds import check_config
 from ..errors import FormatError, UnsafeInputError
 from . import register
-from .base import Capability, ConfigField, Layout, Rename, Seen, hf_fields
+from .base import Capability, Layout, Seen
+from .base.fields import ConfigField, hf_fields
+from .base.renames import Rename
 
 ARCH = "eagle3"
 LLAMACPP_BUILD = "b11434"

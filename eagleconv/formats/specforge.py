@@ -11,7 +11,9 @@ numbering (default [1, L//2-1, L-4]).  Before SpecForge PR #879,
 from __future__ import annotations
 
 from . import register
-from .base import Seen, Capability, ConfigField, Layout, Rename, SameAs, architectures_of, has_prefix, hf_fields
+from .base import Seen, Capability, Layout, architectures_of, has_prefix
+from .base.fields import ConfigField, SameAs, hf_fields
+from .base.renames import Rename
 
 
 @register

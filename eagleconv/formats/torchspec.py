@@ -8,7 +8,8 @@ architecture states ``layer_output`` numbering for this layout; others are read 
 from __future__ import annotations
 
 from . import register
-from .base import Seen, Capability, ConfigField, Layout, SameAs, hf_fields
+from .base import Seen, Capability, Layout
+from .base.fields import ConfigField, SameAs, hf_fields
 
 
 @register

@@ -86,7 +86,7 @@ def _convert(raw: bytes, src: str, dst: str) -> bytes:
 
 def _streamed(read: Callable[[int, int], bytes], tensor: OutputTensor, dtype: str) -> Callable[[int], None]:
     """Write ``tensor`` converted to ``dtype``, a block at a time."""
-    from ..io.staging import write_all
+    from ..io.durable import write_all
 
     def write(fd: int) -> None:
         step = BLOCK_BYTES - BLOCK_BYTES % DTYPE_SIZES[tensor.dtype]
@@ -164,7 +164,7 @@ def _int_dtype(dtype: str) -> str:
 
 
 def _bytes(data: bytes) -> Callable[[int], None]:
-    from ..io.staging import write_all
+    from ..io.durable import write_all
 
     return lambda fd: write_all(fd, data)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..io.reader import open_checkpoint
-from ..io.staging import fsync_file
+from ..io.durable import fsync_file
 from ._base import CARD, DOWNLOADING, MANIFEST, Progress, Step
 
 

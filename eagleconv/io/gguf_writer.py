@@ -36,7 +36,8 @@ class StagedFile(StagedDirectory):
 
     def __enter__(self) -> Path:
         try:
-            from .staging import make_parents, staging_name
+            from .debris import staging_name
+            from .durable import make_parents
 
             self._created = make_parents(self.destination.parent)
             path = self.destination.parent / staging_name(self.destination, "partial")
@@ -56,7 +57,7 @@ class StagedFile(StagedDirectory):
         finally:
             self.durable = durable
         if durable:
-            from .staging import fsync_dir
+            from .durable import fsync_dir
 
             fsync_dir(self.destination.parent)
 

@@ -9,8 +9,8 @@ is its single-file twin.
 The pieces it is built from live beside it, one job to a module (issue 26):
 owned staging names and crash recovery (:mod:`~eagleconv.io.debris`), what
 --overwrite may replace (:mod:`~eagleconv.io.replaceable`), and the durable
-filesystem primitives (:mod:`~eagleconv.io.durable`).  Their names stay
-importable from here, as before the split.
+filesystem primitives (:mod:`~eagleconv.io.durable`); each name is imported
+from the module that defines it.
 """
 
 from __future__ import annotations
@@ -25,13 +25,9 @@ from typing import NoReturn
 
 from ..support._process import termination_signals_blocked
 from ..errors import DestinationError, EagleconvError, UsageError
-from .debris import (  # noqa: F401 - also re-exported: their import path before issue 26's split
-    Debris, _host_tag, clean_dead_debris, find_debris, owner_tag, process_start, recover, remove_tree, staging_name,
-)
-from .durable import (  # noqa: F401 - also re-exported, as above
-    exchange, fsync_dir, fsync_file, make_parents, remove_parents, rename_noreplace, write_all, write_new_file,
-)
-from .replaceable import check_replaceable, not_a_checkpoint  # noqa: F401 - also re-exported, as above
+from .debris import clean_dead_debris, remove_tree, staging_name
+from .durable import exchange, fsync_dir, make_parents, remove_parents, rename_noreplace, write_new_file
+from .replaceable import check_replaceable
 
 _STAGED = re.compile(r"^\..+\.eagleconv-[0-9a-f-]+\.(?:partial|old)$")
 
