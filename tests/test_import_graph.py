@@ -266,7 +266,7 @@ def test_no_module_over_500_lines():
 
 
 def test_io_never_imports_the_hub_or_the_layouts():
-    """The lowest layer reaches the hub (hf:// paths) and layout detection only through io.hooks."""
+    """The lowest layer reaches the hub (hf:// paths) only through io.hooks, and layout detection only as a parameter."""
     assert not [e for e in edges() if e[0] == "io" and RANK[e[1]] > RANK["io"]]
 
 

@@ -32,7 +32,7 @@ from ..io.writer import CheckpointWriter, check_not_overlapping
 from ..gguf.gguf_output import gguf_tensors, metadata as gguf_metadata, require_target
 from ..gguf.gguf_target import read_target
 from ..support.jsonio import dump_json
-from ..readers.loading import LoadedDrafter, load_drafter
+from ..readers.loading import LoadedDrafter, load_drafter, recognise_checkpoint
 from ..spec.report import ConvertReport, Finding
 from ..validation.structural import checkpoint_findings
 from .plan import _plan, refuse_without_verifier
@@ -98,7 +98,8 @@ def convert(source: str | Path | Mapping[str, object], destination: str | Path, 
         writer: CheckpointWriter | StagedFile | None = None
         if not dry_run:
             writer = (StagedFile(destination, overwrite=overwrite, durable=durable) if to == "gguf" else
-                      CheckpointWriter(destination, sources=sources, overwrite=overwrite, durable=durable))
+                      CheckpointWriter(destination, sources=sources, overwrite=overwrite, durable=durable,
+                                       recognise=recognise_checkpoint))
         findings: list[Finding] = checkpoint_findings(loaded.read, loaded.store)
         errors = [f for f in findings if f.severity == "error"]
         if errors and not force:
