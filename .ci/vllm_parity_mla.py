@@ -19,7 +19,9 @@
    target runs in simulate through transformers (``--target-runtime auto`` falls back to it: eagleconv's own target
    forward is Llama/Qwen3 only); the time each simulate took is reported.  Op on: a known gap, not a tolerance:
    what differs (tokens, drafts, counters) is reported and, with ``--record``, written to
-   fixtures/mla-pair/vllm-0.32.0-outcomes.json.
+   fixtures/mla-pair/vllm-0.32.0-outcomes.json;
+5. the upgraded eagle3 and the downgraded eagle31 of each target (.ci/vllm_parity_mla_transforms.py), op off: exact
+   like the others, and their AL - 1 against their sources' (the upgrade's goal: at least 90% kept).
 """
 
 from __future__ import annotations
@@ -105,7 +107,9 @@ def mla_main(args, run_vllm, simulate_case, compare) -> int:
     problems = rotary_check(args.vllm_python)
     for p in problems:
         print(f"[FAIL] rotary op: {p}")
-    cases = mla_cases(work, pair)
+    from vllm_parity_mla_transforms import added_seconds, retention, transform_cases, transform_record
+
+    cases = mla_cases(work, pair) + transform_cases(work, pair, TARGETS)  # + the upgraded and downgraded drafters
     start = time.monotonic()
     results = run_vllm(args.vllm_python, {"target": cases[0]["target"], "prompts": cases[0]["prompts"],
                                           "num_speculative_tokens": k, "max_tokens": max_tokens,
@@ -149,17 +153,18 @@ def mla_main(args, run_vllm, simulate_case, compare) -> int:
         for p in found:
             print(f"         {p[:400]}")
     print(f"         known gap: {ROTARY_GAP}")
+    problems += retention(cases)  # AL - 1 of the upgraded / downgraded drafters against their sources'
     (work / "parity-mla.json").write_text(json.dumps({"vllm": results.get("vllm"), "vllm_seconds": vllm_seconds,
                                                       "cases": cases, "rotary_gap": gaps}, indent=1))
     if args.record:
         (MLA_RECORD if pair == MLA_PAIR else work / MLA_RECORD.name).write_text(json.dumps({
             "vllm": results.get("vllm"), "runner": "V1 (VLLM_USE_V2_MODEL_RUNNER=0, CPU), enforce_eager",
             "num_speculative_tokens": k, "max_tokens": max_tokens, "known_gap": ROTARY_GAP,
-            "rotary_op_on": gaps}, indent=1) + "\n")
+            "rotary_op_on": gaps, "transforms": transform_record(cases)}, indent=1) + "\n")
     sim_seconds = sum(s["seconds"] for s in sims.values())
     print(f"\nMLA: {len(cases)} vLLM cases, {len(problems)} problems, {len(gaps)} known-gap runs; vLLM took "
           f"{vllm_seconds:.0f} s, simulate {sim_seconds:.0f} s ({len(sims)} runs, target in transformers); "
-          f"details in {work / 'parity-mla.json'}")
+          f"details in {work / 'parity-mla.json'}\n{added_seconds(cases)}")
     return 1 if problems else 0
 
 

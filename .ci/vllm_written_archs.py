@@ -1,11 +1,14 @@
 """Every non-Llama architecture eagleconv writes for vLLM, run in real vLLM 0.32 (issue 32, deliverable 5).
 
     python .ci/vllm_written_archs.py --vllm-python VENV/bin/python [--work DIR] [--record]
+    .ci/vllm-parity --written-archs [--work DIR]      (CI: the same, live, against the record)
 
 For Phi-3 and Qwen3: a seeded random tiny target (transformers; hidden 256, 4 layers, vocab 512), a synthetic
 TorchSpec-layout drafter (EAGLE-3.1), converted with ``eagleconv convert --to vllm``; vLLM must load what eagleconv
 wrote and draft exactly what ``simulate`` drafts (tokens, counters, every drafted token).  ``--record`` writes
-fixtures/mla-variants/written-archs-vllm-0.32.0.json (read by tests/engines/test_vllm_mla.py).
+fixtures/mla-variants/written-archs-vllm-0.32.0.json (read by tests/engines/test_vllm_mla.py).  Without it (CI),
+vLLM's architectures, projections and counters must also equal that record: a difference means the record is stale.
+Both cases run in one runner process (vLLM imported once): ~35 s on the idle 2-core machine.
 """
 
 from __future__ import annotations
@@ -55,6 +58,14 @@ def tensor_names(directory: Path) -> list[str]:
         return list(f.keys())
 
 
+def stale(case: dict, record: dict | None) -> list[str]:
+    """What a live run shows that the record does not (empty with ``--record``, which writes it)."""
+    if record is None:
+        return []
+    return [f"{case['name']}: {key} {case[key]} live, {record.get(key)} recorded in {RECORD.name} (re-run --record)"
+            for key in ("architectures", "projections", "vllm") if case[key] != record.get(key)]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--vllm-python", required=True)
@@ -82,10 +93,12 @@ def main(argv: list[str] | None = None) -> int:
                                                                                               "target")} for c in cases]},
                        work, 600.0)
     problems = []
+    recorded = {} if args.record else json.loads(RECORD.read_text())["cases"]
     for c in cases:
         r = results["cases"][c["name"]]
         c["vllm"] = {k: r.get(k) for k in ("status", "error", "num_drafts", "num_draft_tokens", "num_accepted_tokens",
                                            "accepted_per_position") if r.get(k) is not None}
+        problems += stale(c, recorded.get(c["name"]))
         if r["status"] != "ok":
             problems.append(f"{c['name']}: vLLM failed: {r.get('error', '')[:300]}")
             continue

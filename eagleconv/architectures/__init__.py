@@ -2,9 +2,13 @@
 
 Each architecture is one module with one
 :class:`~eagleconv.architectures.base.Architecture` subclass registered by
-``@register``; ``get(spec.architecture)`` returns it.  Adding a decoder family
-is adding a module here (and a fixture); modules are discovered from this
-directory, so nothing else has to list it.
+``@register``; ``get(spec.architecture)`` returns it.  Modules are discovered from this directory, so nothing
+else has to list one.  A new architecture touches these files (docs/architecture.md, "A new architecture", says
+the same; tests/docs/test_recipes.py holds both to the code):
+
+- ``eagleconv/architectures/<name>.py``: the family, named as its module; its ``layouts`` names the layouts written
+  before it that hold it, and the class each writes.
+- ``fixtures/<example>/``: each of its ``examples``, written by ``python fixtures/generate.py``.
 """
 
 from __future__ import annotations

@@ -101,6 +101,7 @@ class Verdict:
 
     ``layouts``: the layouts it applies to (empty: every layout that holds the family); ``errors``: the
     error-severity finding codes expected (empty: none, the drafter is servable); ``why``: the engine's reason.
+    A layout states its own (``Layout.verdicts``: what an engine says of any family in it, ``layouts`` unused).
     """
 
     engine: str
@@ -164,7 +165,9 @@ class Architecture:
     # engine-check facts
     mla: ClassVar[bool] = False
     reads_norm_before_fc: ClassVar[bool] = True  # vLLM's MLA drafter has no input_norm
-    # synthetic drafters: the names and numbering each producer writes for this family
+    # synthetic drafters: the names a producer writes for this family.  A producer's own recipe
+    # (eagleconv/synthetic/<producer>.py) states what it writes differently for the families it knows; a family
+    # written after the producer states it here, by producer name.
     synthetic_model_type: ClassVar[str]
     synthetic_architecture: ClassVar[dict[str, str]] = {}  # producer -> architectures[0] (default key "*")
     # producer -> what that producer writes differently for this family: "model_type", "eagle_config" entries,

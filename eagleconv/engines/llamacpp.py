@@ -274,6 +274,9 @@ LLAMACPP_B11434 = register(EngineProfile(
     checks=(check_architecture, check_activation, check_three_aux, check_capture, check_flags, check_nested_only,
             check_keys, check_gguf_tensors, check_gguf_shapes, check_padded_vocab, check_sharing, check_converter),
     serve=serve,
+    decode_loop="llamacpp",  # eagleconv/simulate/llamacpp.py: llama-server's and llama-speculative-simple's
+    server="llama.cpp",  # llama-server's /completion and llamacpp:* metrics
+    rank=50,
     history=("EAGLE-3 drafters served since late 2025 (--spec-type draft-eagle3); norm_before_fc added for "
              "speculators #692-style drafters",),
 ), in_all=False)  # named explicitly: in ``all`` it would fail every fc_norm EAGLE-3.1 drafter (llama.cpp has no fc_norm)

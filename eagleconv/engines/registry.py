@@ -1,12 +1,15 @@
 """The registry of engine profiles and the names users give them.
 
 A module of its own, so that each engine module registers its profiles without importing the package that
-imports it (``engines/__init__`` imports every engine module to fill this registry).
+imports it (``engines/__init__`` imports every module in its directory to fill this registry).  The order
+the modules are imported in says nothing: profiles are kept in their engines' ``rank`` order (vLLM first, the
+default engine), then in the order each engine registered them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from ..errors import ArgumentTypeError, UsageError
 from .base import EngineProfile
@@ -25,7 +28,16 @@ def register(profile: EngineProfile, *, default: bool = False, in_all: bool = Tr
         NOT_IN_ALL.add(profile.engine)
     if default or profile.engine not in DEFAULTS:
         DEFAULTS[profile.engine] = profile.label
+    _by_rank(PROFILES, lambda label: PROFILES[label].rank)
+    _by_rank(DEFAULTS, lambda engine: PROFILES[DEFAULTS[engine]].rank)
     return profile
+
+
+def _by_rank(table: dict[str, Any], rank: Callable[[str], int]) -> None:
+    """Reorder ``table`` in place (others hold it by name) by rank, keeping the registration order within one."""
+    ordered = sorted(table.items(), key=lambda item: rank(item[0]))  # stable
+    table.clear()
+    table.update(ordered)
 
 
 def resolve_engines(names: Iterable[str] | str) -> list[EngineProfile]:

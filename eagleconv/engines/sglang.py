@@ -54,4 +54,5 @@ SGLANG = register(EngineProfile(
     shares_from_target={"embed_tokens.weight": "always", "lm_head.weight": "absent"},
     checks=COMMON_CHECKS,
     history=("older SGLang (d737979c) had one midlayer, fc of 3 x target_hidden and raised for num_hidden_layers != 1",),
+    rank=10,
 ))

@@ -115,4 +115,5 @@ SPECULATORS_090 = register(EngineProfile(
     checks=(check_format, check_verifier, check_vocab_buffers, check_aux_count, check_capture, check_flags,
             check_keys, check_sharing, check_fc_width_ignores_target_hidden),
     history=("speculators 0.9.0 trains eagle3 with norm_before_fc and norm_output on by default",),
+    rank=40,
 ), in_all=False)  # a training library, not a server: `--engine all` means the serving engines

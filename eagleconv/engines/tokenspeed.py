@@ -44,4 +44,5 @@ TOKENSPEED = register(EngineProfile(
     keys=KeyRules(renames=(("midlayer.", "layers.0."),), dropped=("t2d",), unknown="ignore"),
     shares_from_target={"lm_head.weight": "absent"},
     checks=(*COMMON_CHECKS, check_fc_width_ignores_target_hidden),
+    rank=30,
 ))

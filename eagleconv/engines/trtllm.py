@@ -28,4 +28,5 @@ TRTLLM = register(EngineProfile(
     keys=None,
     shares_from_target={"lm_head.weight": "absent", "embed_tokens.weight": "same_width"},
     checks=(check_aux_count, check_capture, check_flags, check_sharing),
+    rank=20,
 ))

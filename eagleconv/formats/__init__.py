@@ -1,10 +1,15 @@
 """The registry of checkpoint layouts, and format detection.
 
-Each layout is one module with one :class:`~eagleconv.formats.base.Layout`
-subclass registered by ``@register``.  Adding a producer is adding a module
-(and a fixture); nothing else in the package needs to change.  Which
-architectures a layout holds, and the class name it writes for each, is the
-architectures' data (``Architecture.layouts``).
+Each layout is one module with one :class:`~eagleconv.formats.base.Layout` subclass registered by ``@register``.
+A new layout touches these files, and nothing else in the package needs to change (docs/architecture.md, "A new
+layout", says the same; tests/docs/test_recipes.py holds both to the code):
+
+- ``eagleconv/formats/<name>.py``: the layout, named as its module: renames, config fields, detection, ``holds``
+  (each architecture it holds, the class it writes for it) and ``verdicts``.
+- ``eagleconv/synthetic/<name>.py``: its producer's synthetic recipe (none for a layout that ``needs_target``).
+
+What a layout holds is read when asked, from its ``holds`` and the architectures' ``layouts``
+(:mod:`~eagleconv.formats.base.holding`), so layouts and architectures register in either order.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import AmbiguousLayoutError, FormatError, UsageError
 from ..support.registry import import_entries, registrar
-from .base import Layout, Seen, bind_architectures
+from .base import Layout, Seen
 from .base.reading import ReadResult, read_drafter
 from .base.renames import DDP_HINT, ddp_prefixed
 from .base.writing import write_config
@@ -26,12 +31,9 @@ if TYPE_CHECKING:
 LAYOUTS: dict[str, type[Layout]] = {}
 
 
-_add = registrar(LAYOUTS, "layout")
-
-
-def register(layout: type[Layout]) -> type[Layout]:
-    """Class decorator: add a layout to the registry (names must be unique); the architectures say what it holds."""
-    return bind_architectures(_add(layout))
+register = registrar(LAYOUTS, "layout")
+"""Class decorator: add a layout to the registry (names must be unique).  What it holds is read when asked
+(:mod:`~eagleconv.formats.base.holding`), so it may come before or after the architectures it holds."""
 
 
 def get_layout(name: str) -> type[Layout]:

@@ -7,6 +7,7 @@ what converting to ``vllm`` does here.
 
 from __future__ import annotations
 
+from ..architectures.base import InLayout, Verdict
 from . import register
 from .base import Seen, Layout, architectures_of
 from .base.renames import Rename
@@ -18,6 +19,9 @@ class AutomodelLayout(Layout):
     name = "automodel"
     producer = "NVIDIA NeMo Automodel"
     description = "model.-prefixed keys (lm_head, d2t, t2d unprefixed), LlamaEagle3DraftModel"
+    holds = {"llama": InLayout(("LlamaEagle3DraftModel",))}
+    verdicts = (Verdict("vllm 0.32", frozenset({"EC003", "EC040"}), "vLLM cannot serve Automodel's raw layout "
+                        "(model.-prefixed names, LlamaEagle3DraftModel): that is why Automodel ships serve_vllm"),)
     renames = (
         Rename("lm_head.{rest}", "lm_head.{rest}"),
         Rename("d2t", "d2t"),

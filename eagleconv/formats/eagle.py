@@ -9,6 +9,7 @@ no EAGLE-3.1 switch exists.  eagleconv writes this layout as
 
 from __future__ import annotations
 
+from ..architectures.base import InLayout
 from . import register
 from .base import Seen, Capability, Layout, architectures_of, has_prefix
 from .base.renames import Rename
@@ -20,6 +21,7 @@ class EagleLayout(Layout):
     name = "eagle"
     producer = "SafeAILab/EAGLE"
     description = "midlayer.* keys, pytorch_model.bin, LlamaForCausalLM, embeddings taken from the target"
+    holds = {"llama": InLayout(("LlamaForCausalLM",))}
     renames = (Rename("midlayer.{rest}", "layers.0.{rest}"), Rename("{rest}", "{rest}"))
     fields = hf_fields(num_aux_hidden_states=None, norm_before_fc=None, norm_before_residual=None,
                        use_aux_hidden_state=None, fc_norm=None, norm_output=None)

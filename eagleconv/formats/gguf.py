@@ -24,6 +24,7 @@ from . import register
 from .base import Capability, Layout, Seen
 from .base.fields import ConfigField, hf_fields
 from .base.renames import Rename
+from ..architectures.base import InLayout
 
 ARCH = "eagle3"
 LLAMACPP_BUILD = "b11434"
@@ -80,6 +81,7 @@ class GgufLayout(Layout):
     name = "gguf"
     producer = f"llama.cpp {LLAMACPP_BUILD} (convert_hf_to_gguf.py)"
     description = "one .gguf file, architecture eagle3: blk.0.*, fc, enc.output_norm, d2t as absolute target ids"
+    holds = {"llama": InLayout(("eagle3",))}  # llama.cpp's general.architecture
     renames = tuple(Rename(gguf_name, canonical) for gguf_name, canonical in TENSORS)
     fields = hf_fields(aux_layer_ids=ConfigField(("eagle_aux_hidden_state_layer_ids",)),
                        norm_before_fc=ConfigField(("norm_before_fc",)), use_aux_hidden_state=None,

@@ -10,6 +10,7 @@ EAGLE-3.1: fc_norm can never be held here, and ``eagleconv.synthetic`` refuses t
 
 from __future__ import annotations
 
+from ..architectures.base import InLayout
 from . import register
 from .base import Seen, Capability, Layout, has_prefix
 from .base.fields import ConfigField, SameAs, hf_fields
@@ -23,6 +24,8 @@ class ModelOptLayout(Layout):
     name = "modelopt"
     producer = "NVIDIA Model-Optimizer"
     description = "layers.0.* keys, nested eagle_config, no t2d / embed_tokens / fc_norm"
+    holds = {"llama": InLayout(("LlamaForCausalLMEagle3",)),
+             "deepseek_mla": InLayout(("Eagle3DeepseekV2ForCausalLM",))}
     fields = hf_fields(
         aux_layer_ids=ConfigField(("eagle_config.eagle_aux_hidden_state_layer_ids",)),
         norm_before_fc=ConfigField(("eagle_config.norm_before_fc",)),

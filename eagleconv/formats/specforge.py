@@ -10,6 +10,7 @@ numbering (default [1, L//2-1, L-4]).  Before SpecForge PR #879,
 
 from __future__ import annotations
 
+from ..architectures.base import InLayout
 from . import register
 from .base import Seen, Capability, Layout, architectures_of, has_prefix
 from .base.fields import ConfigField, SameAs, hf_fields
@@ -21,6 +22,7 @@ class SpecForgeLayout(Layout):
     name = "specforge"
     producer = "SpecForge (sgl-project)"
     description = "midlayer.* keys, LlamaForCausalLMEagle3, t2d+d2t, no embed_tokens, exactly 3 aux states"
+    holds = {"llama": InLayout(("LlamaForCausalLMEagle3",))}
     renames = (Rename("midlayer.{rest}", "layers.0.{rest}"), Rename("{rest}", "{rest}"))
     fields = hf_fields(
         aux_layer_ids=ConfigField(("eagle_config.eagle_aux_hidden_state_layer_ids",)),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..architectures.base import InLayout
 from ..spec.drafter import DrafterSpec, Verifier
 from . import register
 from .base import Seen, Layout
@@ -26,6 +27,7 @@ class SpeculatorsLayout(Layout):
     name = "speculators"
     producer = "vLLM speculators"
     description = "Eagle3Speculator, speculators_model_type eagle3, transformer_layer_config, speculators_config"
+    holds = {"llama": InLayout(("Eagle3Speculator",)), "qwen3": InLayout(("Eagle3Speculator",))}
     fields = hf_fields(
         decoder="transformer_layer_config.",
         num_aux_hidden_states=ConfigField(("transformer_layer_config.num_aux_hidden_states",)),

@@ -7,6 +7,7 @@ architecture states ``layer_output`` numbering for this layout; others are read 
 
 from __future__ import annotations
 
+from ..architectures.base import InLayout
 from . import register
 from .base import Seen, Capability, Layout
 from .base.fields import ConfigField, SameAs, hf_fields
@@ -17,6 +18,12 @@ class TorchSpecLayout(Layout):
     name = "torchspec"
     producer = "TorchSpec (lightseekorg)"
     description = "layers.0.* keys, _torchspec_version stamp, eagle_config ids, fc_norm / norm_output"
+    holds = {
+        "llama": InLayout(("LlamaForCausalLMEagle3",)),
+        "phi3": InLayout(("Phi3ForCausalLMEagle3",)),
+        # TorchSpec's --vllm export adds +1 to the aux ids of kimi_k2 (MLA) drafters only: layer_output numbering
+        "deepseek_mla": InLayout(("Eagle3DeepseekV2ForCausalLM",), aux_convention="layer_output"),
+    }
     fields = hf_fields(
         aux_layer_ids=ConfigField(("eagle_config.eagle_aux_hidden_state_layer_ids",)),
         norm_before_fc=None, norm_before_residual=None,

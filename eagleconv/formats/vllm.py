@@ -11,6 +11,7 @@ TRT-LLM's ``eagle_config.return_hidden_post_norm``.
 
 from __future__ import annotations
 
+from ..architectures.base import InLayout
 from . import register
 from .base.fields import ConfigField, FromArchitecture, SameAs, hf_fields
 from .base import Layout, Seen, architectures_of, has_prefix
@@ -22,11 +23,30 @@ VLLM_ARCHITECTURES = {
 }
 
 
+# The MLA model_types `convert --to vllm` rewrites to deepseek_v2 (see ``holds`` below).
+VLLM_REWRITTEN = ("kimi_k2", "deepseek_v3", "deepseek_v32")
+
+
 @register
 class VllmLayout(Layout):
     name = "vllm"
     producer = "vLLM (serving layout)"
     description = "layers.N.* without model. prefix; LlamaForCausalLMEagle3 / Eagle3Qwen3ForCausalLM / Eagle3DeepseekV2ForCausalLM"
+    holds = {
+        "llama": InLayout(("LlamaForCausalLMEagle3",)),
+        "qwen3": InLayout(("Eagle3Qwen3ForCausalLM",)),
+        "phi3": InLayout(
+            ("Eagle3LlamaForCausalLM",), why="vLLM 0.32 has no Eagle3Phi3ForCausalLM; its Llama drafter loads the fused "
+            "qkv_proj/gate_up_proj as its own stacked parameters (llama_eagle3.py:290-303), so the tensors are kept as "
+            "they are"),
+        # vLLM 0.32 runs a wrapped drafter as MLA only for deepseek model_types (kimi_k2 is not among them, vllm#45760)
+        # and rewrites a deepseek_v3 / deepseek_v32 draft config into DeepSeek MTP, which it then refuses
+        # (config/speculative.py:661-694): deepseek_v2 is the one model_type it both detects and serves.
+        "deepseek_mla": InLayout(("Eagle3DeepseekV2ForCausalLM",), model_types=dict.fromkeys(VLLM_REWRITTEN, "deepseek_v2"),
+                                 why="vLLM 0.32 detects deepseek_v2 as MLA and serves it; it rewrites deepseek_v3/deepseek_v32 "
+                                 "draft configs into DeepSeek MTP and refuses them, and does not detect kimi_k2 as MLA "
+                                 "(vllm#45760)"),
+    }
     fields = hf_fields(
         aux_layer_ids=ConfigField(
             ("eagle_aux_hidden_state_layer_ids", "eagle_config.eagle_aux_hidden_state_layer_ids"),

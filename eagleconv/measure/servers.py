@@ -1,11 +1,13 @@
-"""The serving engines measure talks to: each one a small table of endpoints and metric names, and two functions
-(the request body, the reply's tokens).  Adding an engine is one ServerProfile."""
+"""The server protocols measure speaks: each one a small table of endpoints and metric names, and two functions
+(the request body, the reply's tokens).  An engine profile names the protocol its servers speak
+(``EngineProfile.server``, a key of :data:`PROFILES`), and ``measure --engine`` offers the engines that name one:
+an engine whose server speaks a protocol here adds nothing to this module; a new protocol is one ServerProfile."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..support.bounds import MAX_VOCAB
 from ..support.jsonio import JSONObject, JSONValue
@@ -15,7 +17,7 @@ Reply = tuple[list[int], list[float | None] | None, dict[str, float] | None]  # 
 
 @dataclass(frozen=True)
 class ServerProfile:
-    name: str
+    name: str  # the engine measured (the report's ``engine``): the protocol's own name in PROFILES, see served_by
     completion: str  # the completion endpoint that takes token ids
     version: str  # GET: the server's version
     models: str  # GET: what it serves
@@ -25,6 +27,10 @@ class ServerProfile:
     body: Callable[[list[int], int, str | None, bool], JSONObject]
     reply: Callable[[JSONValue], Reply]  # raises KeyError, IndexError, TypeError or ValueError for another shape
     conversion: str
+    version_key: str = "version"  # the version endpoint's field that holds the engine's version
+    # the replies carry counters of their own (llama-server's timings): a server without /metrics is measured
+    metrics_optional: bool = False
+    unnamed_builds: tuple[str, ...] = ()  # versions that name no build (llama-server from the sdist says b0)
 
 
 def _vllm_body(prompt: list[int], max_tokens: int, model: str | None, margins: bool) -> JSONObject:
@@ -127,13 +133,28 @@ PROFILES: dict[str, ServerProfile] = {
         "llama-server's /metrics (started with --metrics): llamacpp:spec_decode_num_drafts_total / "
         "_num_draft_tokens_total / _num_accepted_tokens_total / _num_accepted_tokens_per_pos_total, the difference "
         "after minus before; without /metrics, the replies' timings.draft_n and draft_n_accepted (no rounds, so no "
-        "AL)"),
+        "AL)", version_key="build_info", metrics_optional=True, unnamed_builds=("b0", "0")),
 }
+
+
+def measured_engines() -> tuple[str, ...]:
+    """The engines ``measure --engine`` takes: those whose default profile names a server protocol here."""
+    from ..engines import DEFAULTS, PROFILES as ENGINES
+
+    return tuple(engine for engine, label in DEFAULTS.items() if ENGINES[label].server in PROFILES)
+
+
+def served_by(engine: str) -> ServerProfile | None:
+    """The protocol ``engine``'s servers speak, named for the engine (None: measure does not offer it)."""
+    from ..engines import DEFAULTS, PROFILES as ENGINES
+
+    protocol = ENGINES[DEFAULTS[engine]].server if engine in DEFAULTS else None
+    return replace(PROFILES[protocol], name=engine) if protocol in PROFILES else None
 
 
 def version_of(profile: ServerProfile, data: object) -> str | None:
     """The engine version from its version endpoint's JSON."""
     if not isinstance(data, dict):
         return None
-    value = data.get("version") if profile.name == "vllm" else data.get("build_info")
+    value = data.get(profile.version_key)
     return str(value) if value is not None else None

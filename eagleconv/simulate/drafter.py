@@ -42,7 +42,7 @@ def engine_drafter(drafter: str | Path, engine: str, target: TargetModel, device
 
     profile = resolve_engines([engine])[0]
     if profile.serve is None:
-        raise SimulateError(f"simulate models vLLM's proposer and llama.cpp's loop only, not {profile.label}",
+        raise SimulateError(f"simulate models how {simulated_engines()} serve a drafter, not {profile.label}",
                             code=None)
     path = Path(drafter)
     if not sorted(path.glob("*.safetensors")):
@@ -63,6 +63,15 @@ def engine_drafter(drafter: str | Path, engine: str, target: TargetModel, device
                     target_embed=target.embed.float(), path=str(path), device=device, cache=BlockCache(1 << 40),
                     pack=profile.packs_linears)  # on the CPU: oneDNN with weights reordered once, as vLLM runs its linears
     return EngineDrafter(model=model, capture=view.capture, layers=view.layers, notes=view.notes)
+
+
+def simulated_engines() -> str:
+    """The engines simulate runs, as users name them: those whose default profile names a decode loop and models
+    how the engine serves a drafter (``EngineProfile.decode_loop``, ``serve``)."""
+    from ..engines import DEFAULTS, PROFILES
+
+    return ", ".join(engine for engine, label in DEFAULTS.items()
+                     if PROFILES[label].decode_loop is not None and PROFILES[label].serve is not None)
 
 
 def target_info(target: TargetModel, target_dir: str | Path) -> TargetInfo:

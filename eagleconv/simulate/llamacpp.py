@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..engines.llamacpp import EOG_TOKEN_TEXTS
-from .loop import Request, Round, per_position, rounds_for
+from .loop import Job, Request, Round, per_position, rounds_for
 from .loop import decode as decode_all
 from .report import accept_greedy
 
@@ -54,7 +54,6 @@ if TYPE_CHECKING:
     import torch
 
     from ..forward.protocols import TargetModel
-    from ..forward.run import StepProgress
     from .drafter import EngineDrafter
     from .report import SimulateReport
 
@@ -247,19 +246,20 @@ def counters(rounds: Sequence[Round]) -> Counters:
                     n_accept=sum(r.accepted for r in rounds))
 
 
-def simulate_llamacpp(drafter: str | Path, target_dir: str | Path, tgt: TargetModel, prompts: list[list[int]], K: int,
-                      n_predict: int, engine: str, p_min: float, progress: StepProgress, loop: str = "server",
-                      kv_cache: bool = True) -> SimulateReport:
-    """Every prompt through llama-server's slot loop (``loop="server"``: ``n_predict`` per request,
-    ``--spec-draft-n-max K --spec-draft-n-min 0``, greedy) or llama-speculative-simple's (``loop="simple"``:
+def simulate_loop(job: Job) -> SimulateReport:
+    """Every prompt through llama-server's slot loop (``job.llamacpp_loop="server"``: ``n_predict`` per request,
+    ``--spec-draft-n-max K --spec-draft-n-min 0``, greedy) or llama-speculative-simple's (``"simple"``:
     ``-n n_predict --spec-draft-n-max K --temp 0``), all prompts in lockstep on the cached path (each prompt's
-    tokens and rounds are its own: the loops' decisions are per request)."""
+    tokens and rounds are its own: the loops' decisions are per request); the loop llama.cpp's profile names
+    (``decode_loop="llamacpp"``)."""
     import math
 
     from ..engines import resolve_engines
     from .drafter import engine_drafter
     from .report import SimulateError, SimulateReport
 
+    drafter, target_dir, tgt, prompts, K, n_predict = job.drafter, job.target, job.tgt, job.prompts, job.K, job.max_tokens
+    engine, p_min, progress, loop, kv_cache = job.engine, job.p_min, job.progress, job.llamacpp_loop, job.kv_cache
     if loop not in LOOPS:
         raise SimulateError(f"--llamacpp-loop {loop}: one of {', '.join(LOOPS)}", code=None)
     if not 0.0 <= p_min <= 1.0:

@@ -7,24 +7,48 @@ requests in one ragged pass, forward.kv_cache) or :class:`Rerun` (the plain defi
 round, prompt by prompt; the transformers runtime, and the reference the tests compare the cached path with).
 What an engine decides is its policy's: which rows the prefill covers and whether its last token is sampled,
 whether and how much a request drafts before a round, what a round emits, when a request stops, and how the
-rounds are counted.  :class:`VllmPolicy` is vLLM's proposer (eagleconv.simulate); llama-server's and
-llama-speculative-simple's loops are eagleconv.simulate.llamacpp's.
+rounds are counted.  Each engine's loop is a module beside this one, named by its profile's ``decode_loop``
+(vLLM's proposer: eagleconv.simulate.vllm; llama-server's and llama-speculative-simple's:
+eagleconv.simulate.llamacpp), whose ``simulate_loop`` takes a :class:`Job`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from .report import accept_greedy
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import torch
 
     from ..forward.native_target import NativeTarget
     from ..forward.protocols import TargetModel
+    from ..forward.run import StepProgress
+    from ..support.bounds import ModelDims
     from .drafter import EngineDrafter
+
+
+@dataclass(frozen=True, kw_only=True)
+class Job:
+    """What simulate hands an engine's loop, once the target is loaded and the prompts checked against it."""
+
+    drafter: str | Path
+    target: str | Path  # the target's directory (what llama.cpp's checks read)
+    tgt: TargetModel
+    prompts: list[list[int]]
+    source: Path | None  # the prompts' file, for the messages that name it
+    K: int
+    max_tokens: int
+    engine: str  # as the user named it
+    progress: StepProgress
+    device: str = "cpu"
+    kv_cache: bool = True
+    dims: ModelDims | None = None  # the target's, from its config.json
+    p_min: float = 0.0  # llama.cpp's --spec-draft-p-min
+    llamacpp_loop: str = "server"  # llama.cpp's loops: llama-server's or llama-speculative-simple's
 
 
 @dataclass
@@ -191,42 +215,6 @@ def rounds_for(tgt: TargetModel, d: EngineDrafter, ids: tuple[int, ...], reqs: l
     from ..forward.native_target import NativeTarget
 
     return Cached(tgt, d, ids, reqs, capacity) if kv_cache and isinstance(tgt, NativeTarget) else Rerun(tgt, d, ids)
-
-
-class VllmPolicy:
-    """vLLM's proposer: the prefill samples the first token; every request proposes K after the prefill and after
-    each of its rounds, the last included (that proposal is never verified); a round emits the accepted drafts and
-    the target's next token; a request stops at its limit (ignore_eos)."""
-
-    def __init__(self, K: int, tick: Callable[[int], None]):
-        self.K, self.tick = K, tick
-
-    def prefill(self, r: Request) -> list[int]:
-        return r.prompt
-
-    def start(self, r: Request, first: int | None) -> None:
-        assert first is not None
-        r.seq.append(first)
-        r.out.append(first)
-        r.done = len(r.out) >= r.limit
-        self.tick(1)
-
-    def proposes(self, r: Request) -> bool:
-        return len(r.drafts) == len(r.rounds)  # once after the prefill and after each round
-
-    def proposed(self, r: Request, tokens: list[int], logits: Sequence[torch.Tensor]) -> None:
-        r.draft = tokens
-        r.drafts.append(tokens)
-
-    def verified(self, r: Request, verified: list[int]) -> int:
-        accepted = accept_greedy(r.draft, verified[:self.K])
-        emitted = [*r.draft[:accepted], verified[accepted]]
-        r.rounds.append(Round(r.draft, accepted, emitted))
-        self.tick(min(len(emitted), r.limit - len(r.out)))
-        r.seq += emitted
-        r.out += emitted
-        r.done = len(r.out) >= r.limit
-        return accepted
 
 
 def per_position(reqs: Sequence[Request], K: int) -> list[int]:

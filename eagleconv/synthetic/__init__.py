@@ -5,12 +5,16 @@ names, nesting, aux-id numbering), *independently* of eagleconv's layout
 tables, so tests that read these fixtures check the tables against the
 producers rather than against themselves.  The same seed gives the same
 canonical tensors in every layout, so bytes can be compared across layouts.
+
+Each producer's recipe is its own module here (``vllm.py``, ``specforge.py``...: a
+:class:`~eagleconv.synthetic.base.Producer` subclass registered by ``@register``), discovered from the
+directory; a producer written elsewhere (a test, a plugin) calls :func:`register` itself.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,12 +23,16 @@ import numpy as np
 from .. import architectures
 from ..architectures.base import TinyDims
 from ..support._extras import need
-from ..support.jsonio import JSONObject, JSONValue
+from ..support.jsonio import JSONObject
+from ..support.registry import import_entries, registrar
+from .base import DrafterRecipe, Producer, decoder_config
 
 if TYPE_CHECKING:
     import torch
 
-PRODUCERS = ("eagle", "specforge", "torchspec", "vllm", "speculators", "automodel", "modelopt")
+RECIPES: dict[str, type[Producer]] = {}
+register = registrar(RECIPES, "producer recipe")
+"""Class decorator: add a producer's recipe (its name is the layout it writes; names must be unique)."""
 
 
 WIDE_TARGET = TinyDims(target_hidden=48)
@@ -33,19 +41,12 @@ WIDE_TARGET = TinyDims(target_hidden=48)
 KIMI_LATENT = TinyDims(kv_lora_rank=512, qk_rope_head_dim=64)
 
 
-@dataclass(frozen=True)
-class DrafterRecipe:
-    """What to build.  ``eagle31`` turns on fc_norm + norm_output (the paper's EAGLE-3.1)."""
-
-    producer: str = "specforge"
-    architecture: str = "llama"  # a registered architecture (eagleconv.architectures.names())
-    eagle31: bool = False
-    norm_before_fc: bool = False
-    embed_tokens: bool | None = None  # None: what the producer ships by default
-    layers: int = 1
-    dims: TinyDims = field(default_factory=TinyDims)
-    dtype: str = "bfloat16"
-    seed: int = 0
+def producer(name: str) -> type[Producer]:
+    """The recipe of producer ``name``; ValueError names the known ones."""
+    try:
+        return RECIPES[name]
+    except KeyError:
+        raise ValueError(f"unknown producer {name!r}; choose one of {tuple(RECIPES)}") from None
 
 
 def canonical_tensors(recipe: DrafterRecipe) -> dict[str, torch.Tensor]:
@@ -92,130 +93,30 @@ def canonical_tensors(recipe: DrafterRecipe) -> dict[str, torch.Tensor]:
     return t
 
 
-def _decoder_config(recipe: DrafterRecipe) -> JSONObject:
-    d = recipe.dims
-    cfg: JSONObject = {
-        "model_type": architectures.get(recipe.architecture).synthetic_model_type,
-        "hidden_size": d.hidden,
-        "intermediate_size": d.intermediate,
-        "num_attention_heads": d.heads,
-        "num_hidden_layers": recipe.layers,
-        "hidden_act": "silu",
-        "rms_norm_eps": 1e-05,
-        "vocab_size": d.vocab,
-        "max_position_embeddings": 4096,
-        "bos_token_id": 1,
-        "eos_token_id": 2,
-        "tie_word_embeddings": False,
-    }
-    cfg.update(architectures.get(recipe.architecture).synthetic_config(d))
-    return cfg
-
-
-# What a producer's own writer cannot emit, so the generator refuses it rather than build a file no such
-# producer writes (SafeAILab EAGLE; ModelOpt's hf_spec_export.py).
-_CANNOT_WRITE = {
-    ("modelopt", "eagle31"): "ModelOpt's exporter (hf_spec_export.py _check_valid_sd) asserts that every key is in "
-                             "its allow-list, which has no fc_norm: it cannot write an EAGLE-3.1 drafter",
-    ("eagle", "eagle31"): "SafeAILab EAGLE has no EAGLE-3.1 switch (fc_norm / norm_output)",
-}
-
-
 def check_recipe(recipe: DrafterRecipe) -> None:
-    """Raise ValueError for a recipe its producer cannot write."""
-    if recipe.eagle31 and (recipe.producer, "eagle31") in _CANNOT_WRITE:
-        raise ValueError(_CANNOT_WRITE[(recipe.producer, "eagle31")])
+    """Raise ValueError for a recipe its producer cannot write (its exporter could not emit it)."""
+    known = RECIPES.get(recipe.producer)
+    if recipe.eagle31 and known is not None and "eagle31" in known.cannot_write:
+        raise ValueError(known.cannot_write["eagle31"])
 
 
 def producer_config(recipe: DrafterRecipe) -> JSONObject:
-    """config.json as the recipe's producer writes it (each layout module's docstring says which exporter that is)."""
+    """config.json as the recipe's producer writes it (each recipe module's docstring says which exporter that is)."""
     check_recipe(recipe)
-    d, p = recipe.dims, recipe.producer
-    flags31 = {"fc_norm": recipe.eagle31, "norm_output": recipe.eagle31}
-    arch = architectures.get(recipe.architecture)
-    arch_name = arch.synthetic_architecture.get(p, arch.synthetic_architecture["*"])
-    overrides = arch.synthetic_overrides.get(p, {})
-    base = _decoder_config(recipe)
-    if "model_type" in overrides:
-        base["model_type"] = overrides["model_type"]
-    layer_output_ids: list[JSONValue] = [i - 1 for i in d.aux_ids]
-    if p == "eagle":  # the hand-copied SafeAILab template: no ids, no head_dim
-        base.pop("head_dim", None)
-        return {"architectures": ["LlamaForCausalLM"], **base, "draft_vocab_size": d.draft_vocab,
-                "target_hidden_size": d.target_hidden, "torch_dtype": recipe.dtype}
-    if p == "specforge":
-        return {"architectures": ["LlamaForCausalLMEagle3"], **base, "draft_vocab_size": d.draft_vocab,
-                "target_hidden_size": d.target_hidden, **flags31, "torch_dtype": recipe.dtype,
-                "eagle_config": {"eagle_aux_hidden_state_layer_ids": layer_output_ids}}
-    if p == "torchspec":
-        ids: list[JSONValue] = layer_output_ids if overrides.get("layer_output_ids") else list(d.aux_ids)
-        eagle_config: JSONObject = {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True,
-                                        **overrides.get("eagle_config", {})}
-        return {"architectures": [arch_name], **base, "draft_vocab_size": d.draft_vocab,
-                "target_hidden_size": d.target_hidden, "num_aux_hidden_states": len(d.aux_ids), **flags31,
-                "eagle_config": eagle_config, "torch_dtype": recipe.dtype, "_torchspec_version": "0.2.0"}
-    if p == "vllm":
-        cfg: JSONObject = {"architectures": [arch_name], **base, "draft_vocab_size": d.draft_vocab,
-                           "target_hidden_size": d.target_hidden, "eagle_aux_hidden_state_layer_ids": list(d.aux_ids),
-                           **flags31, "torch_dtype": recipe.dtype}
-        if recipe.norm_before_fc:
-            cfg["norm_before_fc"] = True
-        return cfg
-    if p == "speculators":
-        return {
-            "architectures": ["Eagle3Speculator"],
-            "speculators_model_type": "eagle3",
-            "speculators_version": "0.9.0",
-            "speculators_config": {
-                "algorithm": "eagle3",
-                "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3,
-                                      "verifier_accept_k": 1, "accept_tolerance": 0.0}],
-                "default_proposal_method": "greedy",
-                "verifier": {"name_or_path": "meta-llama/Llama-3.1-8B-Instruct", "architectures": ["LlamaForCausalLM"]},
-            },
-            "transformer_layer_config": base,
-            "draft_vocab_size": d.draft_vocab,
-            "target_hidden_size": d.target_hidden,
-            "norm_before_residual": False,
-            "norm_before_fc": recipe.norm_before_fc,
-            **flags31,
-            "eagle_aux_hidden_state_layer_ids": list(d.aux_ids),
-            "embed_requires_grad": False,
-            "torch_dtype": recipe.dtype,
-        }
-    if p == "automodel":
-        return {"architectures": ["LlamaEagle3DraftModel"], **base, "draft_vocab_size": d.draft_vocab,
-                "target_hidden_size": d.target_hidden, "num_aux_hidden_states": len(d.aux_ids), **flags31,
-                "torch_dtype": recipe.dtype}
-    if p == "modelopt":
-        eagle_config = {"eagle_aux_hidden_state_layer_ids": list(d.aux_ids), "use_aux_hidden_state": True,
-                        "use_input_layernorm_in_first_layer": True, "use_last_layernorm": True,
-                        "use_mtp_layernorm": False, "next_layer_regular": True, "parallel_draft_step": 1,
-                        "parallel_draft_heads_num_layers": 1}
-        if recipe.norm_before_fc:
-            eagle_config["norm_before_fc"] = True
-        return {"architectures": [arch_name], **base, "draft_vocab_size": d.draft_vocab,
-                "target_hidden_size": d.target_hidden, "eagle_config": eagle_config, "torch_dtype": recipe.dtype}
-    raise ValueError(f"unknown producer {p!r}; choose one of {PRODUCERS}")
-
-
-_DEFAULT_EMBED = {"torchspec": True, "speculators": True, "automodel": True}
+    p = producer(recipe.producer)
+    return p.config(recipe, decoder_config(recipe, p))
 
 
 def producer_tensors(recipe: DrafterRecipe) -> dict[str, torch.Tensor]:
     """The canonical tensors renamed and filtered the way the producer stores them."""
     t = canonical_tensors(recipe)
-    p = recipe.producer
-    embed = _DEFAULT_EMBED.get(p, False) if recipe.embed_tokens is None else recipe.embed_tokens
+    p = producer(recipe.producer)
+    embed = p.embed_tokens if recipe.embed_tokens is None else recipe.embed_tokens
     if not embed:
         t.pop("embed_tokens.weight")
-    if p == "modelopt":
-        t.pop("t2d")
-    if p in ("eagle", "specforge"):
-        t = {("midlayer." + k[len("layers.0."):] if k.startswith("layers.0.") else k): v for k, v in t.items()}
-    if p == "automodel":
-        t = {(k if k.startswith("lm_head.") or k in ("d2t", "t2d") else "model." + k): v for k, v in t.items()}
-    return t
+    for name in p.without:
+        t.pop(name)
+    return {p.stored_name(k): v for k, v in t.items()}
 
 
 def make_drafter(directory: str | Path, recipe: DrafterRecipe | None = None, **overrides: Any) -> Path:
@@ -226,16 +127,15 @@ def make_drafter(directory: str | Path, recipe: DrafterRecipe | None = None, **o
 
     recipe = replace(recipe or DrafterRecipe(), **overrides)
     check_recipe(recipe)
+    p = producer(recipe.producer)
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     tensors = producer_tensors(recipe)
     (out / "config.json").write_text(json.dumps(producer_config(recipe), indent=2) + "\n")
-    if recipe.producer == "eagle":
+    if p.pickle:
         torch.save(tensors, out / "pytorch_model.bin")
     else:
-        metadata = {"format": "pt"}
-        if recipe.producer == "torchspec":
-            metadata["torchspec_version"] = "0.2.0"
+        metadata = {"format": "pt", **p.metadata}
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(out / "model.safetensors"), metadata=metadata)
     return out
 
@@ -251,3 +151,13 @@ def make_target_config(directory: str | Path, dims: TinyDims | None = None) -> P
            "max_position_embeddings": 4096, "torch_dtype": "bfloat16"}
     (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     return out
+
+
+import_entries(__name__, __path__)
+
+PRODUCERS = tuple(RECIPES)
+"""The producers shipped (one recipe module each, in name order); ``RECIPES`` also holds any registered later."""
+
+__all__ = ["KIMI_LATENT", "PRODUCERS", "RECIPES", "WIDE_TARGET", "DrafterRecipe", "Producer", "TinyDims",
+           "canonical_tensors", "check_recipe", "make_drafter", "make_target_config", "producer", "producer_config",
+           "producer_tensors", "register"]

@@ -63,16 +63,20 @@ def canonical_digests(path) -> dict[str, str]:
 
 
 def expected_errors(arch: str, layout: str, engine: str) -> set[str]:
-    """The error codes the architecture module declares for a clean drafter in ``layout`` under ``engine``."""
+    """The error codes the architecture module and the layout module declare for a clean drafter of ``arch`` in
+    ``layout`` under ``engine``."""
     out: set[str] = set()
     for v in architectures.get(arch).verdicts:
         if v.engine == engine and (not v.layouts or layout in v.layouts):
             out |= v.errors
+    for v in LAYOUTS[layout].verdicts:
+        if v.engine == engine:
+            out |= v.errors
     return out
 
 
-def engines_for(arch: str) -> list[str]:
-    return sorted({DEFAULT_ENGINE} | {v.engine for v in architectures.get(arch).verdicts})
+def engines_for(arch: str, layout: str) -> list[str]:
+    return sorted({DEFAULT_ENGINE} | {v.engine for v in architectures.get(arch).verdicts + LAYOUTS[layout].verdicts})
 
 
 def write_target(directory, layers: int = 16) -> str:
@@ -94,7 +98,20 @@ def test_the_cases_cover_every_architecture_and_layout():
     for arch in architectures.ARCHITECTURES.values():
         assert set(arch.layouts) <= set(LAYOUTS), f"{arch.name} names a layout that is not registered"
         for v in arch.verdicts:
-            assert v.layouts <= set(arch.layouts), f"{arch.name}: a verdict for a layout that cannot hold it"
+            assert v.layouts <= held_by(arch.name), f"{arch.name}: a verdict for a layout that cannot hold it"
+
+
+def test_each_pair_is_stated_once():
+    """How a layout writes an architecture is stated on one side only: the layout's ``holds`` or the
+    architecture's ``layouts``, never both (the layout's entry would hide the other)."""
+    for layout in LAYOUTS.values():
+        assert set(layout.holds) <= set(ARCHS), f"{layout.name} holds an architecture that is not registered"
+        both = [a for a in layout.holds if layout.name in architectures.get(a).layouts]
+        assert not both, f"{layout.name} and {both} both state how {layout.name} writes them"
+
+
+def held_by(arch: str) -> set[str]:
+    return {n for n, layout in LAYOUTS.items() if arch in layout.architectures}
 
 
 @pytest.mark.parametrize("arch,layout,eagle31", CASES)
@@ -142,9 +159,9 @@ def check_architecture_in_layout(tmp_path, arch: str, layout: str, eagle31: bool
         derived = {n for n in set(got) ^ set(want) if n == "t2d"}  # re-derived exactly from d2t where a layout lacks it
         assert {n: d for n, d in got.items() if n not in derived} == {n: d for n, d in want.items() if n not in derived}, other
 
-    # validate: exactly the verdicts the architecture module declares (none: servable)
+    # validate: exactly the verdicts the architecture and layout modules declare (none: servable)
     target = write_target(tmp_path / "target")
-    for engine in engines_for(arch):
+    for engine in engines_for(arch, layout):
         checked = eagleconv.validate(src, target=target, engines=(engine,), allow_pickle=True)
         errors = {f.code for f in checked.findings if f.severity == "error"}
         assert errors == expected_errors(arch, layout, engine), (engine, [f.message for f in checked.findings
@@ -168,7 +185,7 @@ def test_forward_equals_its_equivalent_architecture(tmp_path, arch):
     """An architecture that states an equivalent (fused projections of a split one) computes exactly what that one
     computes from the split tensors (float64: within 1e-12)."""
     a = architectures.get(arch)
-    producer = next(iter(a.layouts))
+    producer = min(n for n in held_by(arch) if not LAYOUTS[n].needs_target)
     recipe = DrafterRecipe(producer=producer, architecture=arch, dims=SERVABLE, layers=2, dtype="float32")
     tensors = canonical_tensors(recipe)
     spec = eagleconv.inspect(make_drafter(tmp_path / "d", recipe)).spec

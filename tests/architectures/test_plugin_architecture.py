@@ -29,7 +29,6 @@ from eagleconv.architectures.llama import Llama  # noqa: E402
 from eagleconv.engines import resolve_engines  # noqa: E402
 from eagleconv.engines.base import DrafterClass  # noqa: E402
 from eagleconv.formats import LAYOUTS  # noqa: E402
-from eagleconv.formats.base import bind_architectures  # noqa: E402
 from eagleconv.simulate import simulate  # noqa: E402
 from eagleconv.synthetic import DrafterRecipe, TinyDims, make_drafter  # noqa: E402
 
@@ -75,19 +74,15 @@ def is_norm(name: str) -> bool:
 
 @pytest.fixture(scope="module")
 def plugin():
-    """GemmaNorm registered (through the public decorator), the layouts re-bound to see it, and a vLLM profile that
-    knows its class; all undone afterwards, so no other module sees a fifth architecture."""
+    """GemmaNorm registered (through the public decorator) after the layouts, which see it with no re-binding, and a
+    vLLM profile that knows its class; all undone afterwards, so no other module sees a fifth architecture."""
     architectures.register(GemmaNorm)
     profile = resolve_engines(["vllm:0.32"])[0]
     profile.classes[CLASS] = DrafterClass(CLASS, family=NAME, aux_count_paths=("num_aux_hidden_states",),
                                           dropped=("mask_hidden",))
-    for layout in LAYOUTS.values():
-        bind_architectures(layout)
     yield GemmaNorm
     del architectures.ARCHITECTURES[NAME]
     del profile.classes[CLASS]
-    for layout in LAYOUTS.values():
-        bind_architectures(layout)
     assert all(NAME not in layout.architectures for layout in LAYOUTS.values())  # as shipped again
 
 

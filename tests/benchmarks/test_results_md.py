@@ -111,6 +111,13 @@ FIGURES: list[tuple[str, Callable[[Any], float], str]] = [
     ("simulate-vs-engines-smollm2-2026-12-07.json", lambda d: d["speculative-simple"]["ratio_median"], "{:.2f}x"),
     ("simulate-vs-engines-smollm2-2026-12-07.json", lambda d: d["vllm-loop"]["ratio_median"], "{:.2f}x"),
     ("simulate-vs-engines-tiny-2026-12-07.json", lambda d: d["baseline-server"]["ratio_median"], "{:.2f}x"),
+    ("simulate-vs-vllm-mla-dense-2026-12-07.json", lambda d: d["speedup"], "{:.2f}x"),
+    ("simulate-vs-vllm-mla-dense-2026-12-07.json", lambda d: d["cpu_speedup"], "{:.2f}x"),
+    ("simulate-vs-vllm-mla-dense-first-2026-12-07.json", lambda d: d["speedup"], "{:.2f}x"),
+    ("simulate-vs-vllm-mla-moe-2026-12-07.json", lambda d: d["speedup"], "{:.2f}x"),
+    ("simulate-vs-vllm-mla-moe-2026-12-07.json", lambda d: d["cpu_speedup"], "{:.2f}x"),
+    ("simulate-vs-vllm-mla-moe-first-2026-12-07.json", lambda d: d["speedup"], "{:.2f}x"),
+    ("simulate-vs-vllm-mla-moe-first-2026-12-07.json", lambda d: d["cpu_speedup"], "{:.2f}x"),
 ]
 
 

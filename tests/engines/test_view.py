@@ -107,11 +107,14 @@ def test_llamacpp_refuses_what_its_converter_stops_on():
 
 def test_simulate_refuses_an_engine_whose_serving_is_not_modelled():
     from eagleconv.forward.native_target import NativeTarget
-    from eagleconv.simulate import SimulateError, engine_drafter
+    from eagleconv.simulate import SimulateError, engine_drafter, simulate
 
     assert PROFILES["sglang " + resolve_engines("sglang")[0].version].serve is None
-    with pytest.raises(SimulateError, match="simulate models vLLM's proposer and llama.cpp's loop only"):
+    with pytest.raises(SimulateError, match="simulate models how vllm, llama.cpp serve a drafter, not sglang"):
         engine_drafter(PAIR / "eagle3", "sglang", NativeTarget(PAIR / "target"))
+    # simulate refuses it from the profile (no decode_loop) before it loads a target: this one does not exist
+    with pytest.raises(SimulateError, match=r"names a decode loop \(vllm, llama.cpp\), not sglang"):
+        simulate(PAIR / "eagle3", PAIR / "no-such-target", engine="sglang", threads=1)
 
 
 def test_vllm_judges_shapes_by_canonical_name_whatever_the_stored_names(tmp_path):

@@ -23,7 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ... import architectures
+from ...architectures.base import InLayout, Verdict
+from .holding import Holding
 from ...spec.drafter import AuxConvention, DrafterSpec, EagleFlags
 from .fields import ConfigField, hf_fields
 from .renames import Rename
@@ -61,8 +62,12 @@ class Seen:
     weights_kind: str = "safetensors"
 
 
-class Layout:
-    """Base class of every registered layout.  Subclasses set data, rarely code."""
+class Layout(metaclass=Holding):
+    """Base class of every registered layout.  Subclasses set data, rarely code.
+
+    ``architectures`` and ``model_types`` are read from ``holds`` and the architectures' ``layouts`` when asked
+    (:mod:`~eagleconv.formats.base.holding`), so registration order does not matter.
+    """
 
     name: ClassVar[str]
     producer: ClassVar[str]
@@ -77,10 +82,11 @@ class Layout:
     fields: ClassVar[dict[str, ConfigField]] = hf_fields()
     aux_convention: ClassVar[AuxConvention] = "hidden_state_index"
     defaults: ClassVar[dict[str, Any]] = {}
-    # Filled from the architectures when the layout is registered (bind_architectures): architecture name ->
-    # the config ``architectures`` written for it, and the model_types this layout rewrites.
-    architectures: ClassVar[dict[str, tuple[str, ...]]] = {}
-    model_types: ClassVar[dict[str, str]] = {}
+    # architecture name -> how this layout writes it (its config ``architectures``, rewritten model_types, aux
+    # numbering); an architecture written after the layout says it in its own ``layouts`` instead
+    holds: ClassVar[Mapping[str, InLayout]] = {}
+    # what an engine profile says of a clean drafter of any family in this layout (tests/architectures/test_contract.py)
+    verdicts: ClassVar[tuple[Verdict, ...]] = ()
     flags: ClassVar[frozenset[str]] = frozenset(EagleFlags.model_fields)
     fixed_aux_count: ClassVar[int | None] = None
     max_layers: ClassVar[int | None] = None
@@ -123,8 +129,7 @@ class Layout:
     @classmethod
     def aux_convention_for(cls, architecture: str) -> AuxConvention:
         """Numbering convention of the aux ids this layout stores for ``architecture`` (the architecture may say)."""
-        held = architectures.ARCHITECTURES[architecture].layouts.get(cls.name) \
-            if architecture in architectures.ARCHITECTURES else None
+        held = cls.holding(architecture)
         if held is not None and held.aux_convention:
             return held.aux_convention  # type: ignore[return-value]
         return cls.aux_convention
@@ -146,18 +151,6 @@ class Layout:
             if re.fullmatch(cap.pattern, canonical):
                 return cap
         return None
-
-
-def bind_architectures(layout: type[Layout]) -> type[Layout]:
-    """Set ``layout.architectures`` and ``layout.model_types`` from what each architecture declares for it.
-
-    The fallback family first, then by name, so listings and messages read the same whatever the import order.
-    """
-    held = sorted((a for a in architectures.ARCHITECTURES.values() if layout.name in a.layouts),
-                  key=lambda a: (not a.fallback, a.name))
-    layout.architectures = {a.name: a.layouts[layout.name].classes for a in held}
-    layout.model_types = {k: v for a in held for k, v in a.layouts[layout.name].model_types.items()}
-    return layout
 
 
 # -- detection helpers ------------------------------------------------------------
