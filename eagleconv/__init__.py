@@ -83,17 +83,10 @@ def _open_hf_headers(path: str, duplicates: _Any = None, **options: _Any) -> tup
     return opened
 
 
-def _recognise_checkpoint(directory: _Path, names: list[str], shown: "str | _Path") -> None:
-    """For io's --overwrite check (``io.staging.check_replaceable``): a drafter checkpoint by content, or UsageError."""
-    _import_module("eagleconv.readers.loading").recognise_checkpoint(directory, names, shown)
-
-
-# The one place that wires a lower layer to a higher one: io needs the hub (hf:// paths) and layout detection
-# (what --overwrite may replace) without importing either.
+# The one place that wires a lower layer to a higher one: io needs the hub (hf:// paths) without importing it.
 _io_hooks.fetch_hf = _fetch_hf
 _io_hooks.open_hf_headers = _open_hf_headers
 _io_hooks.hub_offline = lambda: bool(_import_module("eagleconv.hub").offline())
-_io_hooks.recognise_checkpoint = _recognise_checkpoint
 
 
 def __getattr__(name: str) -> _Any:

@@ -233,36 +233,20 @@ def module_graph() -> dict[str, set[str]]:
     return graph
 
 
-# The one type-only circle left inside a package: formats/base/__init__.py defines ``Layout`` and re-exports its
-# submodules' names for their pre-split import path, while the submodules name ``Layout`` for type checking.  It goes
-# with those re-exports (issue 34, deliverable 4); the test below fails once it is gone, so the entry goes too.
-TYPE_ONLY_CYCLES_LEFT = [
-    {"eagleconv.formats.base", "eagleconv.formats.base.reading", "eagleconv.formats.base.renames",
-     "eagleconv.formats.base.writing"},
-]
-
-
 def test_no_cycle_inside_a_package():
     """No module of a package imports one that imports it back, directly or round a longer loop.
 
     A package's ``__init__`` counts as a module of it: ``from . import register`` in a layout module and an
     ``__init__`` that imports that module at the top close a cycle.  An import inside a function counts (it runs,
     and hides the cycle until it does), and so does an ``if TYPE_CHECKING:`` one (engines/base.py naming
-    view.DrafterView while view.py builds on base.py was one: the two types now live together), except the one
-    listed in ``TYPE_ONLY_CYCLES_LEFT``.
+    view.DrafterView while view.py builds on base.py was one: the two types now live together).
     """
     graph = module_graph()
-    found = [c for c in _cycles(graph) if set(c) not in TYPE_ONLY_CYCLES_LEFT]
+    found = _cycles(graph)
     assert not found, "import cycles inside a package (break each: a leaf module both sides import, or the import " \
         "moved to the caller):\n" + "\n".join(
             " <-> ".join(sorted(c)) + ": " + "; ".join(f"{a} -> {b}" for a in sorted(c) for b in sorted(graph[a] & set(c)))
             for c in found)
-    runtime: dict[str, set[str]] = defaultdict(set)
-    for importer, imported, line, _ in imports():
-        if importer in graph and imported in graph[importer] and (importer, imported, line) not in TYPE_ONLY:
-            runtime[importer].add(imported)
-    assert not _cycles(runtime), "a runtime import cycle inside a package"
-    assert [set(c) for c in _cycles(graph)] == TYPE_ONLY_CYCLES_LEFT, "a listed type-only cycle is gone: remove it"
 
 
 def test_the_module_check_sees_a_cycle():
@@ -282,7 +266,7 @@ def test_no_module_over_500_lines():
 
 
 def test_io_never_imports_the_hub_or_the_layouts():
-    """The lowest layer reaches the hub (hf:// paths) and layout detection only through io.hooks."""
+    """The lowest layer reaches the hub (hf:// paths) only through io.hooks, and layout detection only as a parameter."""
     assert not [e for e in edges() if e[0] == "io" and RANK[e[1]] > RANK["io"]]
 
 

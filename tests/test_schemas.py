@@ -11,7 +11,9 @@ from tests.conftest import edit_config
 from eagleconv import convert
 from eagleconv.spec.drafter import AuxLayers
 from eagleconv.errors import ConversionError
-from eagleconv.readers.schemas import LlamaEagle3Config, SpeculatorsEagle3Config, json_schemas
+from eagleconv.architectures.llama import LlamaEagle3Config
+from eagleconv.formats.base.speculators_config import SpeculatorsEagle3Config
+from eagleconv.readers.schemas import json_schemas
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
 

@@ -28,7 +28,7 @@ from ..formats import get_layout
 from ..io.hub_paths import local_path, require_download
 from ..io.reader import is_state_dict, require_source
 from ..io.writer import check_not_overlapping
-from ..readers.loading import LoadedDrafter, load_drafter
+from ..readers.loading import LoadedDrafter, load_drafter, recognise_checkpoint
 from ..spec.drafter import AuxConvention, Verifier
 from ..spec.report import ConvertReport, Finding
 from ..validation.structural import checkpoint_findings
@@ -94,7 +94,8 @@ def convert(source: str | Path | Mapping[str, object], destination: str | Path, 
         # non-checkpoint, the current directory), runs here, before the transform (calibration, divergence).
         output = get_layout(to).output.prepare(target=target, outtype=outtype)
         if not dry_run:
-            output.open(destination, sources=sources, overwrite=overwrite, durable=durable)
+            output.open(destination, sources=sources, overwrite=overwrite, durable=durable,
+                        recognise=recognise_checkpoint)
         findings: list[Finding] = checkpoint_findings(loaded.read, loaded.store)
         errors = [f for f in findings if f.severity == "error"]
         if errors and not force:

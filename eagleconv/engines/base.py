@@ -16,11 +16,12 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..spec.drafter import ArchitectureName, DrafterSpec
-from ..formats.base import MISSING, get_path
+from ..formats.base.fields import MISSING, get_path
 
 if TYPE_CHECKING:
     from ..support.jsonio import JSONObject, JSONValue
-    from ..formats.base import Layout, ReadResult
+    from ..formats.base import Layout
+    from ..formats.base.reading import ReadResult
     from ..spec.report import Effect, EngineForward, Finding, Runner
     from ..config.target import TargetInfo
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from ..architectures.base import InLayout, Verdict
 from . import register
-from .base import Seen, Layout, Rename, SameAs, architectures_of, hf_fields
+from .base import Seen, Layout, architectures_of
+from .base.renames import Rename
+from .base.fields import SameAs, hf_fields
 
 
 @register

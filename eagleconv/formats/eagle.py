@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from ..architectures.base import InLayout
 from . import register
-from .base import Seen, Capability, Layout, Rename, SameAs, architectures_of, has_prefix, hf_fields
+from .base import Seen, Capability, Layout, architectures_of, has_prefix
+from .base.renames import Rename
+from .base.fields import SameAs, hf_fields
 
 
 @register

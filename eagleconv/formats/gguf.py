@@ -17,7 +17,9 @@ from __future__ import annotations
 from ..gguf.gguf_keys import ARCH
 from ..gguf.gguf_output import GgufOutput
 from . import register
-from .base import Capability, ConfigField, Layout, Rename, Seen, hf_fields
+from .base import Capability, Layout, Seen
+from .base.fields import ConfigField, hf_fields
+from .base.renames import Rename
 from ..architectures.base import InLayout
 
 LLAMACPP_BUILD = "b11434"

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from ..architectures.base import InLayout
 from . import register
-from .base import Seen, Capability, ConfigField, Layout, SameAs, has_prefix, hf_fields
+from .base import Seen, Capability, Layout, has_prefix
+from .base.fields import ConfigField, SameAs, hf_fields
 
 MODELOPT_EAGLE_KEYS = {"use_input_layernorm_in_first_layer", "use_last_layernorm", "use_mtp_layernorm",
                        "next_layer_regular", "parallel_draft_step", "parallel_draft_heads_num_layers"}

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from ..architectures.base import InLayout
 from . import register
-from .base import Seen, Capability, ConfigField, Layout, Rename, SameAs, architectures_of, has_prefix, hf_fields
+from .base import Seen, Capability, Layout, architectures_of, has_prefix
+from .base.fields import ConfigField, SameAs, hf_fields
+from .base.renames import Rename
 
 
 @register

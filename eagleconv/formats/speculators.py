@@ -15,10 +15,8 @@ from typing import TYPE_CHECKING, Any
 from ..architectures.base import InLayout
 from ..spec.drafter import DrafterSpec, Verifier
 from . import register
-from .base import Seen, ConfigField, Layout, SameAs, get_path, hf_fields
-from .base.speculators_config import (  # noqa: F401 - the config model, importable from here as before issue 26
-    SpeculatorsConfigBlock, SpeculatorsEagle3Config, SpeculatorsProposal, SpeculatorsVerifier,
-)
+from .base import Seen, Layout
+from .base.fields import ConfigField, SameAs, get_path, hf_fields
 
 if TYPE_CHECKING:
     from ..support.jsonio import JSONObject

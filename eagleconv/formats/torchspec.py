@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from ..architectures.base import InLayout
 from . import register
-from .base import Seen, Capability, ConfigField, Layout, SameAs, hf_fields
+from .base import Seen, Capability, Layout
+from .base.fields import ConfigField, SameAs, hf_fields
 
 
 @register

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from ..architectures.base import InLayout
 from . import register
-from .base import ConfigField, FromArchitecture, Layout, Rename, SameAs, Seen, architectures_of, has_prefix, hf_fields
+from .base.fields import ConfigField, FromArchitecture, SameAs, hf_fields
+from .base import Layout, Seen, architectures_of, has_prefix
+from .base.renames import Rename
 
 VLLM_ARCHITECTURES = {
     "LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM", "Eagle3Qwen3ForCausalLM",

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConversionError, UsageError
 from ..io.checkpoint import Checkpoint
 from ..io.dtypes import DTYPE_SIZES
+from ..io.replaceable import Recognise
 from ..io.writer import OutputTensor
 from ..spec.drafter import DrafterSpec
 from ..spec.report import ConvertReport, PlanRow
@@ -65,7 +66,8 @@ class GgufOutput:
         return cls(read_target(target), outtype)
 
     def open(self, destination: str | Path, *, sources: Sequence[str | Path], overwrite: bool,
-             durable: bool) -> None:
+             durable: bool, recognise: Recognise | None = None) -> None:
+        # One file: StagedFile checks the GGUF magic itself, so ``recognise`` (a directory's check) is not needed.
         self._staged = StagedFile(destination, overwrite=overwrite, durable=durable)
         self.notes = self._staged.notes
 
@@ -123,7 +125,7 @@ def _convert(raw: bytes, src: str, dst: str) -> bytes:
 
 def _streamed(read: Callable[[int, int], bytes], tensor: OutputTensor, dtype: str) -> Callable[[int], None]:
     """Write ``tensor`` converted to ``dtype``, a block at a time."""
-    from ..io.staging import write_all
+    from ..io.durable import write_all
 
     def write(fd: int) -> None:
         step = BLOCK_BYTES - BLOCK_BYTES % DTYPE_SIZES[tensor.dtype]
@@ -200,7 +202,7 @@ def _int_dtype(dtype: str) -> str:
 
 
 def _bytes(data: bytes) -> Callable[[int], None]:
-    from ..io.staging import write_all
+    from ..io.durable import write_all
 
     return lambda fd: write_all(fd, data)
 

@@ -36,7 +36,8 @@ class StagedFile(StagedDirectory):
 
     def __enter__(self) -> Path:
         try:
-            from ..io.staging import make_parents, staging_name
+            from ..io.debris import staging_name
+            from ..io.durable import make_parents
 
             self._created = make_parents(self.destination.parent)
             path = self.destination.parent / staging_name(self.destination, "partial")
@@ -56,7 +57,7 @@ class StagedFile(StagedDirectory):
         finally:
             self.durable = durable
         if durable:
-            from ..io.staging import fsync_dir
+            from ..io.durable import fsync_dir
 
             fsync_dir(self.destination.parent)
 

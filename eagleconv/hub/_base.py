@@ -28,7 +28,7 @@ CONNECT_TIMEOUT = 10.0
 TIMEOUT_ENV = "EAGLECONV_HUB_TIMEOUT"
 # Without --stage-dir, push stages under $TMPDIR as owned `.eagleconv-push.eagleconv-HOST-PID-START-RAND.partial`
 # names (built through StagedDirectory, so under their own owned sibling while copying), so the next push removes
-# what a killed one left (io.staging.clean_dead_debris).
+# what a killed one left (io.debris.clean_dead_debris).
 TMP_STAGE = "eagleconv-push"
 TMP_STATE_DICT = "eagleconv-push-state-dict"  # the same for the directory an in-memory push is written to first
 LICENSE = "unknown"  # the Hub's identifier for "not stated": eagleconv cannot know a drafter's license

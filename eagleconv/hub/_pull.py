@@ -8,6 +8,7 @@ from pathlib import Path
 from ..errors import UsageError
 from ..io.hub_paths import HubRef, check_repo_id, check_revision, is_hf_url, parse_hf_url
 from ..io.staging import StagedDirectory
+from ..readers.loading import recognise_checkpoint
 from ..validation import validate
 from ._base import CARD, MANIFEST, PLACING, PullReport, SCANNING, Step
 from ._download import download
@@ -41,7 +42,7 @@ def pull(repo_id: str, destination: str | Path, *, revision: str | None = None, 
         raise UsageError("the destination's parent directory does not exist", dest)
     # Removes a dead run's debris beside DEST, refuses an existing DEST without --overwrite and, with it,
     # anything that is not recognisably a checkpoint; all before any request.
-    staged = StagedDirectory(dest, overwrite=overwrite)
+    staged = StagedDirectory(dest, overwrite=overwrite, recognise=recognise_checkpoint)
     snapshot, commit = download(HubRef(repo_id, revision), endpoint=endpoint, token=token, timeout=timeout,
                                 progress=progress)
     verified, notes = verify_manifest(snapshot)

@@ -16,7 +16,8 @@ from ..errors import DestinationError, EagleconvError, MissingExtraError, UsageE
 from ..readers.inspection import inspect
 from ..io.hub_paths import check_repo_id, check_revision, is_hf_url, is_local_path
 from ..io.reader import STATE_DICT, is_state_dict, open_state_dict, require_source
-from ..io.staging import StagedDirectory, remove_tree, staging_name
+from ..io.debris import remove_tree, staging_name
+from ..io.staging import StagedDirectory
 from ..io.writer import check_not_overlapping, write_state_dict
 from ..support.jsonio import load_json
 from ..validation import validate

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..gguf.gguf_file import open_if_gguf
 from ..io.reader import open_checkpoint
-from ..io.staging import fsync_file
+from ..io.durable import fsync_file
 from ._base import CARD, DOWNLOADING, MANIFEST, Progress, Step
 
 

@@ -1,7 +1,7 @@
 """What io needs from the layers above it, handed down instead of imported, so io never imports them.
 
 ``eagleconv/__init__.py`` (the package's one composition root, run before any
-submodule) sets both to functions that import their module on first use.
+submodule) sets each to a function that imports its module on first use.
 """
 
 from __future__ import annotations
@@ -13,9 +13,6 @@ from typing import Any
 # hf://ORG/NAME[@REV] -> the verified snapshot directory (eagleconv.hub.fetch_verified).
 fetch_hf: Callable[[str], Path] | None = None
 
-# Raise UsageError unless (directory, its entry names) is a drafter checkpoint by content, named as the user
-# wrote it (eagleconv.readers.loading.recognise_checkpoint: it detects the layout, so it sits above io).
-recognise_checkpoint: Callable[[Path, list[str], str | Path], None] | None = None
 
 # hf://ORG/NAME[@REV] read from its config, index and safetensors headers (eagleconv.hub.open_hf_headers):
 # (path, duplicates, config_only=...) -> (io.remote.RemoteCheckpoint, a function returning report.HubSource).

@@ -6,8 +6,8 @@ opt-in pickle), or a one-file checkpoint through the opener its caller passes (l
 without reading tensor data; :func:`open_state_dict` and :func:`open_source` take a training loop's
 in-memory ``{name: tensor}`` with its config instead.  What they return lives one job to a module (issue 26):
 the :class:`~eagleconv.io.tensor_store.TensorStore` interface, an on-disk checkpoint's bytes
-(:mod:`~eagleconv.io.checkpoint`) and an in-memory state dict (:mod:`~eagleconv.io.state_dict`); every
-name this module held before the split stays importable from here.
+(:mod:`~eagleconv.io.checkpoint`) and an in-memory state dict (:mod:`~eagleconv.io.state_dict`), each
+imported from there.
 """
 
 from __future__ import annotations
@@ -24,13 +24,8 @@ from .checkpoint import _SWAPPED, Checkpoint, _identity, _Location
 from .hub_paths import is_hf_url, local_path
 from .paths import resolve_inside, validate_shard_name
 from .safetensors_header import read_header
-from .state_dict import StateDictTensors, is_state_dict, require_source
+from .state_dict import STATE_DICT, StateDictTensors, is_state_dict, require_source
 from .tensor_store import TensorInfo
-
-# The names this module held before issue 26's split, re-exported for their old import path.
-from .checkpoint import advise_sequential, copy_range  # noqa: F401
-from .state_dict import STATE_DICT
-from .tensor_store import CHUNK_BYTES, TensorStore  # noqa: F401
 
 if TYPE_CHECKING:
     from ..support.jsonio import JSONObject

@@ -6,8 +6,9 @@ own output, which names its layout in config.json): a drafter config, and
 weights whose safetensors headers (or index) parse or that are torch files;
 nothing but files with the names trainers and the Hub use.  An empty directory
 is fine too.  Anything else is refused before any byte is written.  Whether
-the content is a drafter is the layouts' question, asked through
-:mod:`eagleconv.io.hooks` (io never imports the layouts).
+the content is a drafter is the layouts' question: the caller that allows
+--overwrite passes the answer in (``recognise``: readers.loading's
+``recognise_checkpoint``), so io never imports the layouts.
 """
 
 from __future__ import annotations
@@ -15,10 +16,14 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import UsageError
-from . import hooks
+
+# (directory, its entry names, the directory as the user wrote it) -> None, or UsageError (not_a_checkpoint) unless
+# the content is a drafter checkpoint: what a caller that allows --overwrite passes in.
+Recognise = Callable[[Path, list[str], str | Path], None]
 
 _CHECKPOINT_FILE = re.compile(
     r"^(?:config\.json|generation_config\.json|MANIFEST\.json|README\.md|\.gitattributes"
@@ -28,9 +33,10 @@ _CHECKPOINT_FILE = re.compile(
 _CORE_FILE = re.compile(r"^(?:config\.json|[^/]*\.safetensors|[^/]*\.(?:bin|pt|pth))$")
 
 
-def check_replaceable(destination: Path, shown: str | Path | None = None) -> None:
+def check_replaceable(destination: Path, recognise: Recognise, shown: str | Path | None = None) -> None:
     """Raise UsageError (exit 2) unless --overwrite may replace ``destination``; nothing is touched.
 
+    ``recognise``: whether a directory of checkpoint file names holds a drafter checkpoint by content.
     ``shown``: the destination as the user spelled it, for the message.
     """
     shown = destination if shown is None else shown
@@ -46,8 +52,7 @@ def check_replaceable(destination: Path, shown: str | Path | None = None) -> Non
         shown_names = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
         raise not_a_checkpoint(f"it holds {shown_names}", shown)
     if entries:
-        assert hooks.recognise_checkpoint is not None, "eagleconv/__init__.py sets io.hooks.recognise_checkpoint"
-        hooks.recognise_checkpoint(destination, [e.name for e in entries], shown)
+        recognise(destination, [e.name for e in entries], shown)
 
 
 def not_a_checkpoint(why: str, shown: str | Path) -> UsageError:

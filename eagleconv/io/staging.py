@@ -9,8 +9,8 @@ is its single-file twin.
 The pieces it is built from live beside it, one job to a module (issue 26):
 owned staging names and crash recovery (:mod:`~eagleconv.io.debris`), what
 --overwrite may replace (:mod:`~eagleconv.io.replaceable`), and the durable
-filesystem primitives (:mod:`~eagleconv.io.durable`).  Their names stay
-importable from here, as before the split.
+filesystem primitives (:mod:`~eagleconv.io.durable`); each name is imported
+from the module that defines it.
 """
 
 from __future__ import annotations
@@ -25,13 +25,9 @@ from typing import NoReturn
 
 from ..support._process import termination_signals_blocked
 from ..errors import DestinationError, EagleconvError, UsageError
-from .debris import (  # noqa: F401 - also re-exported: their import path before issue 26's split
-    Debris, _host_tag, clean_dead_debris, find_debris, owner_tag, process_start, recover, remove_tree, staging_name,
-)
-from .durable import (  # noqa: F401 - also re-exported, as above
-    exchange, fsync_dir, fsync_file, make_parents, remove_parents, rename_noreplace, write_all, write_new_file,
-)
-from .replaceable import check_replaceable, not_a_checkpoint  # noqa: F401 - also re-exported, as above
+from .debris import clean_dead_debris, remove_tree, staging_name
+from .durable import exchange, fsync_dir, make_parents, remove_parents, rename_noreplace, write_new_file
+from .replaceable import Recognise, check_replaceable
 
 _STAGED = re.compile(r"^\..+\.eagleconv-[0-9a-f-]+\.(?:partial|old)$")
 
@@ -87,8 +83,9 @@ class StagedDirectory:
         # on an exception: the staging directory and the parents it created are gone, DEST is untouched
 
     Construction refuses an existing destination (UsageError) unless
-    ``overwrite`` and :func:`check_replaceable` allow it, or it is the current
-    directory.  ``notes``: what was cleaned up beside it.  ``size``: the bytes
+    ``overwrite`` and :func:`check_replaceable` allow it (``recognise``, which
+    ``overwrite`` needs, says whether it is a drafter checkpoint by content), or
+    it is the current directory.  ``notes``: what was cleaned up beside it.  ``size``: the bytes
     the output needs, if known, for the message on a full disk.  Every OSError
     about the destination (its parents, the staging directory, the renames, a
     write with no file name: full disk, read-only, busy, permission) becomes a
@@ -98,10 +95,11 @@ class StagedDirectory:
     staging directory and the parent.
     """
 
-    def __init__(self, destination: str | Path, *, overwrite: bool = False, durable: bool = True):
+    def __init__(self, destination: str | Path, *, overwrite: bool = False, recognise: Recognise | None = None,
+                 durable: bool = True):
         self.destination = Path(os.path.abspath(destination))
         self.shown = Path(destination) if Path(destination).name not in ("", "..") else self.destination
-        self.overwrite, self.durable = overwrite, durable
+        self.overwrite, self.recognise, self.durable = overwrite, recognise, durable
         self.size: int | None = None
         self.path: Path | None = None
         self._created: list[Path] = []
@@ -128,7 +126,10 @@ class StagedDirectory:
             raise DestinationError("destination is the current directory, which a rename cannot replace while it "
                                    "is in use (busy); write elsewhere or run from another directory, nothing was "
                                    "deleted", self.shown, errno.EBUSY)
-        check_replaceable(self.destination, self.shown)
+        if self.recognise is None:
+            raise TypeError("StagedDirectory(overwrite=True) needs recognise: what says the destination is a "
+                            "checkpoint")
+        check_replaceable(self.destination, self.recognise, self.shown)
 
     def __enter__(self) -> Path:
         try:

@@ -31,6 +31,7 @@ from .paths import resolve_path
 from .reader import SAFETENSORS_INDEX, Checkpoint
 from .safetensors_header import build_header
 from .durable import fsync_file, write_all, write_new_file
+from .replaceable import Recognise
 from .staging import StagedDirectory
 
 SINGLE_FILE = "model.safetensors"
@@ -209,15 +210,16 @@ class CheckpointWriter:
     """Writes one checkpoint directory atomically.  Use as a context manager or call ``write``."""
 
     def __init__(self, destination: str | Path, sources: Sequence[str | Path] = (), overwrite: bool = False,
-                 durable: bool = True):
+                 durable: bool = True, recognise: Recognise | None = None):
         """``durable=False`` skips every fsync (and the early-writeback hints): the
         destination is still published atomically by rename, but a power loss soon
-        after may leave it incomplete.  For scratch space, like ``cp``."""
+        after may leave it incomplete.  For scratch space, like ``cp``.  ``overwrite`` needs ``recognise``
+        (:class:`~eagleconv.io.staging.StagedDirectory`)."""
         self.destination = Path(destination)
         self.durable = durable
         check_not_overlapping(sources, self.destination)
         # Cleans what killed runs left in the parent, and refuses an existing destination --overwrite may not replace.
-        self._staged = StagedDirectory(self.destination, overwrite=overwrite, durable=durable)
+        self._staged = StagedDirectory(self.destination, overwrite=overwrite, recognise=recognise, durable=durable)
         self.notes: list[str] = self._staged.notes
         self.overwrite = overwrite
 

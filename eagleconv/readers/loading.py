@@ -18,7 +18,7 @@ from ..formats.base import Layout
 from ..formats.base.reading import ReadResult, read_fields
 from ..gguf.gguf_file import open_if_gguf
 from ..io.reader import SAFETENSORS_INDEX, Checkpoint, open_checkpoint, open_source
-from ..io.staging import not_a_checkpoint
+from ..io.replaceable import not_a_checkpoint
 from ..support.bounds import check_config
 from ..support.jsonio import load_json
 

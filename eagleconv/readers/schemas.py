@@ -1,46 +1,26 @@
-"""Pydantic models of the config.json files drafters ship, and the JSON Schemas eagleconv publishes.
+"""The JSON Schemas eagleconv publishes (``schemas/``, ``eagleconv schema``): each model named where it is defined.
 
 The config models type-check what a file states (a flag must be a boolean,
 a size a positive integer) but default nothing: absence is reported by the
 layout reader, which knows which absences engines fill in silently.  They
-allow unknown keys because Hugging Face configs carry many.
+allow unknown keys because Hugging Face configs carry many.  They live with
+what they describe (an architecture's config in its module, the speculators
+config beside its layout); :data:`PUBLISHED` names each, and importing this
+module imports none of them.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel
-
-from ..config.config_fields import EagleConfigBlock, _Config, _DecoderFields, _Eagle3Fields  # noqa: F401 - re-exported (their old home)
-from ..spec.drafter import DrafterSpec
-from ..formats.base.reading import config_model_for
-
-
-def __getattr__(name: str) -> Any:
-    """The per-architecture config models live in their architecture modules; found here too."""
-    if name == "LlamaEagle3Config":
-        from ..architectures.llama import LlamaEagle3Config
-
-        return LlamaEagle3Config
-    if name == "DeepseekMlaEagle3Config":
-        from ..architectures.deepseek_mla import DeepseekMlaEagle3Config
-
-        return DeepseekMlaEagle3Config
-    if name == "SpeculatorsEagle3Config":
-        from ..formats.speculators import SpeculatorsEagle3Config
-
-        return SpeculatorsEagle3Config
-    raise AttributeError(name)
-
 
 PUBLISHED: dict[str, str] = {
     "drafter-spec": "eagleconv.spec.drafter:DrafterSpec",
     "config-llama-eagle3": "eagleconv.architectures.llama:LlamaEagle3Config",
     "config-deepseek-mla-eagle3": "eagleconv.architectures.deepseek_mla:DeepseekMlaEagle3Config",
-    "config-speculators-eagle3": "eagleconv.formats.speculators:SpeculatorsEagle3Config",
+    "config-speculators-eagle3": "eagleconv.formats.base.speculators_config:SpeculatorsEagle3Config",
     "report-inspect": "eagleconv.spec.report:InspectReport",
     "report-convert": "eagleconv.spec.report:ConvertReport",
     "report-validate": "eagleconv.spec.report:ValidationReport",
@@ -79,6 +59,4 @@ def write_schemas(directory: str | Path) -> list[Path]:
     return written
 
 
-# The three config models are served by __getattr__ above, so importing schemas does not import the architectures.
-__all__ = ["DeepseekMlaEagle3Config", "DrafterSpec", "EagleConfigBlock", "LlamaEagle3Config",  # noqa: F822
-           "SpeculatorsEagle3Config", "config_model_for", "json_schemas", "write_schemas"]
+__all__ = ["PUBLISHED", "json_schemas", "write_schemas"]

@@ -21,10 +21,13 @@ from ..engines.checks import family_of
 from ..engines.view import engine_findings
 from ..errors import ArgumentTypeError, EagleconvError, FormatError, UsageError
 from ..formats import LAYOUTS, detect_layout, get_layout, read_drafter
-from ..formats.base import Layout, ReadResult, Seen, architectures_of
+from ..formats.base import Layout, Seen, architectures_of
+from ..formats.base.reading import ReadResult
 from ..io.checkpoint import Checkpoint
 from ..gguf.gguf_file import open_if_gguf
-from ..io.reader import CHUNK_BYTES, TensorStore, open_checkpoint, open_state_dict, require_source
+from ..io.reader import open_checkpoint, open_state_dict
+from ..io.state_dict import require_source
+from ..io.tensor_store import CHUNK_BYTES, TensorStore
 from ..io.remote import needs_download, open_hf_headers, reads_headers
 from ..support.jsonio import config_dict
 from ..spec.report import Finding, FlagsView, ValidationReport

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from ..formats.base.reading import ReadResult
 from ..io.dtypes import FLOAT_DTYPES, nonfinite_mask, to_float32
 from ..io.finite import NEVER_ZERO
-from ..io.reader import CHUNK_BYTES, TensorStore
+from ..io.tensor_store import CHUNK_BYTES, TensorStore
 from ..spec.report import Finding
 
 ZERO_CHECKED = ("fc.weight", "lm_head.weight")

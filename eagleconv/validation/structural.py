@@ -13,7 +13,7 @@ from ..spec.canonical import BUFFER_NAME, FC_NORM_NAME, expected_tensors, layer_
 from ..formats.base.fields import MISSING, get_path, set_path
 from ..formats.base.reading import ReadResult, read_drafter
 from ..formats.base.renames import loader_alias
-from ..io.reader import TensorStore
+from ..io.tensor_store import TensorStore
 from ..spec.report import Effect, Finding
 from ..rope import ROPE_KEYS, reader_disagreement
 from ..spec.vocab import check_d2t, check_t2d

@@ -2,7 +2,7 @@
 
 The keys a reader uses are derived from the tables that already say so: the
 layout's config field table (every read and written path), its ``meta_keys``,
-the config model of the file (``schemas.config_model_for``, nested models
+the config model of the file (``formats.base.reading.config_model_for``, nested models
 included), the architectures' config fields, and every engine profile's flag,
 aux-count and capture paths.  What remains is either a known harmless extra
 (:data:`HARMLESS`: transformers' bookkeeping, a trainer's own keys), or

@@ -11,7 +11,7 @@ import pytest
 from eagleconv import architectures
 from eagleconv.spec.canonical import CANONICAL_NAME, expected_tensors
 from eagleconv.readers.loading import load_drafter
-from eagleconv.readers.schemas import config_model_for
+from eagleconv.formats.base.reading import config_model_for
 from eagleconv.synthetic import DrafterRecipe, canonical_tensors
 from tests.support.loaded import spec_of
 

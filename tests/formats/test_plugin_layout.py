@@ -25,7 +25,9 @@ from eagleconv import architectures, formats, synthetic  # noqa: E402
 from eagleconv.architectures.base import InLayout, Verdict  # noqa: E402
 from eagleconv.architectures.llama import Llama  # noqa: E402
 from eagleconv.formats import LAYOUTS  # noqa: E402
-from eagleconv.formats.base import ConfigField, Layout, Rename, SameAs, Seen, architectures_of, hf_fields  # noqa: E402
+from eagleconv.formats.base import Layout, Seen, architectures_of  # noqa: E402
+from eagleconv.formats.base.fields import ConfigField, SameAs, hf_fields  # noqa: E402
+from eagleconv.formats.base.renames import Rename  # noqa: E402
 from eagleconv.simulate import simulate  # noqa: E402
 from eagleconv.support.jsonio import JSONObject  # noqa: E402
 from eagleconv.synthetic import DrafterRecipe, make_drafter  # noqa: E402

@@ -132,7 +132,7 @@ def test_sigkill_at_random_moments_never_loses_or_half_publishes(tmp_path):
             if mode == "overwrite":  # RENAME_EXCHANGE never leaves the destination absent
                 raise AssertionError(f"kill {i}: --overwrite lost the destination ({left})")
             if mode == "overwrite-fallback":
-                from eagleconv.io.staging import recover
+                from eagleconv.io.debris import recover
 
                 notes = recover(dst)  # what the next run does first
                 assert tree(dst) == old, f"kill {i}: the previous output was not restored ({left})"

@@ -114,13 +114,13 @@ def _dead_pid() -> int:
 
 
 def test_next_run_removes_staging_of_dead_owners_only(drafter, tmp_path):
-    from eagleconv.io import staging
+    from eagleconv.io.debris import _host_tag, process_start
 
     src = drafter(producer="specforge")
     dst = tmp_path / "out"
     convert(drafter(producer="torchspec"), dst, "vllm")  # present: a dead .old is debris, not a lost output
-    host = staging._host_tag()
-    me, my_start = os.getpid(), staging.process_start(os.getpid())
+    host = _host_tag()
+    me, my_start = os.getpid(), process_start(os.getpid())
     names = {
         "dead": f".out.eagleconv-{host}-{_dead_pid()}-123-aaaa0001.partial",
         "reused pid": f".out.eagleconv-{host}-{me}-{int(my_start) + 1}-aaaa0002.partial",  # my pid, another start
@@ -148,13 +148,14 @@ def test_interrupted_non_atomic_overwrite_is_restored_by_the_next_run(drafter, t
     """Where RENAME_EXCHANGE is missing the old output is set aside first: a kill between the two renames
     leaves the destination absent, and the next run puts the previous output back before anything else."""
     from eagleconv.io import staging
+    from eagleconv.io.debris import _host_tag
 
     dst = tmp_path / "out"
     convert(drafter(producer="torchspec"), dst, "vllm")
     previous = {p.name: p.read_bytes() for p in dst.iterdir()}
-    aside = tmp_path / f".out.eagleconv-{staging._host_tag()}-{_dead_pid()}-99-abcd0001.old"
+    aside = tmp_path / f".out.eagleconv-{_host_tag()}-{_dead_pid()}-99-abcd0001.old"
     os.rename(dst, aside)  # the state a SIGKILL between the renames leaves
-    (tmp_path / f".out.eagleconv-{staging._host_tag()}-{_dead_pid()}-99-abcd0002.partial").mkdir()
+    (tmp_path / f".out.eagleconv-{_host_tag()}-{_dead_pid()}-99-abcd0002.partial").mkdir()
     src = drafter(producer="specforge")
     with pytest.raises(UsageError, match="already exists"):
         convert(src, dst, "vllm")  # no --overwrite: the restored output is not replaced

@@ -60,3 +60,28 @@ def test_overwrite_replaces_a_checkpoint(drafter, tmp_path, previous):
     assert sorted(p.name for p in dst.iterdir()) == ["config.json", "model.safetensors"]
     assert read_json(dst / "config.json")["eagleconv"]["layout"] == "vllm"
     assert debris(tmp_path) == []
+
+
+def test_the_caller_says_what_is_a_checkpoint(tmp_path):
+    """io asks the caller that allows --overwrite whether a directory holds a checkpoint (``recognise``: convert and
+    pull pass readers.loading.recognise_checkpoint), not a function set at import time; without it, no overwrite."""
+    from eagleconv.errors import UsageError
+    from eagleconv.io.staging import StagedDirectory
+
+    dst = tmp_path / "d"
+    dst.mkdir()
+    (dst / "config.json").write_text("{}")
+    asked = []
+
+    def refuse(directory, names, shown):
+        asked.append((directory, names, shown))
+        raise UsageError("not a drafter", shown)
+
+    with pytest.raises(UsageError, match="not a drafter"):
+        StagedDirectory(dst, overwrite=True, recognise=refuse)
+    assert asked == [(dst, ["config.json"], dst)] and (dst / "config.json").read_text() == "{}"
+    with pytest.raises(TypeError, match="needs recognise"):
+        StagedDirectory(dst, overwrite=True)
+    with StagedDirectory(dst, overwrite=True, recognise=lambda *_: None) as path:
+        (path / "config.json").write_text("new")
+    assert (dst / "config.json").read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["d"]

@@ -330,7 +330,7 @@ def test_every_dtype_name_accepted_is_one_autoconfig_reads(drafter):
     """The table of torch dtype names is checked against torch and against AutoConfig itself."""
     import torch
 
-    from eagleconv.formats.base import TORCH_DTYPE_NAMES
+    from eagleconv.spec.config_types import TORCH_DTYPE_NAMES
 
     assert all(isinstance(getattr(torch, name, None), torch.dtype) for name in TORCH_DTYPE_NAMES)
     src = drafter(producer="vllm")

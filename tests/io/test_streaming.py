@@ -13,8 +13,8 @@ from safetensors import safe_open
 
 from eagleconv.conversion import convert
 from eagleconv.errors import UnsafeInputError
-from eagleconv.io import checkpoint, reader
-from eagleconv.io.reader import copy_range
+from eagleconv.io import checkpoint
+from eagleconv.io.checkpoint import copy_range
 
 
 def tensor_bytes(directory: Path) -> dict[str, bytes]:
@@ -154,12 +154,12 @@ def test_sequential_advice_is_given_and_optional(tmp_path, monkeypatch):
     real = os.posix_fadvise
     try:
         monkeypatch.setattr(os, "posix_fadvise", lambda *a: calls.append(a) or real(*a))
-        reader.advise_sequential(fd)
+        checkpoint.advise_sequential(fd)
         assert calls == [(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)]
         monkeypatch.setattr(os, "posix_fadvise", _raise(errno.ESPIPE))
-        assert reader.advise_sequential(fd) is None  # refused advice is not an error
+        assert checkpoint.advise_sequential(fd) is None  # refused advice is not an error
         monkeypatch.delattr(os, "posix_fadvise")
-        assert reader.advise_sequential(fd) is None  # nor is a platform without it
+        assert checkpoint.advise_sequential(fd) is None  # nor is a platform without it
         assert os.pread(fd, 3, 0) == b"abc"  # the descriptor is untouched either way
     finally:
         os.close(fd)

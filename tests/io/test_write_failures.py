@@ -25,7 +25,7 @@ from safetensors.torch import save_file
 
 from eagleconv import convert
 from eagleconv.errors import DestinationError, EagleconvError, UsageError
-from eagleconv.io import staging
+from eagleconv.io import debris
 from eagleconv.io.reader import open_checkpoint
 from eagleconv.io.writer import CheckpointWriter
 from eagleconv.synthetic import make_target_config
@@ -233,7 +233,7 @@ def test_the_working_directory_as_destination_is_refused_as_busy(drafter, tmp_pa
     before = everything_under(tmp_path / "here")
     result = run_cli("convert", src, ".", "--to", "vllm", "--overwrite", cwd=here)
     assert_one_line_about(result, here, "busy", "nothing was deleted")
-    assert everything_under(here) == before and staging.find_debris(here) == []
+    assert everything_under(here) == before and debris.find_debris(here) == []
 
 
 def test_a_mount_point_as_destination_is_one_line_naming_it(drafter, tmp_path):
@@ -242,7 +242,7 @@ def test_a_mount_point_as_destination_is_one_line_naming_it(drafter, tmp_path):
         result = run_cli("convert", src, point, "--to", "vllm", "--overwrite")
         assert_one_line_about(result, point, "busy", "nothing was written")
         assert list(point.iterdir()) == [] and os.path.ismount(point)
-    assert staging.find_debris(point) == []
+    assert debris.find_debris(point) == []
 
 
 # -- item 16: every write cleans dead owners' debris in its parent, whatever name it was for ----------
@@ -255,8 +255,8 @@ def _dead_pid() -> int:
 
 
 def test_a_write_cleans_the_debris_of_dead_runs_under_other_names(drafter, tmp_path):
-    host = staging._host_tag()
-    me, my_start = os.getpid(), staging.process_start(os.getpid())
+    host = debris._host_tag()
+    me, my_start = os.getpid(), debris.process_start(os.getpid())
     dead_partial = tmp_path / f".first-try.eagleconv-{host}-{_dead_pid()}-123-aaaa0001.partial"
     live_partial = tmp_path / f".running.eagleconv-{host}-{me}-{my_start}-aaaa0002.partial"
     aside = tmp_path / f".kept.eagleconv-{host}-{_dead_pid()}-123-aaaa0003.old"  # an interrupted --overwrite of kept
@@ -275,6 +275,6 @@ def test_a_write_cleans_the_debris_of_dead_runs_under_other_names(drafter, tmp_p
 
 
 def test_clean_dead_debris_is_harmless_where_there_is_nothing(tmp_path):
-    assert staging.clean_dead_debris(tmp_path / "missing") == []
+    assert debris.clean_dead_debris(tmp_path / "missing") == []
     (tmp_path / ".plain.txt").write_text("not ours")
-    assert staging.clean_dead_debris(tmp_path) == [] and (tmp_path / ".plain.txt").exists()
+    assert debris.clean_dead_debris(tmp_path) == [] and (tmp_path / ".plain.txt").exists()

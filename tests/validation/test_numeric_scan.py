@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 import eagleconv
 from eagleconv.cli.main import cli
-from eagleconv.io.reader import StateDictTensors
+from eagleconv.io.state_dict import StateDictTensors
 from eagleconv.spec.report import ValidationReport
 from eagleconv.synthetic import DrafterRecipe, TinyDims, canonical_tensors, producer_config
 from eagleconv.validation.api import check
@@ -66,7 +66,8 @@ def test_nan_scan_streams_in_chunks():
 def test_on_disk_scan_never_reads_a_weight_whole(tmp_path):
     from safetensors.torch import save_file
 
-    from eagleconv.io.reader import Checkpoint, open_checkpoint
+    from eagleconv.io.checkpoint import Checkpoint
+    from eagleconv.io.reader import open_checkpoint
 
     t = canonical_tensors(DrafterRecipe(producer="vllm", dims=SERVABLE))
     t["fc.weight"].reshape(-1)[3000] = float("nan")

@@ -12,9 +12,8 @@ each non-config value is reported), writing a spec back out as a config
 (:mod:`eagleconv.spec.config_types`).  They are modules of this package, not of
 ``formats/``, because every module of ``formats/`` but ``base`` is a layout
 (``registry.entry_modules``: the CLI lists ``--to``/``--from`` from the file
-names).  ``__init__`` keeps what a layout module imports, so a layout (ours or
-an entry point's) needs only ``from eagleconv.formats.base import ...``; every
-name ``formats/base.py`` held before the split stays importable from here.
+names).  ``__init__`` holds the layout class and its detection helpers; a
+layout module imports each other name from the module that defines it.
 """
 
 from __future__ import annotations
@@ -29,18 +28,7 @@ from .holding import Holding
 from ...spec.drafter import AuxConvention, DrafterSpec, EagleFlags
 from .fields import ConfigField, hf_fields
 from .output import CheckpointOutput, Output
-
-# The names this module held before issue 26's split, re-exported for their old import path.
-from ...spec.config_types import (  # noqa: F401
-    BOOL_FIELDS, HEADS_DIVIDE_HIDDEN, INT_FIELDS, INT_LIST_FIELDS, LAYER_TYPES, SHAPE_FIELDS, TOP_LEVEL_TYPES,
-    TORCH_DTYPE_NAMES, TRANSFORMERS_MODEL_TYPES, TRANSFORMERS_TYPES, transformers_type_problems,
-)
-from .fields import MISSING, FromArchitecture, SameAs, get_path, set_path  # noqa: F401
-from .reading import (  # noqa: F401
-    ARCH_SHAPE_FIELDS, ReadResult, carried_keys, config_model_for, read_drafter, read_fields, type_problems,
-)
-from .renames import DDP_HINT, Rename, ddp_prefixed, loader_alias, map_names, rename  # noqa: F401
-from .writing import spec_values, write_config  # noqa: F401
+from .renames import Rename
 
 if TYPE_CHECKING:
     from ...support.jsonio import JSONObject, JSONValue

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..._version import __version__
 from ...errors import UsageError
+from ...io.replaceable import Recognise
 from ...io.writer import CheckpointWriter, OutputTensor
 from ...support.jsonio import dump_json
 
@@ -38,7 +39,7 @@ class Output(Protocol):
     def prepare(cls, *, target: str | Path | None, outtype: str | None) -> Output: ...
 
     def open(self, destination: str | Path, *, sources: Sequence[str | Path], overwrite: bool,
-             durable: bool) -> None: ...
+             durable: bool, recognise: Recognise | None = None) -> None: ...
 
     def storage(self, store: Checkpoint, report: ConvertReport, tensors: list[OutputTensor],
                 spec: DrafterSpec) -> list[OutputTensor]: ...
@@ -61,8 +62,10 @@ class CheckpointOutput:
         return cls()
 
     def open(self, destination: str | Path, *, sources: Sequence[str | Path], overwrite: bool,
-             durable: bool) -> None:
-        self._writer = CheckpointWriter(destination, sources=sources, overwrite=overwrite, durable=durable)
+             durable: bool, recognise: Recognise | None = None) -> None:
+        """``recognise`` says whether a directory ``--overwrite`` would replace is a drafter checkpoint."""
+        self._writer = CheckpointWriter(destination, sources=sources, overwrite=overwrite, durable=durable,
+                                        recognise=recognise)
         self.notes = self._writer.notes
 
     def storage(self, store: Checkpoint, report: ConvertReport, tensors: list[OutputTensor],

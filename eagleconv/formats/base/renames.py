@@ -12,12 +12,9 @@ import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ...spec.canonical import CANONICAL_NAME
-
-if TYPE_CHECKING:
-    from . import Layout
 
 _PLACEHOLDER = re.compile(r"\{(n|rest)\}")
 
@@ -67,7 +64,17 @@ def ddp_prefixed(names: Iterable[str]) -> bool:
     return bool(names) and all(n.startswith("module.") for n in names)
 
 
-def loader_alias(layout: type[Layout], name: str) -> str:
+class Named(Protocol):
+    """What the accounting reads of a layout (a ``formats.base.Layout`` class): its tables, not the class, so
+    this module stays a leaf the layout class imports its ``Rename`` from."""
+
+    name: str
+    renames: tuple[Rename, ...]
+    loader_aliases: tuple[tuple[str, str], ...]
+    spellings: tuple[Rename, ...]
+
+
+def loader_alias(layout: Named, name: str) -> str:
     """``name`` after the layout loader's substring renames (the first that applies, at its first occurrence)."""
     for old, new in layout.loader_aliases:
         if old in name:
@@ -75,7 +82,7 @@ def loader_alias(layout: type[Layout], name: str) -> str:
     return name
 
 
-def map_names(layout: type[Layout], names: list[str]) -> tuple[dict[str, str], list[str]]:
+def map_names(layout: Named, names: list[str]) -> tuple[dict[str, str], list[str]]:
     """Layout names -> canonical names, with strict accounting.  Returns (canonical->layout, errors)."""
     out: dict[str, str] = {}
     errors: list[str] = [DDP_HINT] if ddp_prefixed(names) else []
