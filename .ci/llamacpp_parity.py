@@ -152,8 +152,8 @@ def speculative_simple(build: Path, target: Path, draft: Path, text: str, n: int
 
 
 def simulate_case(drafter: Path, target: Path, prompts: list[list[int]], n: int) -> dict:
-    from eagleconv.simulate import simulate
-    from eagleconv.simulate.llamacpp import decode  # noqa: F401  (the loop being checked)
+    from eagleconv.simulation import simulate
+    from eagleconv.simulation.llamacpp import decode  # noqa: F401  (the loop being checked)
 
     r = simulate(drafter, target, prompts, num_speculative_tokens=K, max_tokens=n, engine="llama.cpp",
                  llamacpp_loop="simple")

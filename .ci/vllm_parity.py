@@ -80,7 +80,7 @@ def run_vllm(python: str, request: dict, work: Path, case_timeout: float, runner
 def simulate_case(drafter: Path, prompts: list[list[int]], target_runtime: str = "auto", target: Path | None = None,
                   k: int = K, max_tokens: int = MAX_TOKENS) -> dict:
     from eagleconv.errors import EagleconvError
-    from eagleconv.simulate import simulate
+    from eagleconv.simulation import simulate
 
     try:
         report = simulate(drafter, target or TINY_PAIR / "target", prompts, num_speculative_tokens=k,

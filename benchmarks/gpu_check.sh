@@ -87,7 +87,7 @@ elif wants simulate; then
     timeout 420 python - "$out" <<'EOF' 2>&1 | tee "$out/simulate.txt" || status=1
 import json, os, sys, time
 from pathlib import Path
-from eagleconv.simulate import simulate
+from eagleconv.simulation import simulate
 out = Path(sys.argv[1])
 keys = ("tokens", "drafts", "num_drafts", "num_draft_tokens", "num_accepted_tokens", "accepted_per_position")
 pairs = [("tiny", Path("fixtures/tiny-pair"), "eagle3", 32)]

@@ -2,7 +2,7 @@
 """What ``eagleconv measure`` adds to a served engine's own wall time (issue 25's goal: at most 5%).
 
 Alternating pairs against a running server: a plain client (requests, one completion at a time, the same bodies,
-nothing else) and ``eagleconv.measure.measure()`` (the same requests plus a /metrics scrape after each and the
+nothing else) and ``eagleconv.measurement.measure()`` (the same requests plus a /metrics scrape after each and the
 wait for the counters to settle), their order alternating; the ratio measure / plain within each pair, median and
 spread (min-max) over the pairs.  On a loaded machine the engine's own time drifts more than measure adds, so each
 measure run also records its wall time over the sum of its requests' own times (what it spends outside them: the
@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from eagleconv.measure import measure, read_prompts
-from eagleconv.measure.servers import PROFILES
+from eagleconv.measurement import measure, read_prompts
+from eagleconv.measurement.servers import PROFILES
 
 
 def plain(url: str, prompts: list[list[int]], max_tokens: int, engine: str) -> float:

@@ -165,17 +165,17 @@ def paired(name: str, repeat: int, ours, theirs) -> dict:
 def breakdown(pair: Path, loop: str) -> dict:
     """Where one simulate's time goes, by phase (this process, warm imports aside; interpreter and imports cold)."""
     cold = {}
-    imports = "import eagleconv.simulate, torch; import eagleconv.forward.native_target"
+    imports = "import eagleconv.simulation, torch; import eagleconv.forward.native_target"
     for what, code in (("interpreter", "pass"), ("imports", imports)):
         cold[what] = round(min(timed([sys.executable, "-c", code], cwd=REPO,
                                      env={**os.environ, "PYTHONPATH": str(REPO)})[0] for _ in range(3)), 2)
     import torch
 
-    import eagleconv.simulate as simulate_mod
+    import eagleconv.simulation as simulate_mod
     from eagleconv.forward import native_target
-    from eagleconv.simulate import drafter as drafter_mod
-    from eagleconv.simulate import loop as loop_mod
-    from eagleconv.simulate import simulate
+    from eagleconv.simulation import drafter as drafter_mod
+    from eagleconv.simulation import loop as loop_mod
+    from eagleconv.simulation import simulate
 
     spent: dict[str, float] = {}
 

@@ -72,7 +72,7 @@ def main() -> int:
                 continue
             lines.append(row(d, k, r))
             if not args.no_simulate:
-                from eagleconv.simulate import simulate
+                from eagleconv.simulation import simulate
 
                 t = time.monotonic()
                 sim = simulate(args.pair / d, args.pair / "target", prompts, num_speculative_tokens=k,

@@ -36,7 +36,7 @@ def selection(pair: Path, name: str) -> dict:
     import torch
 
     from eagleconv.forward.inputs import open_target
-    from eagleconv.simulate import engine_drafter, simulate
+    from eagleconv.simulation import engine_drafter, simulate
 
     prompts = json.loads((pair / "prompts.json").read_text())
     report = simulate(pair / name, pair / "target", prompts, num_speculative_tokens=3, max_tokens=64)

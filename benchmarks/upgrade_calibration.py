@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import eagleconv
     from eagleconv.readers.calibration import Calibration, write_calibration
-    from eagleconv.simulate import simulate
+    from eagleconv.simulation import simulate
     from upgrade_quality import capture, training_prompts
 
     counts = sorted(int(c) for c in args.counts.split(","))

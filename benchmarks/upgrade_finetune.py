@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     from safetensors.torch import load_file
 
     import eagleconv
-    from eagleconv.simulate import simulate
+    from eagleconv.simulation import simulate
 
     torch.set_num_threads(1)
     train = _module("train", REPO / "fixtures" / "tiny-pair" / "train.py")

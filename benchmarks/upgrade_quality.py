@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     import eagleconv
-    from eagleconv.simulate import simulate
+    from eagleconv.simulation import simulate
 
     work = args.work or Path(tempfile.mkdtemp(prefix="eagleconv-upgrade-quality-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -35,6 +35,9 @@ _EXPORTS = {
     "diff": "eagleconv.forward",
     "capture_aux_states": "eagleconv.forward",
     "Drafter": "eagleconv.forward",
+    # acceptance: simulated offline (the [forward] extra), measured on a server
+    "simulate": "eagleconv.simulation",
+    "measure": "eagleconv.measurement",
     # the Hub
     "push": "eagleconv.hub",
     "pull": "eagleconv.hub",
@@ -52,8 +55,8 @@ _EXPORTS = {
     "TransformReport": "eagleconv.spec.report",
     "DiffReport": "eagleconv.spec.report",
     "ForwardReport": "eagleconv.spec.report",
-    "SimulateReport": "eagleconv.simulate",
-    "MeasureReport": "eagleconv.measure",
+    "SimulateReport": "eagleconv.simulation",
+    "MeasureReport": "eagleconv.measurement",
     "PushReport": "eagleconv.hub",
     "PullReport": "eagleconv.hub",
     # errors (each also subclasses the builtin it means where there is one)
@@ -64,8 +67,8 @@ _EXPORTS = {
     "UnsafeInputError": "eagleconv.errors",
     "UsageError": "eagleconv.errors",
     "ArgumentTypeError": "eagleconv.errors",
-    "SimulateError": "eagleconv.simulate",
-    "MeasureError": "eagleconv.measure",
+    "SimulateError": "eagleconv.simulation",
+    "MeasureError": "eagleconv.measurement",
 }
 
 __all__ = ["__version__", *_EXPORTS]
@@ -111,8 +114,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .readers.inspection import inspect
     from .io.reader import open_checkpoint
     from .readers.loading import LoadedDrafter, load_drafter
-    from .measure import MeasureError, MeasureReport
+    from .measurement import MeasureError, MeasureReport, measure
     from .spec.report import (ConvertReport, DiffReport, Finding, ForwardReport, InspectReport, TransformReport,
                               ValidationReport)
-    from .simulate import SimulateError, SimulateReport
+    from .simulation import SimulateError, SimulateReport, simulate
     from .validation import lint, validate

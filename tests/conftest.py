@@ -32,13 +32,13 @@ from eagleconv.synthetic import DrafterRecipe, make_drafter  # noqa: E402 (after
 # parameters) is left to the full suite, for the reason given; tests/test_fast_subset.py checks every entry exists.
 SLOW_PATHS = {
     "tests/forward/": "forward passes of drafters and targets (FAST_KEEP keeps one)",
-    "tests/simulate/": "decoding loops on the tiny pair (FAST_KEEP keeps one)",
+    "tests/simulation/": "decoding loops on the tiny pair (FAST_KEEP keeps one)",
     "tests/transforms/": "upgrade / downgrade fit and measure with forward passes",
     "tests/kernels/": "Triton kernels through Triton's interpreter",
     "tests/benchmarks/": "the benchmark scripts, end to end",
     "tests/interop/": "peer libraries in their own virtualenvs",
     "tests/fixtures/": "rebuilding the committed fixtures",
-    "tests/measure/": "measure against served drafters",
+    "tests/measurement/": "measure against served drafters",
     "tests/fuzz/": "the parser fuzzer",
     "tests/docs/test_command_blocks.py::test_block_runs": "every doc block end to end",
     "tests/docs/test_example_output.py": "the docs' example output, regenerated",
@@ -82,7 +82,7 @@ SLOW_PATHS = {
 # Inside the slow folders, the tests that keep a core path in the first check (a few seconds each).
 FAST_KEEP = {
     "tests/forward/test_api.py::test_validate_forward_json": "validate --forward on a tiny drafter",
-    "tests/simulate/test_simulate.py::test_cli_json_and_table": "simulate on the tiny pair",
+    "tests/simulation/test_simulate.py::test_cli_json_and_table": "simulate on the tiny pair",
 }
 _ROOT = Path(__file__).resolve().parents[1]
 

@@ -46,8 +46,8 @@ LAYERS: tuple[str, ...] = (
     "validation",  # validate(), lint(), the vLLM parity tier's predictions
     "conversion",  # convert: source -> transform -> emit
     "eagle31",  # EAGLE-3 <-> 3.1: the maths and upgrade / downgrade
-    "simulate",  # offline speculative decoding, counted as each engine counts
-    "measure",  # a served drafter's counters
+    "simulation",  # offline speculative decoding, counted as each engine counts
+    "measurement",  # a served drafter's counters
     "hub",  # push / pull
     "cli",  # the click layer
     "__main__",

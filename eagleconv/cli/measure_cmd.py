@@ -1,11 +1,11 @@
-"""``eagleconv measure``: a thin click command over eagleconv.measure (no torch)."""
+"""``eagleconv measure``: a thin click command over eagleconv.measurement (no torch)."""
 
 from __future__ import annotations
 
 import click
 
 from ..io.http import MAX_CONCURRENCY
-from ..measure.report import DEFAULT_MAX_TOKENS
+from ..measurement.report import DEFAULT_MAX_TOKENS
 from .app import _console, _progress, cli, run_command
 
 
@@ -19,7 +19,7 @@ class MeasuredEngine(click.Choice):
 
     @property
     def choices(self) -> tuple[str, ...]:  # type: ignore[override]  # click's is an attribute set once
-        from ..measure.servers import measured_engines
+        from ..measurement.servers import measured_engines
 
         return measured_engines()
 
@@ -91,7 +91,7 @@ def measure(ctx: click.Context, url: str, prompts: str, max_tokens: int, engine:
     """
 
     def body():
-        from ..measure import measure as run
+        from ..measurement import measure as run
 
         with _progress() as bar:
             report = run(url, prompts, max_tokens=max_tokens, engine=engine, concurrency=concurrency,

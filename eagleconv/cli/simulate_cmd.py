@@ -1,11 +1,11 @@
-"""``eagleconv simulate``: a thin click command over eagleconv.simulate."""
+"""``eagleconv simulate``: a thin click command over eagleconv.simulation."""
 
 from __future__ import annotations
 
 import click
 
 from ..support._process import usable_cores
-from ..measure.report import DEFAULT_MAX_TOKENS
+from ..measurement.report import DEFAULT_MAX_TOKENS
 from .app import _console, _progress, cli, run_command
 from .options import WEIGHTS_DOWNLOAD_HELP
 
@@ -70,7 +70,7 @@ def simulate(ctx: click.Context, drafter: str, target: str, prompts: str | None,
         # OpenMP's own wait policy (spin briefly, then sleep), not validate's PASSIVE: a decode step is thousands
         # of ~0.1 ms products, and waking sleeping threads for each made the SmolLM2 pair 1.3-1.7x slower on an
         # idle machine (benchmarks/RESULTS.md).  On a busy machine the default threads are fewer instead (one on
-        # a loaded 2-core machine: no team, so nothing spins), chosen in eagleconv.simulate from others' CPU use.
+        # a loaded 2-core machine: no team, so nothing spins), chosen in eagleconv.simulation from others' CPU use.
         from ..io.hub_paths import is_hf_url, local_path, require_download
         from ..io.reader import require_exists
 
@@ -79,14 +79,14 @@ def simulate(ctx: click.Context, drafter: str, target: str, prompts: str | None,
             require_exists(path)
         source = local_path(drafter)
 
-        from ..simulate import SimulateError
-        from ..simulate import simulate as run
+        from ..simulation import SimulateError
+        from ..simulation import simulate as run
 
         with _progress() as bar:
             report = run(source, target, prompts, num_speculative_tokens=k, max_tokens=max_tokens, engine=engine,
                          target_runtime=target_runtime, progress=bar.step, threads=threads, device=device,
                          p_min=p_min, llamacpp_loop=llamacpp_loop)
-        from ..measure.readback import counters_broken
+        from ..measurement.readback import counters_broken
 
         broken = counters_broken(report)  # the rules push --acceptance and --against apply to this report
         if broken is not None:

@@ -12,9 +12,9 @@ and keeps this list true):
 * ``eagleconv/engines/<engine>.py``: the profile, as data plus named checks; ``rank`` places it in listings,
   ``register(..., in_all=False)`` keeps it out of ``all``;
 * ``decode_loop`` names how simulate decodes for it: an existing loop (``vllm``, ``llamacpp``) or, if it
-  decodes differently, the loop module it adds beside them, ``eagleconv/simulate/<loop>.py``;
+  decodes differently, the loop module it adds beside them, ``eagleconv/simulation/<loop>.py``;
 * ``server`` names the protocol its servers speak, if measure can read them: an existing one (``vllm``,
-  ``llama.cpp``) or the ``ServerProfile`` it adds to ``eagleconv/measure/servers.py``.
+  ``llama.cpp``) or the ``ServerProfile`` it adds to ``eagleconv/measurement/servers.py``.
 
 Nothing else lists engines: validate's and simulate's ``--engine``, ``all``, the findings reference and
 ``measure --engine``'s choices are read from this registry.

@@ -131,10 +131,10 @@ class EngineProfile:
     serve: Callable[[DrafterView], DrafterView] | None = None
     packs_linears: bool = False  # runs its linears through oneDNN with weights reordered once (vLLM's CPU backend)
     # simulate's decode loop for this engine, named as data (engines/ sits below simulate/): a module of
-    # eagleconv.simulate (``vllm``, ``llamacpp``) or a dotted module path, whose ``simulate_loop(job)`` runs it;
+    # eagleconv.simulation (``vllm``, ``llamacpp``) or a dotted module path, whose ``simulate_loop(job)`` runs it;
     # None: simulate refuses the engine
     decode_loop: str | None = None
-    # the server protocol measure speaks to it (a key of eagleconv.measure.servers.PROFILES: ``vllm``, vLLM's
+    # the server protocol measure speaks to it (a key of eagleconv.measurement.servers.PROFILES: ``vllm``, vLLM's
     # OpenAI-compatible /v1/completions and vllm:* metrics; ``llama.cpp``, llama-server's /completion and
     # llamacpp:* metrics); None: ``measure --engine`` does not offer it
     server: str | None = None

@@ -274,7 +274,7 @@ LLAMACPP_B11434 = register(EngineProfile(
     checks=(check_architecture, check_activation, check_three_aux, check_capture, check_flags, check_nested_only,
             check_keys, check_gguf_tensors, check_gguf_shapes, check_padded_vocab, check_sharing, check_converter),
     serve=serve,
-    decode_loop="llamacpp",  # eagleconv/simulate/llamacpp.py: llama-server's and llama-speculative-simple's
+    decode_loop="llamacpp",  # eagleconv/simulation/llamacpp.py: llama-server's and llama-speculative-simple's
     server="llama.cpp",  # llama-server's /completion and llamacpp:* metrics
     rank=50,
     history=("EAGLE-3 drafters served since late 2025 (--spec-type draft-eagle3); norm_before_fc added for "

@@ -388,7 +388,7 @@ def _profile(version: str, summary: str, *, qwen3: bool, propagates_eagle31: boo
         load_checks=(check_mla,),
         serve=serve,
         packs_linears=True,
-        decode_loop="vllm",  # eagleconv/simulate/vllm.py: its proposer
+        decode_loop="vllm",  # eagleconv/simulation/vllm.py: its proposer
         server="vllm",  # its OpenAI-compatible /v1/completions and vllm:* metrics
         rank=0,  # the default engine: listed first
         history=history,

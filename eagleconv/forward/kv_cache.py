@@ -16,7 +16,7 @@ over every verified row (issue 15: 2.4-8x slower than the engine simulate stands
   streamed the drafter's ~35 MB of float32 weights 4 times per step on the SmolLM2 pair (2.4 s of its 8 s decode).
 
 Every row sees the same keys and values as in a full re-run (causal attention: a row never reads a later one),
-so the tokens are the same; ``tests/simulate/test_kv_cache.py`` checks this against the uncached path.
+so the tokens are the same; ``tests/simulation/test_kv_cache.py`` checks this against the uncached path.
 """
 
 from __future__ import annotations

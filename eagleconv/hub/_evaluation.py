@@ -75,8 +75,8 @@ def read_acceptance(path: str | Path) -> Acceptance:
     FormatError naming the file and the first broken rule otherwise: such a report never reaches a card)."""
     import re
 
-    from ..measure.readback import read_report
-    from ..simulate.report import SimulateReport
+    from ..measurement.readback import read_report
+    from ..simulation.report import SimulateReport
 
     report = read_report(path)
     if isinstance(report, SimulateReport):

@@ -29,7 +29,7 @@ from eagleconv.architectures.llama import Llama  # noqa: E402
 from eagleconv.engines import resolve_engines  # noqa: E402
 from eagleconv.engines.base import DrafterClass  # noqa: E402
 from eagleconv.formats import LAYOUTS  # noqa: E402
-from eagleconv.simulate import simulate  # noqa: E402
+from eagleconv.simulation import simulate  # noqa: E402
 from eagleconv.synthetic import DrafterRecipe, TinyDims, make_drafter  # noqa: E402
 
 from . import test_contract as contract  # noqa: E402

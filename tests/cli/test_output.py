@@ -105,7 +105,7 @@ def test_simulate_shows_token_progress_on_a_terminal(tmp_path):
 
 def test_library_progress_callbacks_count_the_work(drafter, tmp_path):
     from eagleconv.eagle31.api import MEASURE_STEPS, upgrade
-    from eagleconv.simulate import simulate
+    from eagleconv.simulation import simulate
 
     calls: list[tuple[str, int, int]] = []
     upgrade(drafter(producer="specforge"), tmp_path / "up", progress=lambda *a: calls.append(a))

@@ -123,7 +123,7 @@ torch = pytest.importorskip("torch")
 
 @pytest.fixture(scope="module")
 def sim():
-    from eagleconv.simulate import simulate
+    from eagleconv.simulation import simulate
     return simulate(PAIR / "eagle3", PAIR / "target", PROMPTS[:2], num_speculative_tokens=3, max_tokens=16,
                     engine="llama.cpp", llamacpp_loop="simple")
 
@@ -139,7 +139,7 @@ def test_counters_are_llamacpps(sim):
 
 
 def test_p_min_one_drafts_nothing_and_emits_the_same_tokens(sim):
-    from eagleconv.simulate import simulate
+    from eagleconv.simulation import simulate
     none = simulate(PAIR / "eagle3", PAIR / "target", PROMPTS[:2], num_speculative_tokens=3, max_tokens=16,
                     engine="llama.cpp", p_min=1.0, llamacpp_loop="simple")
     assert none.num_draft_tokens == 0 and none.num_accepted_tokens == 0
@@ -148,7 +148,7 @@ def test_p_min_one_drafts_nothing_and_emits_the_same_tokens(sim):
 
 def test_first_draft_is_made_from_the_prompts_last_token(sim):
     """llama.cpp drafts before the target samples anything: round 0's first draft predicts the first output."""
-    from eagleconv.simulate import simulate
+    from eagleconv.simulation import simulate
     vllm = simulate(PAIR / "eagle3", PAIR / "target", PROMPTS[:2], num_speculative_tokens=3, max_tokens=16)
     assert [p[0][0] for p in sim.drafts] != [p[0][0] for p in vllm.drafts] or \
         [p[0][0] for p in sim.drafts] == [t[0] for t in sim.tokens]
@@ -158,7 +158,7 @@ def test_a_one_token_prompt_verifies_an_empty_draft_first():
     """With nothing to prefill, llama-speculative-simple has no target features to draft from: its first round
     verifies an empty draft ("decode: n_tokens == 0", then "accepted 0/0" in b11434's log), after which it stands
     where llama-server stands after the prompt: the first sampled token, the prompt's features."""
-    from eagleconv.simulate import simulate
+    from eagleconv.simulation import simulate
     one = [[PROMPTS[0][0]]]
     simple = simulate(PAIR / "eagle3", PAIR / "target", one, num_speculative_tokens=3, max_tokens=16,
                       engine="llama.cpp", llamacpp_loop="simple")
@@ -170,7 +170,7 @@ def test_a_one_token_prompt_verifies_an_empty_draft_first():
 
 @pytest.fixture(scope="module")
 def server():
-    from eagleconv.simulate import simulate
+    from eagleconv.simulation import simulate
     return simulate(PAIR / "eagle3", PAIR / "target", PROMPTS, num_speculative_tokens=3, max_tokens=16,
                     engine="llama.cpp")
 
@@ -185,7 +185,7 @@ def test_server_loop_is_the_default_and_emits_exactly_n_predict(server, sim):
 def test_server_loop_samples_the_first_token_from_the_prompt_as_vllm(server):
     """The prompt is evaluated whole and its token sampled first: the tokens are the target's greedy stream, as
     vLLM's (greedy speculative decoding never changes them), not shifted by a draft made before it."""
-    from eagleconv.simulate import simulate
+    from eagleconv.simulation import simulate
     vllm = simulate(PAIR / "eagle3", PAIR / "target", PROMPTS, num_speculative_tokens=3, max_tokens=16)
     assert server.tokens == vllm.tokens
     assert [p[0] for p in server.drafts] == [p[0] for p in vllm.drafts]  # the same first proposal
@@ -209,7 +209,7 @@ def test_server_loop_cuts_each_draft_to_the_tokens_left(server):
 def test_server_report_is_what_measure_against_rebuilds(server, tmp_path):
     """measure --against rebuilds the rounds from a simulate report: for the server loop its counters must come out
     as the loop counted them (cut drafts included), or the CI comparison with llama-server would be meaningless."""
-    from eagleconv.measure.against import load_reference
+    from eagleconv.measurement.against import load_reference
 
     path = tmp_path / "sim.json"
     path.write_text(server.model_dump_json())
@@ -221,14 +221,14 @@ def test_server_report_is_what_measure_against_rebuilds(server, tmp_path):
 
 
 def test_an_unknown_loop_is_refused():
-    from eagleconv.simulate import SimulateError, simulate
+    from eagleconv.simulation import SimulateError, simulate
     with pytest.raises(SimulateError, match="--llamacpp-loop spin"):
         simulate(PAIR / "eagle3", PAIR / "target", PROMPTS[:1], max_tokens=4, engine="llama.cpp",
                  llamacpp_loop="spin")
 
 
 def test_llamacpp_cannot_serve_is_refused(tmp_path):
-    from eagleconv.simulate import SimulateError, simulate
+    from eagleconv.simulation import SimulateError, simulate
     with pytest.raises(SimulateError, match="llama.cpp b11434 cannot serve it"):
         simulate(PAIR / "eagle31", PAIR / "target", PROMPTS[:1], max_tokens=4, engine="llama.cpp")
 

@@ -25,7 +25,7 @@ from eagleconv import engines
 from eagleconv.cli.main import cli
 from eagleconv.engines.llamacpp import LLAMACPP_B11434
 from eagleconv.engines.vllm import VLLM_032
-from eagleconv.measure import servers
+from eagleconv.measurement import servers
 
 REPO = Path(__file__).resolve().parents[2]
 PAIR = REPO / "fixtures" / "tiny-pair"
@@ -35,7 +35,7 @@ RAN: list[str] = []  # the engines this module's loop ran for
 
 def simulate_loop(job):
     """toyserve's decode loop (what ``decode_loop`` names): vLLM's proposer, recorded."""
-    from eagleconv.simulate.vllm import simulate_loop as vllm_loop
+    from eagleconv.simulation.vllm import simulate_loop as vllm_loop
 
     RAN.append(job.engine)
     return vllm_loop(job)
@@ -110,7 +110,7 @@ def test_the_engine_contract_includes_it(plugin):
 
 def test_simulate_runs_the_loop_the_profile_names(plugin):
     pytest.importorskip("torch")
-    from eagleconv.simulate import simulate
+    from eagleconv.simulation import simulate
 
     same = ("tokens", "drafts", "num_drafts", "num_draft_tokens", "num_accepted_tokens", "accepted_per_position")
     RAN.clear()
@@ -160,22 +160,22 @@ def _named_files(text: str) -> set[str]:
 
 # What the plugin above stands in for: its profile (registered from here), its loop (this module, named by
 # decode_loop), and the server protocol it names (measure.servers.PROFILES).  Nothing else under eagleconv/.
-RECIPE = {"eagleconv/engines/<engine>.py", "eagleconv/simulate/<loop>.py", "eagleconv/measure/servers.py"}
+RECIPE = {"eagleconv/engines/<engine>.py", "eagleconv/simulation/<loop>.py", "eagleconv/measurement/servers.py"}
 
 
 def test_the_recipe_names_exactly_the_files_a_new_engine_touches():
-    from eagleconv import simulate
+    from eagleconv import simulation as simulate
 
     doc = engines.__doc__ or ""
     assert _named_files(doc) == RECIPE
     section = (REPO / "docs" / "architecture.md").read_text().split("## A new engine", 1)[1].split("\n#", 1)[0]
     assert _named_files(section) == RECIPE
     # each named place is where the registry looks: engine modules are discovered from engines/, a loop named
-    # ``vllm`` is simulate/vllm.py, the protocols are servers.PROFILES
+    # ``vllm`` is simulation/vllm.py, the protocols are servers.PROFILES
     package = Path(eagleconv.__file__).parent
     assert {p.stem for p in (package / "engines").glob("*.py")} >= {"vllm", "llamacpp", "sglang"}
     for profile in (VLLM_032, LLAMACPP_B11434):
         assert profile.decode_loop is not None and profile.server in servers.PROFILES
         loop = simulate.decode_loop(profile)
-        assert Path(loop.__code__.co_filename) == package / "simulate" / f"{profile.decode_loop}.py"
-    assert Path(servers.__file__) == package / "measure" / "servers.py"
+        assert Path(loop.__code__.co_filename) == package / "simulation" / f"{profile.decode_loop}.py"
+    assert Path(servers.__file__) == package / "measurement" / "servers.py"

@@ -107,7 +107,7 @@ def test_llamacpp_refuses_what_its_converter_stops_on():
 
 def test_simulate_refuses_an_engine_whose_serving_is_not_modelled():
     from eagleconv.forward.native_target import NativeTarget
-    from eagleconv.simulate import SimulateError, engine_drafter, simulate
+    from eagleconv.simulation import SimulateError, engine_drafter, simulate
 
     assert PROFILES["sglang " + resolve_engines("sglang")[0].version].serve is None
     with pytest.raises(SimulateError, match="simulate models how vllm, llama.cpp serve a drafter, not sglang"):

@@ -162,7 +162,7 @@ def test_simulate_runs_the_fused_llama_labelled_drafter_as_the_split_one(tmp_pat
     import torch
     from safetensors.torch import load_file, save_file
 
-    from eagleconv.simulate import simulate
+    from eagleconv.simulation import simulate
 
     pair = FIXTURES / "tiny-pair"
     fused = tmp_path / "fused"
@@ -209,7 +209,7 @@ def test_target_routing_reads_only_deepseek_targets(tmp_path):
 @pytest.mark.parametrize("case", ["q_lora_rank null", "model_type deepseek_v3", "latent width 20"])
 def test_simulate_refuses_what_vllm_cannot_run(tmp_path, case):
     """simulate gave counters for these; vLLM 0.32 fails to load them (or at the first forward)."""
-    from eagleconv.simulate import SimulateError, simulate
+    from eagleconv.simulation import SimulateError, simulate
     from tests.forward.test_api import tiny_target
 
     dims = {"q_lora_rank null": TinyDims(kv_lora_rank=512, qk_rope_head_dim=64, q_lora_rank=None),

@@ -28,7 +28,7 @@ from eagleconv.formats import LAYOUTS  # noqa: E402
 from eagleconv.formats.base import Layout, Seen, architectures_of  # noqa: E402
 from eagleconv.formats.base.fields import ConfigField, SameAs, hf_fields  # noqa: E402
 from eagleconv.formats.base.renames import Rename  # noqa: E402
-from eagleconv.simulate import simulate  # noqa: E402
+from eagleconv.simulation import simulate  # noqa: E402
 from eagleconv.support.jsonio import JSONObject  # noqa: E402
 from eagleconv.synthetic import DrafterRecipe, make_drafter  # noqa: E402
 from eagleconv.synthetic.base import Producer, flags31  # noqa: E402
@@ -178,7 +178,7 @@ def test_simulate_refuses_it_as_vllm_would_and_runs_its_vllm_conversion_exactly(
     the layout's vLLM verdict, and its conversion back to vllm drafts and accepts exactly what the original does."""
     from pathlib import Path
 
-    from eagleconv.simulate.report import SimulateError
+    from eagleconv.simulation.report import SimulateError
 
     pair = Path(__file__).resolve().parents[2] / "fixtures" / "tiny-pair"
     prompts = json.loads((pair / "prompts.json").read_text())[:2]

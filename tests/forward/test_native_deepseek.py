@@ -98,7 +98,7 @@ def test_simulate_is_the_same_in_both_runtimes(tmp_path, kind, drafter):
     runtime's, which the parity tier proved equal to vLLM's on this pair.  The drafter is converted --to vllm as the
     tier does; the KV-cached decode keeps MLA's values (32 wide) beside its keys (96 wide)."""
     from eagleconv.conversion import convert
-    from eagleconv.simulate import simulate
+    from eagleconv.simulation import simulate
 
     out = tmp_path / drafter
     assert convert(MLA_PAIR / kind / drafter, out, "vllm").ok

@@ -16,7 +16,7 @@ from ..errors import FormatError
 from .report import Comparison, MeasureReport
 
 if TYPE_CHECKING:
-    from ..simulate.report import SimulateReport
+    from ..simulation.report import SimulateReport
 
 NEAR_TIE = 0.05  # nats: a top-2 margin under this is called a near-tie in the message (it still counts)
 
@@ -49,7 +49,7 @@ def load_reference(path: str | Path, n_prompts: int) -> Reference:
     """Read a simulate or measure report, checked against its schema and the counter rules before anything is
     built from it (a FormatError naming the file when it is neither, breaks a rule, or has another number of
     prompts than --prompts)."""
-    from ..simulate.report import SimulateReport
+    from ..simulation.report import SimulateReport
     from .readback import read_report
 
     report = read_report(path)

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from ..support.bounds import MAX_SPECULATIVE_TOKENS
 from ..errors import FormatError
-from ..simulate.report import SimulateReport
+from ..simulation.report import SimulateReport
 from .invariants import Counts, broken
 from .report import MeasureReport
 

@@ -8,8 +8,8 @@ round, prompt by prompt; the transformers runtime, and the reference the tests c
 What an engine decides is its policy's: which rows the prefill covers and whether its last token is sampled,
 whether and how much a request drafts before a round, what a round emits, when a request stops, and how the
 rounds are counted.  Each engine's loop is a module beside this one, named by its profile's ``decode_loop``
-(vLLM's proposer: eagleconv.simulate.vllm; llama-server's and llama-speculative-simple's:
-eagleconv.simulate.llamacpp), whose ``simulate_loop`` takes a :class:`Job`.
+(vLLM's proposer: eagleconv.simulation.vllm; llama-server's and llama-speculative-simple's:
+eagleconv.simulation.llamacpp), whose ``simulate_loop`` takes a :class:`Job`.
 """
 
 from __future__ import annotations

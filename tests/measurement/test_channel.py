@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from eagleconv.cli.main import cli
 from eagleconv.io.http import MAX_CONCURRENCY, HTTPRefusedError, HTTPStatusError, HTTPTimeoutError
-from eagleconv.measure import MeasureError, measure
+from eagleconv.measurement import MeasureError, measure
 from tests.support.hostile_server import TOKENS, HostileServer, drip, endless, reply
 
 PROMPTS = [[1, 17, 42], [1, 5, 5, 64]]
@@ -175,9 +175,9 @@ def test_measure_never_tells_errors_apart_by_their_text():
     from pathlib import Path
 
     import eagleconv.io.http
-    import eagleconv.measure
+    import eagleconv.measurement
 
-    files = [*Path(eagleconv.measure.__file__).parent.glob("*.py"), Path(eagleconv.io.http.__file__)]
+    files = [*Path(eagleconv.measurement.__file__).parent.glob("*.py"), Path(eagleconv.io.http.__file__)]
     found = []
     for path in files:
         for node in ast.walk(ast.parse(path.read_text())):

@@ -4,7 +4,7 @@ endpoint.  Each run, in a child under an address-space rlimit, ends within its r
 line and exit 2, or with a report whose counters hold (0 <= accepted <= drafted).
 
 The suite runs a few examples; ``.ci/fuzz SECONDS`` runs this property for SECONDS
-(``python -m tests.measure.test_hostile_property SECONDS``).
+(``python -m tests.measurement.test_hostile_property SECONDS``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``simulate --engine vllm``: vLLM's proposer (vllm/v1/spec_decode/llm_base_proposer.py), as a policy of
-simulate's one decode loop (eagleconv.simulate.loop), the loop vLLM's profiles name (``decode_loop="vllm"``).
+simulate's one decode loop (eagleconv.simulation.loop), the loop vLLM's profiles name (``decode_loop="vllm"``).
 
 The drafter runs as the engine profile reads it (flags as the profile resolves them, aux layers as vLLM's V1
 runner captures them, tensors as its loader renames, drops, defaults or shares them), through eagleconv's

@@ -66,9 +66,9 @@ def simulate(drafter: str | Path, target: str | Path, prompts: Sequence[Sequence
     runtime only, either engine): keys and values kept across rounds and all prompts verified in one pass per
     step (forward.kv_cache); False re-runs everything each round, prompt by prompt (the reference the tests
     compare it with; the transformers runtime always runs that way).  ``p_min`` (``--engine llama.cpp`` only):
-    llama.cpp's ``--spec-draft-p-min`` early stop (eagleconv.simulate.llamacpp).  ``llamacpp_loop``
+    llama.cpp's ``--spec-draft-p-min`` early stop (eagleconv.simulation.llamacpp).  ``llamacpp_loop``
     (``--engine llama.cpp`` only): ``server``, llama-server's slot loop (what is deployed), or ``simple``,
-    llama-speculative-simple's (the parity tier's reference); their differences: eagleconv.simulate.llamacpp.
+    llama-speculative-simple's (the parity tier's reference); their differences: eagleconv.simulation.llamacpp.
     """
     from ..support import _process
     from ..support._extras import need

@@ -18,7 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from eagleconv.forward.model import Drafter  # noqa: E402 (after the importorskip)
-from eagleconv.simulate import simulate  # noqa: E402 (after the importorskip)
+from eagleconv.simulation import simulate  # noqa: E402 (after the importorskip)
 
 REPO = Path(__file__).resolve().parents[2]
 PAIR = REPO / "fixtures" / "tiny-pair"
@@ -70,7 +70,7 @@ def test_llamacpp_drafter_sees_each_verified_row_once_all_prompts_together(loop,
 def test_native_llamacpp_path_imports_no_transformers():
     """llama.cpp's checks read the target's config: from the native runtime's own numbers, not transformers'
     AutoConfig (its import was half of simulate --engine llama.cpp's time on the tiny pair)."""
-    code = ("import sys; from eagleconv.simulate import simulate; "
+    code = ("import sys; from eagleconv.simulation import simulate; "
             f"r = simulate({str(PAIR / 'eagle3')!r}, {str(PAIR / 'target')!r}, None, max_tokens=4, threads=1, "
             "engine='llama.cpp'); assert r.target_runtime == 'eagleconv'; "
             "assert 'transformers' not in sys.modules, 'transformers imported'")
@@ -83,7 +83,7 @@ def test_native_llamacpp_path_imports_no_transformers():
 def test_native_target_info_is_what_transformers_reads():
     pytest.importorskip("transformers")
     from eagleconv.forward.native_target import NativeTarget
-    from eagleconv.simulate.drafter import target_info
+    from eagleconv.simulation.drafter import target_info
     from eagleconv.config.target import load_target
 
     assert target_info(NativeTarget(PAIR / "target"), PAIR / "target") == load_target(PAIR / "target")

@@ -16,7 +16,7 @@ transformers = pytest.importorskip("transformers")
 from click.testing import CliRunner  # noqa: E402
 
 from eagleconv.cli.main import cli  # noqa: E402
-from eagleconv.simulate import SimulateError, simulate  # noqa: E402
+from eagleconv.simulation import SimulateError, simulate  # noqa: E402
 
 PAIR = Path(__file__).resolve().parents[2] / "fixtures" / "tiny-pair"
 PROMPTS = json.loads((PAIR / "prompts.json").read_text())
@@ -103,7 +103,7 @@ def test_prompts_as_lists_as_a_file_or_built_in(tmp_path):
     """A prompts file is read by the reader every --prompts uses (tests/forward/test_prompts.py: the CLI), lists given in
     the library get the same rules, and without prompts the built-in ones run."""
     from eagleconv.errors import FormatError
-    from eagleconv.simulate import DEFAULT_PROMPTS
+    from eagleconv.simulation import DEFAULT_PROMPTS
 
     file = tmp_path / "prompts.json"
     file.write_text(json.dumps(PROMPTS[:1]))

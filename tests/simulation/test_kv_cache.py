@@ -26,7 +26,7 @@ from eagleconv.cli.main import cli  # noqa: E402
 from eagleconv.forward.kv_cache import Segment, SlotCache, target_step  # noqa: E402
 from eagleconv.forward.native_target import NativeTarget, NativeUnsupported  # noqa: E402
 from eagleconv.validation.parity import VARIANTS, build_variant  # noqa: E402
-from eagleconv.simulate import SimulateError, available_threads, engine_drafter, simulate  # noqa: E402
+from eagleconv.simulation import SimulateError, available_threads, engine_drafter, simulate  # noqa: E402
 from eagleconv.synthetic import DrafterRecipe, TinyDims, make_drafter  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -200,7 +200,7 @@ def test_threads_default_to_the_idle_cores_chosen_and_are_restored(monkeypatch):
 
 
 def test_cli_threads_option_reaches_torch(tmp_path):
-    script = ("import sys, torch\nimport eagleconv.simulate as s\nreal = s._simulate\n"
+    script = ("import sys, torch\nimport eagleconv.simulation as s\nreal = s._simulate\n"
               "def spy(*a, **k):\n    print('THREADS', torch.get_num_threads(), file=sys.stderr)\n"
               "    return real(*a, **k)\ns._simulate = spy\nfrom eagleconv.cli.main import main\n"
               "sys.argv = ['eagleconv', *sys.argv[1:]]\nmain()\n")

@@ -1,7 +1,7 @@
 """``simulate --engine llama.cpp``: llama-server's and llama-speculative-simple's loops (llama.cpp b11434), as
-policies of simulate's one decode loop (eagleconv.simulate.loop: cached, all prompts in lockstep).
+policies of simulate's one decode loop (eagleconv.simulation.loop: cached, all prompts in lockstep).
 
-What differs from vLLM's proposer (``eagleconv.simulate``), read in llama.cpp b11434's code
+What differs from vLLM's proposer (``eagleconv.simulation``), read in llama.cpp b11434's code
 (``examples/speculative-simple/speculative-simple.cpp``, ``common/speculative.cpp``, eagle3 impl):
 
 * the prompt's last token is not sampled first: the target evaluates ``prompt[:-1]``, the drafter drafts from
@@ -202,7 +202,7 @@ def emitted(r: Request) -> int:
 
 def run(tgt: TargetModel, d: EngineDrafter, prompts: Sequence[Sequence[int]], policy: ServerPolicy | SimplePolicy,
         kv_cache: bool = True) -> list[Request]:
-    """Every prompt through one of llama.cpp's loops on simulate's decode loop (eagleconv.simulate.loop), the
+    """Every prompt through one of llama.cpp's loops on simulate's decode loop (eagleconv.simulation.loop), the
     target's states in the drafter's order (``d.layers``: llama.cpp concatenates them in target_layers order)."""
     import torch
 

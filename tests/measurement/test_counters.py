@@ -188,8 +188,8 @@ def test_a_build_0_server_is_labelled_from_engine_build(scripted, tmp_path):
 def test_simulate_and_measure_share_the_max_tokens_default():
     import inspect
 
-    from eagleconv.measure import measure as measure_fn
-    from eagleconv.simulate import simulate
+    from eagleconv.measurement import measure as measure_fn
+    from eagleconv.simulation import simulate
 
     measure_cmd, simulate_cmd = cli.commands["measure"], cli.commands["simulate"]
     defaults = {next(p.default for p in cmd.params if p.name == "max_tokens") for cmd in (measure_cmd, simulate_cmd)}
@@ -291,7 +291,7 @@ def test_push_refuses_an_acceptance_report_that_does_not_add_up(drafter, tmp_pat
 
 
 def test_the_rules_on_their_own():
-    from eagleconv.measure.invariants import Counts, broken
+    from eagleconv.measurement.invariants import Counts, broken
 
     assert broken(Counts(drafted=9, accepted=3, rounds=3, k=3, per_position=[2, 1, 0], acceptance_length=2.0)) is None
     assert broken(Counts(drafted=0, accepted=0, rounds=0, k=3, per_position=[0, 0, 0])) is None
@@ -307,7 +307,7 @@ def test_simulates_own_reports_obey_the_rules_and_read_back(tmp_path, engine):
     could not be published), and simulate itself checks them before printing."""
     from pathlib import Path
 
-    from eagleconv.measure.readback import read_report
+    from eagleconv.measurement.readback import read_report
 
     pair = Path(__file__).resolve().parents[2] / "fixtures" / "tiny-pair"
     result = CliRunner().invoke(cli, ["simulate", str(pair / "eagle3"), "--target", str(pair / "target"), "--prompts",
