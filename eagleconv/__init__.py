@@ -7,12 +7,10 @@ CLI's ``--help``) stays fast and never imports torch.
 # No ``from __future__ import annotations`` and private aliases only: this module's namespace is the public API
 # (tests/test_public_api.py), so nothing it merely uses may show up in it.
 from importlib import import_module as _import_module
-from pathlib import Path as _Path
 from typing import TYPE_CHECKING
 from typing import Any as _Any
 
 from ._version import __version__
-from .io import hooks as _io_hooks
 
 # The public API, stated once: name -> the module that defines it.  ``__all__`` is derived from it, the
 # TYPE_CHECKING block below spells the same imports for type checkers, and tests/test_public_api.py holds the
@@ -24,7 +22,7 @@ _EXPORTS = {
     "plan_conversion": "eagleconv.conversion.plan",
     "validate": "eagleconv.validation",
     "lint": "eagleconv.validation",
-    "open_checkpoint": "eagleconv.io.reader",
+    "open_checkpoint": "eagleconv.readers.loading",
     "load_drafter": "eagleconv.readers.loading",
     "LAYOUTS": "eagleconv.formats",
     # EAGLE-3 <-> 3.1
@@ -74,24 +72,6 @@ _EXPORTS = {
 __all__ = ["__version__", *_EXPORTS]
 
 
-def _fetch_hf(path: str) -> _Path:
-    """``hf://`` -> the verified snapshot, for io (``io.hub_paths.local_path``); the hub is imported only when used."""
-    fetched: _Path = _import_module("eagleconv.hub").fetch_verified(path)
-    return fetched
-
-
-def _open_hf_headers(path: str, duplicates: _Any = None, **options: _Any) -> tuple[_Any, _Any]:
-    """``hf://`` read from its headers, for validate / inspect / lint (``eagleconv.hub.open_hf_headers``)."""
-    opened: tuple[_Any, _Any] = _import_module("eagleconv.hub").open_hf_headers(path, duplicates, **options)
-    return opened
-
-
-# The one place that wires a lower layer to a higher one: io needs the hub (hf:// paths) without importing it.
-_io_hooks.fetch_hf = _fetch_hf
-_io_hooks.open_hf_headers = _open_hf_headers
-_io_hooks.hub_offline = lambda: bool(_import_module("eagleconv.hub").offline())
-
-
 def __getattr__(name: str) -> _Any:
     module = _EXPORTS.get(name)
     if module is None:
@@ -112,8 +92,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .forward import Drafter, capture_aux_states, diff, load
     from .hub import PullReport, PushReport, pull, push
     from .readers.inspection import inspect
-    from .io.reader import open_checkpoint
-    from .readers.loading import LoadedDrafter, load_drafter
+    from .readers.loading import LoadedDrafter, load_drafter, open_checkpoint
     from .measurement import MeasureError, MeasureReport, measure
     from .spec.report import (ConvertReport, DiffReport, Finding, ForwardReport, InspectReport, TransformReport,
                               ValidationReport)

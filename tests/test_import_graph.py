@@ -37,6 +37,7 @@ LAYERS: tuple[str, ...] = (
     "config",  # what config.json files state: the drafter's typed fields, the target's config
     "architectures",  # one module per decoder family (reads a spec as config_fields.DecoderShape)
     "spec",  # the canonical description: DrafterSpec, canonical names, config types, vocab, reports
+    "hubread",  # reading the Hub: hf:// snapshots and their manifest, hf:// headers by bounded range reads, timeouts
     "gguf",  # llama.cpp's draft GGUF: reading, writing, its keys, the storage rules, target metadata, BPE pre-hash
     "formats",  # one module per layout
     "synthetic",  # seeded tiny drafters in every producer's layout
@@ -51,7 +52,7 @@ LAYERS: tuple[str, ...] = (
     "hub",  # push / pull
     "cli",  # the click layer
     "__main__",
-    "",  # eagleconv/__init__.py, the lazy public facade (it also hands io its hooks)
+    "",  # eagleconv/__init__.py, the lazy public facade (it sets nothing on any module)
 )
 
 # The modules that stay at the top of the package; everything else lives in a folder named for what it holds.
@@ -266,8 +267,19 @@ def test_no_module_over_500_lines():
 
 
 def test_io_never_imports_the_hub_or_the_layouts():
-    """The lowest layer reaches the hub (hf:// paths) only through io.hooks, and layout detection only as a parameter."""
+    """The lowest layer never reaches up: hf:// is resolved above it (hubread), layout detection is a parameter."""
     assert not [e for e in edges() if e[0] == "io" and RANK[e[1]] > RANK["io"]]
+
+
+def test_nothing_is_wired_at_import():
+    """No hooks (issue 34): ``eagleconv/__init__.py`` assigns to no other module's attribute, and ``io/hooks.py``,
+    the callables it used to set, is gone; what a lower layer needs is passed in or lives below it."""
+    tree = ast.parse((PACKAGE / "__init__.py").read_text())
+    assigned = [ast.unparse(target) for node in ast.walk(tree) if isinstance(node, ast.Assign | ast.AugAssign)
+                for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                if isinstance(target, ast.Attribute)]
+    assert not assigned, assigned
+    assert not (PACKAGE / "io" / "hooks.py").exists()
 
 
 # -- findings are data, not text ---------------------------------------------------------
@@ -323,7 +335,8 @@ def test_hub_is_a_package_behind_its_init():
     assert {"push", "pull", "PushReport", "PullReport", "MANIFEST", "STEPS", "verify_manifest", "offline",
             "is_local_path", "publish_findings", "local_path"} <= set(hub.__all__)
     assert eagleconv.push is hub.push and hub.push.__module__ == "eagleconv.hub._push"
-    assert hub.local_path.__module__ == "eagleconv.io.hub_paths"  # parsing lives in io: io never imports the hub
+    assert hub.local_path.__module__ == "eagleconv.hubread.download"  # the read half lives below the readers
+    assert hub.parse_hf_url.__module__ == "eagleconv.io.hub_paths"  # parsing lives in io: io never imports the hub
 
 
 def test_input_factory_lives_with_the_inputs():

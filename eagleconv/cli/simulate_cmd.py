@@ -71,7 +71,8 @@ def simulate(ctx: click.Context, drafter: str, target: str, prompts: str | None,
         # of ~0.1 ms products, and waking sleeping threads for each made the SmolLM2 pair 1.3-1.7x slower on an
         # idle machine (benchmarks/RESULTS.md).  On a busy machine the default threads are fewer instead (one on
         # a loaded 2-core machine: no team, so nothing spins), chosen in eagleconv.simulation from others' CPU use.
-        from ..io.hub_paths import is_hf_url, local_path, require_download
+        from ..hubread.download import local_path
+        from ..io.hub_paths import is_hf_url, require_download
         from ..io.reader import require_exists
 
         require_download(drafter, "simulate", download)  # hf://: the verified snapshot, only with --download

@@ -107,7 +107,8 @@ def validate(ctx: click.Context, path: str, engines: tuple[str, ...], target: st
         raise click.UsageError("--prompts needs --forward")
 
     def body():
-        from ..io.remote import needs_download, reads_headers
+        from ..hubread.remote import reads_headers
+        from ..io.remote import needs_download
 
         if forward and reads_headers(path, download):
             raise needs_download("--forward", path)
@@ -200,7 +201,7 @@ def diff(ctx: click.Context, a: str, b: str, steps: int, target: str | None, pro
 
     def body():
         from ..gguf.gguf_file import open_if_gguf
-        from ..io.reader import open_checkpoint
+        from ..readers.loading import open_checkpoint
 
         for path in (a, b):  # a missing or unsafe checkpoint is refused before torch is imported or anything runs
             open_checkpoint(path, allow_pickle=allow_pickle, open_file=open_if_gguf)

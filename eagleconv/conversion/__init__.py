@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 
 from ..errors import ArgumentTypeError, ConversionError
 from ..formats import get_layout
-from ..io.hub_paths import local_path, require_download
+from ..hubread.download import local_path
+from ..io.hub_paths import require_download
 from ..io.reader import is_state_dict, require_source
 from ..io.writer import check_not_overlapping
 from ..readers.loading import LoadedDrafter, load_drafter, recognise_checkpoint

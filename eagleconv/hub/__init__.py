@@ -16,34 +16,33 @@ Downloads go through huggingface_hub's cache (``snapshot_download``), so
 verified when present.  Only ``hf://ORG/NAME[@REV]`` names a Hub repository:
 a bare ``org/name`` is a local path, and a missing one is an error.
 
-The public API is re-exported here; the private modules hold one job each:
-``_base`` (file names, step names, errors, reports), ``_timeouts``, ``_manifest``,
-``_download`` (snapshots), ``_transfer`` (copying and hashing with progress),
+The public API is gathered here; the private modules hold one job each:
+``_base`` (step names, the two reports), ``_transfer`` (copying and hashing with progress),
 ``_card`` (model card, publish checks), ``_evaluation`` (the card's engine matrix and acceptance),
-``_push`` and ``_pull``; ``_ranges`` (bounded range reads), ``_remote`` (``hf://`` from its headers) and
-``_audit`` (many repositories judged from their headers, one row each).  ``hf://`` path
-parsing lives in ``eagleconv.io.hub_paths`` (the readers need it below the hub).
+``_push``, ``_pull`` and ``_audit`` (many repositories judged from their headers, one row each).
+Reading the Hub (snapshots and their manifest, ``hf://`` from its headers by bounded range reads, the
+timeouts) lives below, in ``eagleconv.hubread``, because validate, inspect and convert take ``hf://`` paths;
+``hf://`` path parsing lives in ``eagleconv.io.hub_paths``.
 """
 
 from __future__ import annotations
 
-from ..io.hub_paths import (HF_SCHEME, HubRef, check_repo_id, check_revision, is_hf_url, is_local_path, local_path,
-                            parse_hf_url)
+from ..hubread.base import (CARD, CONNECT_TIMEOUT, DEFAULT_TIMEOUT, DOWNLOADING, HASH_CHUNK, HubError, HubTimeoutError,
+                            LENIENT, MANIFEST, MANIFEST_FORMAT, ManifestEntry, Step, TIMEOUT_ENV, offline)
+from ..hubread.download import download, fetch_verified, local_path
+from ..hubread.manifest import build_manifest, manifest_json, read_manifest, verify_manifest
+from ..hubread.ranges import HubHTTPError, RangeReader
+from ..hubread.remote import open_hf_headers, open_remote
+from ..hubread.timeouts import hub_timeout, hub_timeouts
+from ..io.hub_paths import HF_SCHEME, HubRef, check_repo_id, check_revision, is_hf_url, is_local_path, parse_hf_url
 from ._audit import (STATES, AuditRow, AuditSummary, RowsFile, audit, audit_one, parse_repo, read_repo_list,
                      search, summarise)
-from ._base import (CARD, CONNECT_TIMEOUT, DEFAULT_TIMEOUT, DOWNLOADING, HASHING, HASH_CHUNK, HubError,
-                    HubTimeoutError, LENIENT, LIBRARY, LICENSE, MANIFEST, MANIFEST_FORMAT, ManifestEntry, PLACING,
-                    Progress, PullReport, PushReport, RemoteFile, SCANNING, STAGING, STEPS, Step, TIMEOUT_ENV,
-                    TMP_STAGE, UPLOADING, WEIGHT_SUFFIXES, offline)
+from ._base import (HASHING, LIBRARY, LICENSE, PLACING, Progress, PullReport, PushReport, RemoteFile, SCANNING, STAGING,
+                    STEPS, TMP_STAGE, UPLOADING, WEIGHT_SUFFIXES)
 from ._card import TARGET_KEYS, model_card, publish_findings, serve_command, served_as, speculative_tokens, verifier_of
-from ._download import download, fetch_verified
 from ._evaluation import Acceptance, CardSummary, EngineVerdict, engine_matrix, read_acceptance, read_card
-from ._manifest import build_manifest, manifest_json, read_manifest, verify_manifest
 from ._pull import pull
-from ._ranges import HubHTTPError, RangeReader
-from ._remote import open_hf_headers, open_remote
 from ._push import compare, push, unhashed
-from ._timeouts import hub_timeout, hub_timeouts
 from ._transfer import checkpoint_files
 
 __all__ = [

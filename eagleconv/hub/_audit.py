@@ -1,6 +1,6 @@
 """``audit``: many Hub repositories judged from their headers, one row each, streamed to a JSONL file.
 
-Each repository is read as ``validate hf://`` reads one (``_remote``: its info, config.json, the index and the
+Each repository is read as ``validate hf://`` reads one (``hubread.remote``: its info, config.json, the index and the
 safetensors headers, at one commit) and judged by the same checks for the named engines.  A failure is a row,
 never a crash: the states in :data:`STATES` say why a repository was not judged.  Rows are appended to the
 rows file as they finish, one complete line each and fsynced, so a killed audit loses at most the rows in
@@ -25,8 +25,8 @@ from ..errors import EagleconvError, UsageError
 from ..io.hub_paths import HF_SCHEME, HubRef, check_repo_id, check_revision
 from ..spec.report import ValidationReport, _Report
 from ._evaluation import EngineVerdict, engine_matrix
-from ._ranges import HubHTTPError, RangeReader
-from ._remote import NoDrafterFiles, PickleWeights, open_remote
+from ..hubread.ranges import HubHTTPError, RangeReader
+from ..hubread.remote import NoDrafterFiles, PickleWeights, open_remote
 
 RowState = Literal["audited", "not-eagle", "pickle", "unsafe", "gated", "private", "missing", "rate-limited",
                    "failed"]
@@ -109,7 +109,7 @@ def _failed_state(exc: EagleconvError) -> RowState:
         return "not-eagle"
     if isinstance(exc, PickleWeights):
         return "pickle"
-    from ._base import HubError
+    from ..hubread.base import HubError
 
     return "failed" if isinstance(exc, HubError) else "unsafe"
 
@@ -197,13 +197,13 @@ def search(words: str | None = None, *, author: str | None = None, limit: int | 
     """Repository ids from the Hub's model search (``HfApi.list_models``)."""
     from huggingface_hub import HfApi
 
-    from ._base import _endpoint, _hub_error
+    from ..hubread.base import hub_endpoint, hub_error
 
     try:
-        return [m.id for m in HfApi(endpoint=_endpoint(endpoint), token=token).list_models(
+        return [m.id for m in HfApi(endpoint=hub_endpoint(endpoint), token=token).list_models(
             search=words, author=author, limit=limit)]
     except Exception as exc:  # one line naming the search, whatever huggingface_hub raised
-        raise _hub_error(exc, "the Hub search failed", f"search {words!r}") from exc
+        raise hub_error(exc, "the Hub search failed", f"search {words!r}") from exc
 
 
 def audit(repos: Sequence[str], *, engines: Iterable[str] | str = ("vllm",), jobs: int = 4,

@@ -12,7 +12,8 @@ from ..engines import resolve_engines
 from ..errors import UsageError
 from ..io.hub_paths import is_local_path
 from ..spec.report import Finding, ValidationReport
-from ._base import LIBRARY, LICENSE, MANIFEST, ManifestEntry
+from ..hubread.base import MANIFEST, ManifestEntry
+from ._base import LIBRARY, LICENSE
 from ._evaluation import Acceptance, card_sections, engine_matrix, eval_results
 
 if TYPE_CHECKING:

@@ -10,10 +10,11 @@ from ..io.hub_paths import HubRef, check_repo_id, check_revision, is_hf_url, par
 from ..io.staging import StagedDirectory
 from ..readers.loading import recognise_checkpoint
 from ..validation import validate
-from ._base import CARD, MANIFEST, PLACING, PullReport, SCANNING, Step
-from ._download import download
+from ..hubread.base import CARD, MANIFEST, Step
+from ..hubread.download import download
+from ..hubread.manifest import read_manifest, repo_files, verify_manifest
+from ._base import PLACING, PullReport, SCANNING
 from ._evaluation import read_card
-from ._manifest import _repo_files, read_manifest, verify_manifest
 from ._transfer import _bytes_step, _copy_files, checkpoint_files
 
 
@@ -51,7 +52,7 @@ def pull(repo_id: str, destination: str | Path, *, revision: str | None = None, 
         names = sorted({e.path for e in read_manifest(snapshot) or []} | {MANIFEST})
     else:  # no manifest: only what makes up the checkpoint, never a repository's scripts or optimizer state
         names = sorted({*checkpoint_files(snapshot)[0], *([CARD] if (snapshot / CARD).is_file() else [])})
-    left_out = [n for n in _repo_files(snapshot) if n not in names and n != ".gitattributes"]
+    left_out = [n for n in repo_files(snapshot) if n not in names and n != ".gitattributes"]
     result = PullReport(ok=report.ok, repo_id=repo_id, revision=revision, commit=commit, snapshot=str(snapshot),
                         manifest_verified=verified, files=names, validation=report, notes=[*staged.notes, *notes],
                         card=read_card(snapshot / CARD))

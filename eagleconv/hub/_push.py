@@ -22,14 +22,15 @@ from ..io.writer import check_not_overlapping, write_state_dict
 from ..support.jsonio import load_json
 from ..validation import validate
 from ..validation.api import add_forward, apply_ignore
-from ._base import (CARD, HASHING, HubError, LICENSE, MANIFEST, ManifestEntry, Progress, PushReport, RemoteFile,
-                    SCANNING, STAGING, Step, TMP_STAGE, TMP_STATE_DICT, UPLOADING, WEIGHT_SUFFIXES, _endpoint,
-                    _hub_error, offline)
+from ..hubread.base import CARD, MANIFEST, HubError, ManifestEntry, Step, hub_endpoint, hub_error, offline
+from ..hubread.download import quiet_tqdm
+from ..hubread.manifest import build_manifest, hash_file, manifest_json, verify_manifest
+from ..hubread.timeouts import hub_timeout, hub_timeouts
+from ._base import (HASHING, LICENSE, Progress, PushReport, RemoteFile, SCANNING, STAGING, TMP_STAGE, TMP_STATE_DICT,
+                    UPLOADING, WEIGHT_SUFFIXES)
 from ._evaluation import read_acceptance
 from ._card import model_card, publish_findings, serve_command, served_as, speculative_tokens, verifier_of
-from ._manifest import _hash_file, build_manifest, manifest_json, verify_manifest
-from ._timeouts import hub_timeout, hub_timeouts
-from ._transfer import _bytes_step, _copy_files, _quiet_tqdm, _takes, checkpoint_files
+from ._transfer import _bytes_step, _copy_files, _takes, checkpoint_files
 
 if TYPE_CHECKING:
     from huggingface_hub import HfApi
@@ -109,7 +110,7 @@ def push(path: str | Path | Mapping[str, object], repo_id: str, *, config: objec
     findings = [f for f in findings if f.code != "EC041"] + served_as(repo_id, engines)
     report = apply_ignore(report.model_copy(update={"findings": findings}), ignore)
     result = PushReport(ok=False, source=str(source), repo_id=repo_id, revision=revision, create_pr=create_pr,
-                        private=private, endpoint=_endpoint(endpoint), dry_run=dry_run, validation=report,
+                        private=private, endpoint=hub_endpoint(endpoint), dry_run=dry_run, validation=report,
                         publish_findings=extra)
     if not forward:
         result.notes.append("no forward pass (--no-forward): static and numeric checks only")
@@ -256,7 +257,7 @@ def _config_of(source: Path) -> dict[str, object]:
 def _api(endpoint: str | None, token: str | bool | None) -> HfApi:
     from huggingface_hub import HfApi
 
-    return HfApi(endpoint=_endpoint(endpoint), token=token)
+    return HfApi(endpoint=hub_endpoint(endpoint), token=token)
 
 
 @contextmanager
@@ -335,13 +336,13 @@ def _verify_remote(result: PushReport, api: HfApi, commit: str, expected: Sequen
     with tempfile.TemporaryDirectory(prefix="eagleconv-verify-") as cache:
         for name in missing:
             try:
-                quiet = {"tqdm_class": _quiet_tqdm(None)} if _takes(api.hf_hub_download, "tqdm_class") else {}
+                quiet = {"tqdm_class": quiet_tqdm(None)} if _takes(api.hf_hub_download, "tqdm_class") else {}
                 fetched = Path(api.hf_hub_download(result.repo_id, name, revision=commit, cache_dir=cache,
                                                    **quiet))  # not over the CLI's bars (hub >= 1.0 takes a class)
-                sha = _hash_file(fetched)[0]
+                sha = hash_file(fetched)[0]
             except Exception as exc:  # noqa: BLE001 - fail closed: not verified is not ok
                 problems.append(f"{name}: unverified: the remote lists no hash and fetching it to hash it failed "
-                                f"({_hub_error(exc, 'download').message})")
+                                f"({hub_error(exc, 'download').message})")
                 continue
             if sha != want[name]:
                 problems.append(f"{name}: remote sha256 {sha} != {want[name]} (fetched: the listing has no hash)")
@@ -373,7 +374,7 @@ def _upload(result: PushReport, staged: Path, entries: Sequence[ManifestEntry], 
             parent = _head(api, repo_id, revision)
         before = _remote(api, repo_id, parent) if parent else []
     except Exception as exc:
-        raise _hub_error(exc, "before the commit (nothing was uploaded)", f"{result.endpoint or 'hub'}/{repo_id}") from exc
+        raise hub_error(exc, "before the commit (nothing was uploaded)", f"{result.endpoint or 'hub'}/{repo_id}") from exc
     result.parent_commit = parent
     uploading = {e.path for e in entries} | {MANIFEST}
     result.deleted = sorted(f.path for f in before if f.path not in uploading and f.path.endswith(WEIGHT_SUFFIXES))
@@ -392,7 +393,7 @@ def _upload(result: PushReport, staged: Path, entries: Sequence[ManifestEntry], 
             info = api.create_commit(repo_id, operations, commit_message=message, revision=revision,
                                      create_pr=result.create_pr, parent_commit=parent)
     except Exception as exc:  # noqa: BLE001 - reported with the remote's state, never retried
-        result.error = _hub_error(exc, "the commit failed").message
+        result.error = hub_error(exc, "the commit failed").message
         _reconcile(result, api, expected, git_ids)
         return
     if progress:
@@ -401,7 +402,7 @@ def _upload(result: PushReport, staged: Path, entries: Sequence[ManifestEntry], 
     try:
         result.remote = _remote(api, repo_id, info.oid)
     except Exception as exc:  # noqa: BLE001
-        result.error = _hub_error(exc, f"the commit {info.oid} landed but its file list could not be read").message
+        result.error = hub_error(exc, f"the commit {info.oid} landed but its file list could not be read").message
         return
     result.mismatches = _verify_remote(result, api, info.oid, expected, git_ids)
     stale = [p for p in result.deleted if any(f.path == p for f in result.remote)]
@@ -417,7 +418,7 @@ def _reconcile(result: PushReport, api: HfApi, expected: Sequence[ManifestEntry]
         head = _head(api, result.repo_id, result.revision)
         result.remote = _remote(api, result.repo_id, head) if head else []
     except Exception as exc:  # noqa: BLE001
-        result.notes.append(f"the remote could not be read back: {_hub_error(exc, 'read-back').message}")
+        result.notes.append(f"the remote could not be read back: {hub_error(exc, 'read-back').message}")
         return
     if head == result.parent_commit:
         result.notes.append(f"no commit landed: {result.revision} is unchanged at {head} (not retried; re-run push)")

@@ -5,12 +5,12 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from ..gguf.gguf_file import open_if_gguf
 from ..io.reader import open_checkpoint
 from ..io.durable import fsync_file
-from ._base import CARD, DOWNLOADING, MANIFEST, Progress, Step
+from ..hubread.base import CARD, MANIFEST, Step
+from ._base import Progress
 
 
 def _takes(function: Callable[..., object], parameter: str) -> bool:
@@ -18,36 +18,6 @@ def _takes(function: Callable[..., object], parameter: str) -> bool:
     import inspect
 
     return parameter in inspect.signature(function).parameters
-
-
-def _quiet_tqdm(progress: Step | None) -> Any:
-    """A tqdm class for snapshot_download that draws nothing and reports its bytes bar to ``progress``.
-
-    snapshot_download makes three: files fetched, bytes received, and bytes written to the cache
-    ("Reconstructing ...", the total growing as each file starts); the last one is DOWNLOADING.  The bars
-    run as usual (huggingface_hub reads their counts and rates) but write into a sink.
-    """
-    import io
-
-    from tqdm.auto import tqdm  # type: ignore[import-untyped]
-
-    class Sink(io.TextIOBase):
-        def write(self, text: str) -> int:
-            return len(text)
-
-    class Quiet(tqdm):
-        def __init__(self, *args: Any, **kwargs: Any):
-            self.reports = progress is not None and str(kwargs.get("desc", "")).startswith("Reconstructing")
-            super().__init__(*args, **{**kwargs, "file": Sink(), "disable": False, "ncols": 80})
-
-        def update(self, n: float | None = 1) -> bool | None:
-            shown = super().update(n)
-            if self.reports and progress is not None:
-                done = int(self.n)
-                progress(DOWNLOADING, done, max(int(self.total or 0), done))
-            return shown
-
-    return Quiet
 
 
 def _bytes_step(progress: Step | None, what: str) -> Progress:

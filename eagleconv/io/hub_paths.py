@@ -1,18 +1,15 @@
 """``hf://ORG/NAME[@REV]`` paths and Hub ids: parsing only, so the readers can take a Hub path without the hub.
 
 Only ``hf://`` names a Hub repository: a bare ``org/name`` is a local path.  Fetching
-the snapshot is ``eagleconv.hub``'s job; ``local_path`` reaches it through
-``io.hooks.fetch_hf``, so this lowest layer never imports the hub.
+the snapshot is ``eagleconv.hubread``'s job (``hubread.download.local_path``), a layer above.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..errors import UsageError
-from . import hooks
 
 HF_SCHEME = "hf://"
 
@@ -76,11 +73,3 @@ def require_download(path: object, command: str, download: bool) -> None:
     if is_hf_url(path) and not download:
         raise UsageError(f"{command} needs the weights, not just the headers: add --download to download the "
                          "whole snapshot (through the HF cache)", str(path))
-
-
-def local_path(path: str | Path) -> Path:
-    """``hf://ORG/NAME[@REV]`` -> the verified cache snapshot; any other path is returned as a local Path."""
-    if not is_hf_url(path):
-        return Path(path)
-    assert hooks.fetch_hf is not None, "eagleconv/__init__.py sets io.hooks.fetch_hf"
-    return hooks.fetch_hf(str(path))

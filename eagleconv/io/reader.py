@@ -17,11 +17,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import FormatError, UnsafeInputError
+from ..errors import FormatError, UnsafeInputError, UsageError
 from ..support.bounds import check_config
 from ..support.jsonio import config_dict, load_json
 from .checkpoint import _SWAPPED, Checkpoint, _identity, _Location
-from .hub_paths import is_hf_url, local_path
+from .hub_paths import is_hf_url
 from .paths import resolve_inside, validate_shard_name
 from .safetensors_header import read_header
 from .state_dict import STATE_DICT, StateDictTensors, is_state_dict, require_source
@@ -167,13 +167,13 @@ def open_checkpoint(path: str | Path, *, allow_pickle: bool = False, duplicates:
 
     ``duplicates``: collect duplicate keys of config.json and the index there (the last value
     wins, as engines read them) instead of refusing the file with EC001.
-    ``hf://ORG/NAME[@REV]`` is downloaded through the Hugging Face cache (its
-    manifest verified) first; any other path is local, never a Hub id.
+    ``path`` is local, never a Hub id: ``hf://ORG/NAME[@REV]`` is downloaded (its manifest verified) a layer
+    above, by ``eagleconv.open_checkpoint`` (``readers.loading``) or ``hubread.download.local_path``.
     ``open_file``: opens a one-file checkpoint, or returns None when the file is not its kind (llama.cpp's GGUF:
     ``eagleconv.gguf.gguf_file.open_if_gguf``, passed by the callers above that read GGUF drafters).
     """
-    if is_hf_url(path):
-        path = local_path(path)
+    if is_hf_url(path):  # a caller that skipped the resolution above: say so, not "no such file"
+        raise UsageError("hf:// is downloaded by eagleconv.open_checkpoint, not by io.reader", str(path))
     directory = require_exists(path)
     if not directory.is_dir():
         opened = open_file(directory) if open_file is not None else None

@@ -1,4 +1,4 @@
-"""A checkpoint known from its headers alone: a Hub repository read by range requests (``eagleconv.hub._remote``).
+"""A checkpoint known from its headers alone: a Hub repository read by range requests (``eagleconv.hubread.remote``).
 
 It lists every tensor (name, dtype, shape, file) as a local :class:`~eagleconv.io.checkpoint.Checkpoint`
 does, so validation's no-tensor-data path (``numeric=False``) and ``inspect`` run on it unchanged.  The
@@ -75,25 +75,3 @@ class RemoteCheckpoint(Checkpoint):
     def close(self) -> None:
         pass
 
-
-def reads_headers(path: object, download: bool = False) -> bool:
-    """Whether ``path`` is read from its headers: ``hf://`` without ``download``, unless huggingface_hub is
-    offline (HF_HUB_OFFLINE: then the cached snapshot answers, as ``download`` reads it)."""
-    from . import hooks
-    from .hub_paths import is_hf_url
-
-    return is_hf_url(path) and not download and not (hooks.hub_offline is not None and hooks.hub_offline())
-
-
-def open_hf_headers(path: str, duplicates: list[tuple[Path, str]] | None = None, *,
-                    config_only: bool = False) -> tuple[RemoteCheckpoint, Callable[[], Any]]:
-    """``hf://ORG/NAME[@REV]`` from its headers, through the hub (``io.hooks``): the checkpoint and its cost.
-
-    The second item returns the ``report.HubSource`` (commit, bytes transferred so far) when called.
-    """
-    from . import hooks
-
-    assert hooks.open_hf_headers is not None, "eagleconv/__init__.py sets io.hooks.open_hf_headers"
-    store, cost = hooks.open_hf_headers(path, duplicates, config_only=config_only)
-    assert isinstance(store, RemoteCheckpoint)
-    return store, cost

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import ArgumentTypeError
-from ..io.remote import needs_download, open_hf_headers, reads_headers
+from ..hubread.remote import open_hf_headers, reads_headers
+from ..io.remote import needs_download
 from .loading import load_drafter, read_store
 from ..spec.report import FlagsView, InspectReport, TensorRow, VocabSummary
 

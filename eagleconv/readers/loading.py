@@ -1,7 +1,8 @@
 """Open a checkpoint, detect its layout and read it into a DrafterSpec: the first step of every command.
 
-The three openers, each on top of the one before: ``io.reader.open_checkpoint`` (files and headers, no layout),
-``load_drafter`` here (+ the layout and the ``DrafterSpec``), ``forward.load`` (+ weights: a runnable ``Drafter``).
+The three openers, each on top of the one before: ``open_checkpoint`` (files and headers, no layout: ``io.reader``'s,
+with ``hf://`` downloaded first), ``load_drafter`` here (+ the layout and the ``DrafterSpec``), ``forward.load`` (+
+weights: a runnable ``Drafter``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,10 @@ from ..formats import detect_layout, get_layout, read_drafter
 from ..formats.base import Layout
 from ..formats.base.reading import ReadResult, read_fields
 from ..gguf.gguf_file import open_if_gguf
-from ..io.reader import SAFETENSORS_INDEX, Checkpoint, open_checkpoint, open_source
+from ..hubread.download import local_path
+from ..io import reader
+from ..io.hub_paths import is_hf_url
+from ..io.reader import SAFETENSORS_INDEX, Checkpoint, Duplicates, OpenFile, open_source
 from ..io.replaceable import not_a_checkpoint
 from ..support.bounds import check_config
 from ..support.jsonio import load_json
@@ -62,6 +66,16 @@ class LoadedDrafter:
         self.store.close()
 
 
+def open_checkpoint(path: str | Path, *, allow_pickle: bool = False, duplicates: Duplicates | None = None,
+                    open_file: OpenFile | None = None) -> Checkpoint:
+    """Open a checkpoint directory and validate its structure without reading tensor data (no layout: that is
+    ``load_drafter``): :func:`eagleconv.io.reader.open_checkpoint`, with ``hf://ORG/NAME[@REV]`` downloaded through
+    the Hugging Face cache (its manifest verified) first; any other path is local, never a Hub id."""
+    if is_hf_url(path):
+        path = local_path(path)
+    return reader.open_checkpoint(path, allow_pickle=allow_pickle, duplicates=duplicates, open_file=open_file)
+
+
 def load_drafter(path: str | Path | Mapping[str, object], *, config: object = None, layout: str | None = None,
                  allow_pickle: bool = False, aux_convention: AuxConvention | None = None) -> LoadedDrafter:
     """Open ``path`` (headers only), pick its layout (detected unless given) and read its spec.
@@ -69,6 +83,8 @@ def load_drafter(path: str | Path | Mapping[str, object], *, config: object = No
     ``path`` may also be an in-memory state dict, with its ``config`` (a dict, a config.json path or a
     transformers ``PretrainedConfig``): see :func:`eagleconv.io.reader.open_source`.
     """
+    if is_hf_url(path):
+        path = local_path(path)  # type: ignore[arg-type]
     return read_store(open_source(path, config, allow_pickle=allow_pickle, open_file=open_if_gguf), layout=layout,
                       aux_convention=aux_convention)
 
@@ -120,7 +136,7 @@ def recognise_checkpoint(directory: Path, names: list[str], shown: str | Path) -
     metadata: dict[str, str] = {}
     try:
         if SAFETENSORS_INDEX in names or any(n.endswith(".safetensors") for n in names):
-            checkpoint = open_checkpoint(directory)
+            checkpoint = reader.open_checkpoint(directory)
             config, tensor_names, metadata = checkpoint.config, set(checkpoint.tensors), dict(checkpoint.metadata)
             kind = "safetensors"
         elif torch_files:

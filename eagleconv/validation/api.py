@@ -25,10 +25,12 @@ from ..formats.base import Layout, Seen, architectures_of
 from ..formats.base.reading import ReadResult
 from ..io.checkpoint import Checkpoint
 from ..gguf.gguf_file import open_if_gguf
-from ..io.reader import open_checkpoint, open_state_dict
+from ..io.reader import open_state_dict
 from ..io.state_dict import require_source
 from ..io.tensor_store import CHUNK_BYTES, TensorStore
-from ..io.remote import needs_download, open_hf_headers, reads_headers
+from ..hubread.remote import open_hf_headers, reads_headers
+from ..io.remote import needs_download
+from ..readers.loading import open_checkpoint
 from ..support.jsonio import config_dict
 from ..spec.report import Finding, FlagsView, ValidationReport
 from .codes import CODES

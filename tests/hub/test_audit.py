@@ -14,7 +14,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-import eagleconv.hub._ranges as ranges
+import eagleconv.hubread.ranges as ranges
 from eagleconv.hub import AuditRow, AuditSummary, RowsFile, audit, parse_repo, search
 from tests.support.hub import hub, run  # noqa: F401 - the loopback Hub fixture
 from tests.support.hub_repos import directory_files, fixture_checkpoints, publish

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import eagleconv.hub._ranges as ranges
+import eagleconv.hubread.ranges as ranges
 from eagleconv import inspect, lint, validate
 from eagleconv.errors import EagleconvError
 from eagleconv.hub import HubError
@@ -221,7 +221,7 @@ def test_a_dripping_hub_ends_at_the_requests_deadline():
     request (``--timeout`` after it started, plus a second per MIN_RATE bytes) ends the read; the drip runs 60 s."""
     import time
 
-    from eagleconv.hub._ranges import RangeReader
+    from eagleconv.hubread.ranges import RangeReader
     from tests.support.hostile_server import HostileServer, drip
 
     with HostileServer({"GET /org/d/resolve/main/config.json": drip(every=0.05, limit=60, prefix=b"{")}) as srv:

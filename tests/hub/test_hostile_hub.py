@@ -17,7 +17,7 @@ from typing import BinaryIO
 import pytest
 
 from eagleconv.hub import HubError, HubTimeoutError
-from eagleconv.hub._timeouts import MIN_RATE
+from eagleconv.hubread.timeouts import MIN_RATE
 from tests.hub.test_pull_retries import child_env
 from tests.support.hostile_server import Behaviour, HostileServer, drip, endless, reply
 

@@ -48,3 +48,30 @@ def test_simulate_download_runs_the_snapshot(hub, tmp_path):
     assert hub.requests
     report = json.loads(remote.stdout[remote.stdout.index("{"):])
     assert report["tokens"] == json.loads(local.stdout[local.stdout.index("{"):])["tokens"]
+
+
+def test_the_public_openers_download_hf_and_io_never_does(hub, drafter):
+    """``eagleconv.open_checkpoint`` and ``load_drafter`` take ``hf://`` (the verified snapshot, downloaded a layer
+    above io, issue 34); io.reader itself refuses it in one line, before any request, instead of reaching up."""
+    import eagleconv
+    from eagleconv.io import reader
+
+    src = good(drafter)
+    publish(hub, "org/d", src)
+    with pytest.raises(UsageError, match="hf:// is downloaded by eagleconv.open_checkpoint"):
+        reader.open_checkpoint("hf://org/d")
+    assert hub.requests == []
+    local = reader.open_checkpoint(src)
+    store = eagleconv.open_checkpoint("hf://org/d")
+    try:
+        assert store.path != src and store.config == local.config and set(store.tensors) == set(local.tensors)
+    finally:
+        store.close()
+        local.close()
+    assert hub.requests
+    loaded, expected = eagleconv.load_drafter("hf://org/d"), eagleconv.load_drafter(src)
+    try:
+        assert loaded.store.path == store.path and loaded.spec == expected.spec
+    finally:
+        loaded.close()
+        expected.close()

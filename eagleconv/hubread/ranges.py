@@ -1,6 +1,6 @@
 """Bounded HTTP reads of a Hub repository's files: byte ranges, small JSON answers, and nothing else.
 
-The header-only ``hf://`` reader (``_remote``) and ``audit`` read a repository
+The header-only ``hf://`` reader (``hubread.remote``) and ``audit`` read a repository
 through here.  huggingface_hub builds the headers (``build_hf_headers``: the
 token, the user agent), in the same way from 0.30 to 2.x; the URLs are its
 ``/api/models/ORG/NAME/revision/REV`` and ``/ORG/NAME/resolve/COMMIT/FILE``; the request itself is the standard library's, so that every answer is
@@ -24,8 +24,8 @@ from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
 
 from ..support.jsonio import MAX_JSON_BYTES, loads_strict
-from ._base import HubError, HubTimeoutError, _endpoint
-from ._timeouts import MIN_RATE, hub_timeout
+from .base import HubError, HubTimeoutError, hub_endpoint
+from .timeouts import MIN_RATE, hub_timeout
 
 _PIECE = 64 * 1024  # bytes asked of one socket read; the deadline is checked between reads
 
@@ -92,7 +92,7 @@ class RangeReader:
                  timeout: float | None = None) -> None:
         from huggingface_hub.utils import build_hf_headers
 
-        self.endpoint = (_endpoint(endpoint) or DEFAULT_ENDPOINT).rstrip("/")
+        self.endpoint = (hub_endpoint(endpoint) or DEFAULT_ENDPOINT).rstrip("/")
         self.timeout = hub_timeout(timeout)
         self.headers = dict(build_hf_headers(token=token, library_name="eagleconv"))
         self.bytes_read = 0

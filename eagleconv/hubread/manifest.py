@@ -10,10 +10,10 @@ from pathlib import Path
 from .._version import __version__
 from ..errors import UnsafeInputError
 from ..support.jsonio import load_json
-from ._base import HASH_CHUNK, LENIENT, MANIFEST, MANIFEST_FORMAT, ManifestEntry
+from .base import HASH_CHUNK, LENIENT, MANIFEST, MANIFEST_FORMAT, ManifestEntry
 
 
-def _hash_file(path: Path, on_bytes: Callable[[int], None] | None = None) -> tuple[str, str]:
+def hash_file(path: Path, on_bytes: Callable[[int], None] | None = None) -> tuple[str, str]:
     """(sha256, git blob sha1) of a file, streamed."""
     size = path.stat().st_size
     sha256 = hashlib.sha256()
@@ -32,7 +32,7 @@ def build_manifest(directory: Path, names: Sequence[str],
     """Manifest entries for ``names`` in ``directory`` and their git blob ids (for regular Hub files)."""
     entries, git_ids = [], {}
     for name in sorted(names):
-        sha, git = _hash_file(directory / name, on_bytes)
+        sha, git = hash_file(directory / name, on_bytes)
         entries.append(ManifestEntry(path=name, size=(directory / name).stat().st_size, sha256=sha))
         git_ids[name] = git
     return entries, git_ids
@@ -79,7 +79,7 @@ def verify_manifest(directory: Path) -> tuple[bool | None, list[str]]:
         if not path.is_file():
             raise UnsafeInputError(f"{e.path} is listed in {MANIFEST} but absent", directory)
         size = path.stat().st_size
-        sha = _hash_file(path)[0] if size == e.size else None
+        sha = hash_file(path)[0] if size == e.size else None
         if size != e.size or sha != e.sha256:
             what = f"size {size} != {e.size}" if size != e.size else f"sha256 {sha} != {e.sha256}"
             if e.path in LENIENT:
@@ -87,12 +87,12 @@ def verify_manifest(directory: Path) -> tuple[bool | None, list[str]]:
                 continue
             raise UnsafeInputError(f"{e.path} does not match {MANIFEST}: {what}", directory)
     # Every file, at any depth (a repository can hold `scripts/run.sh`), not only the top level.
-    extra = sorted(rel for rel in _repo_files(directory) if rel not in listed | {MANIFEST} | LENIENT)
+    extra = sorted(rel for rel in repo_files(directory) if rel not in listed | {MANIFEST} | LENIENT)
     if extra:
         raise UnsafeInputError(f"files not listed in {MANIFEST}: {', '.join(extra)}", directory)
     return True, notes
 
 
-def _repo_files(directory: Path) -> list[str]:
+def repo_files(directory: Path) -> list[str]:
     """Every non-directory entry under ``directory`` (following the cache's blob links), as relative posix paths."""
     return sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*") if not p.is_dir())

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import UsageError
 from ..io.http import Watchdog
-from ._base import CONNECT_TIMEOUT, DEFAULT_TIMEOUT, HubError, HubTimeoutError, TIMEOUT_ENV
+from .base import CONNECT_TIMEOUT, DEFAULT_TIMEOUT, HubError, HubTimeoutError, TIMEOUT_ENV
 
 if TYPE_CHECKING:
     import requests

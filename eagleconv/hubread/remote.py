@@ -19,7 +19,7 @@ from typing import Any
 
 from ..support.bounds import check_config
 from ..errors import FormatError, UnsafeInputError
-from ..io.hub_paths import HubRef, check_repo_id, check_revision, parse_hf_url
+from ..io.hub_paths import HubRef, check_repo_id, check_revision, is_hf_url, parse_hf_url
 from ..io.pickle_reader import WEIGHT_PICKLE, weight_pickles
 from ..io.reader import (
     PICKLE_INDEX,
@@ -33,7 +33,8 @@ from ..io.safetensors_header import header_length, parse_header_bytes
 from ..io.tensor_store import TensorInfo
 from ..support.jsonio import loads_strict
 from ..spec.report import HubSource
-from ._ranges import RangeReader
+from .base import offline
+from .ranges import RangeReader
 
 PROBE_BYTES = 16 * 1024  # the first range of each safetensors file: a drafter's header is a few KB
 MAX_SIBLINGS = 100_000
@@ -168,3 +169,9 @@ def open_hf_headers(path: str, duplicates: Duplicates | None = None, *, config_o
     reader = RangeReader(endpoint, token, timeout)
     store = open_remote(ref, reader, duplicates, config_only=config_only)
     return store, lambda: hub_source(ref, store, reader)
+
+
+def reads_headers(path: object, download: bool = False) -> bool:
+    """Whether ``path`` is read from its headers: ``hf://`` without ``download``, unless huggingface_hub is
+    offline (HF_HUB_OFFLINE: then the cached snapshot answers, as ``download`` reads it)."""
+    return is_hf_url(path) and not download and not offline()
