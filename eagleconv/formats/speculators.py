@@ -69,14 +69,16 @@ class SpeculatorsLayout(Layout):
 
     @classmethod
     def extra_config(cls, spec: DrafterSpec) -> JSONObject:
-        verifier = spec.verifier or Verifier()
-        return {
-            "speculators_model_type": "eagle3",
-            "speculators_config": {
-                "algorithm": "eagle3",
-                "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3,
-                                      "verifier_accept_k": 1, "accept_tolerance": 0.0}],
-                "default_proposal_method": "greedy",
-                "verifier": {"name_or_path": verifier.name_or_path, "architectures": list(verifier.architectures)},
-            },
-        }
+        return {"speculators_model_type": "eagle3", "speculators_config": speculators_config(spec.verifier or Verifier())}
+
+
+def speculators_config(verifier: Verifier) -> JSONObject:
+    """The ``speculators_config`` block speculators 0.9.0 writes: greedy proposals of 3 tokens, and the verifier.
+    One place for it, so the layout's writer and its synthetic recipe (eagleconv.synthetic.speculators) agree."""
+    return {
+        "algorithm": "eagle3",
+        "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3,
+                              "verifier_accept_k": 1, "accept_tolerance": 0.0}],
+        "default_proposal_method": "greedy",
+        "verifier": {"name_or_path": verifier.name_or_path, "architectures": list(verifier.architectures)},
+    }

@@ -3,6 +3,8 @@ naming the verifier, embed_tokens shipped."""
 
 from __future__ import annotations
 
+from ..formats.speculators import speculators_config
+from ..spec.drafter import Verifier
 from ..support.jsonio import JSONObject
 from .base import DrafterRecipe, Producer, flags31
 from . import register
@@ -20,13 +22,8 @@ class Speculators(Producer):
             "architectures": ["Eagle3Speculator"],
             "speculators_model_type": "eagle3",
             "speculators_version": "0.9.0",
-            "speculators_config": {
-                "algorithm": "eagle3",
-                "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3,
-                                      "verifier_accept_k": 1, "accept_tolerance": 0.0}],
-                "default_proposal_method": "greedy",
-                "verifier": {"name_or_path": "meta-llama/Llama-3.1-8B-Instruct", "architectures": ["LlamaForCausalLM"]},
-            },
+            "speculators_config": speculators_config(Verifier(name_or_path="meta-llama/Llama-3.1-8B-Instruct",
+                                                              architectures=("LlamaForCausalLM",))),
             "transformer_layer_config": decoder,
             "draft_vocab_size": d.draft_vocab,
             "target_hidden_size": d.target_hidden,
