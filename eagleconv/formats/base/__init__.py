@@ -80,7 +80,7 @@ class Layout(metaclass=Holding):
     # other spellings of the layout's names found in the wild (an HF *ForCausalLM state dict nests the decoder
     # under ``model.``): read, never written, each reported (EC003 info); whether an engine loads them is its profile's
     spellings: ClassVar[tuple[Rename, ...]] = ()
-    fields: ClassVar[dict[str, ConfigField]] = hf_fields()
+    fields: ClassVar[Mapping[str, ConfigField]] = hf_fields()
     aux_convention: ClassVar[AuxConvention] = "hidden_state_index"
     defaults: ClassVar[dict[str, Any]] = {}
     # architecture name -> how this layout writes it (its config ``architectures``, rewritten model_types, aux

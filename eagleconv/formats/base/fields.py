@@ -7,7 +7,7 @@ writing both consult; ``get_path``/``set_path`` are the one way a dotted config 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import ItemsView, Iterator, Mapping, ValuesView
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,41 +30,74 @@ class ConfigField:
         return self.write if self.write is not None else self.read[:1]
 
 
-def hf_fields(decoder: str = "", **overrides: ConfigField | None) -> dict[str, ConfigField]:
-    """The Hugging Face-style field table, decoder fields under ``decoder`` (a path prefix)."""
-    d = decoder
-    table: dict[str, ConfigField | None] = {
-        "model_type": ConfigField((f"{d}model_type",)),
-        "hidden_size": ConfigField((f"{d}hidden_size",)),
-        "num_hidden_layers": ConfigField((f"{d}num_hidden_layers",)),
-        "num_attention_heads": ConfigField((f"{d}num_attention_heads",)),
-        "num_key_value_heads": ConfigField((f"{d}num_key_value_heads",)),  # HF's attention fields, MLA's too
-        "head_dim": ConfigField((f"{d}head_dim",)),
-        "intermediate_size": ConfigField((f"{d}intermediate_size",)),
-        "hidden_act": ConfigField((f"{d}hidden_act",)),
-        "rms_norm_eps": ConfigField((f"{d}rms_norm_eps",)),
-        "vocab_size": ConfigField((f"{d}vocab_size",)),
-        "max_position_embeddings": ConfigField((f"{d}max_position_embeddings",)),
-        "attention_bias": ConfigField((f"{d}attention_bias",)),
-        "mlp_bias": ConfigField((f"{d}mlp_bias",)),
-        "rope_theta": ConfigField((f"{d}rope_theta",)),
-        "rope_scaling": ConfigField((f"{d}rope_scaling",)),
-        "rope_parameters": ConfigField((f"{d}rope_parameters",)),
-        # each architecture's own decoder fields (Architecture.config_fields), in registry order
-        **{f: ConfigField((f"{d}{f}",)) for arch in architectures.ARCHITECTURES.values() for f in arch.config_fields},
-        "dtype": ConfigField(("torch_dtype", "dtype")),
-        "draft_vocab_size": ConfigField(("draft_vocab_size",)),
-        "target_hidden_size": ConfigField(("target_hidden_size",)),
-        "num_aux_hidden_states": ConfigField(("num_aux_hidden_states",)),
-        "aux_layer_ids": ConfigField(("eagle_config.eagle_aux_hidden_state_layer_ids", "eagle_aux_hidden_state_layer_ids")),
-        "fc_norm": ConfigField(("fc_norm",)),
-        "norm_before_fc": ConfigField(("eagle_config.norm_before_fc", "norm_before_fc")),
-        "norm_output": ConfigField(("norm_output",)),
-        "norm_before_residual": ConfigField(("norm_before_residual",)),
-        "use_aux_hidden_state": ConfigField(("eagle_config.use_aux_hidden_state",)),
-    }
-    table.update(overrides)
-    return {k: v for k, v in table.items() if v is not None}
+class FieldTable(Mapping[str, ConfigField]):
+    """A layout's field table, built when read, not when the layout class is defined.
+
+    The shared fields are fixed, but each architecture's own decoder fields (``Architecture.config_fields``, MLA's
+    ``kv_lora_rank``...) come from the registry as it is now: an architecture registered after the layouts (a
+    plugin) has its shape-bearing fields read and written by every layout, with no re-binding step.
+    """
+
+    def __init__(self, decoder: str, overrides: Mapping[str, ConfigField | None]) -> None:
+        self._decoder = decoder
+        self._overrides = dict(overrides)
+
+    def _table(self) -> dict[str, ConfigField]:
+        d = self._decoder
+        table: dict[str, ConfigField | None] = {
+            "model_type": ConfigField((f"{d}model_type",)),
+            "hidden_size": ConfigField((f"{d}hidden_size",)),
+            "num_hidden_layers": ConfigField((f"{d}num_hidden_layers",)),
+            "num_attention_heads": ConfigField((f"{d}num_attention_heads",)),
+            "num_key_value_heads": ConfigField((f"{d}num_key_value_heads",)),  # HF's attention fields, MLA's too
+            "head_dim": ConfigField((f"{d}head_dim",)),
+            "intermediate_size": ConfigField((f"{d}intermediate_size",)),
+            "hidden_act": ConfigField((f"{d}hidden_act",)),
+            "rms_norm_eps": ConfigField((f"{d}rms_norm_eps",)),
+            "vocab_size": ConfigField((f"{d}vocab_size",)),
+            "max_position_embeddings": ConfigField((f"{d}max_position_embeddings",)),
+            "attention_bias": ConfigField((f"{d}attention_bias",)),
+            "mlp_bias": ConfigField((f"{d}mlp_bias",)),
+            "rope_theta": ConfigField((f"{d}rope_theta",)),
+            "rope_scaling": ConfigField((f"{d}rope_scaling",)),
+            "rope_parameters": ConfigField((f"{d}rope_parameters",)),
+            # each architecture's own decoder fields (Architecture.config_fields), in registry order, as registered now
+            **{f: ConfigField((f"{d}{f}",)) for arch in architectures.ARCHITECTURES.values()
+               for f in arch.config_fields},
+            "dtype": ConfigField(("torch_dtype", "dtype")),
+            "draft_vocab_size": ConfigField(("draft_vocab_size",)),
+            "target_hidden_size": ConfigField(("target_hidden_size",)),
+            "num_aux_hidden_states": ConfigField(("num_aux_hidden_states",)),
+            "aux_layer_ids": ConfigField(("eagle_config.eagle_aux_hidden_state_layer_ids",
+                                          "eagle_aux_hidden_state_layer_ids")),
+            "fc_norm": ConfigField(("fc_norm",)),
+            "norm_before_fc": ConfigField(("eagle_config.norm_before_fc", "norm_before_fc")),
+            "norm_output": ConfigField(("norm_output",)),
+            "norm_before_residual": ConfigField(("norm_before_residual",)),
+            "use_aux_hidden_state": ConfigField(("eagle_config.use_aux_hidden_state",)),
+        }
+        table.update(self._overrides)
+        return {k: v for k, v in table.items() if v is not None}
+
+    def __getitem__(self, key: str) -> ConfigField:
+        return self._table()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+    def items(self) -> ItemsView[str, ConfigField]:  # one build per loop, not one per key
+        return self._table().items()
+
+    def values(self) -> ValuesView[ConfigField]:
+        return self._table().values()
+
+
+def hf_fields(decoder: str = "", **overrides: ConfigField | None) -> FieldTable:
+    """The Hugging Face-style field table, decoder fields under ``decoder`` (a path prefix); ``None`` removes one."""
+    return FieldTable(decoder, overrides)
 
 
 MISSING = object()  # what get_path returns for an absent path (None is a legal JSON value)
