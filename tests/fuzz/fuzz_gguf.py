@@ -19,13 +19,14 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from click.testing import CliRunner  # noqa: E402
-from hypothesis import HealthCheck, example, given, settings  # noqa: E402
+from hypothesis import HealthCheck, example, given, seed, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from eagleconv.cli.main import cli  # noqa: E402
@@ -45,7 +46,7 @@ LIMITS = {0: (0, 255), 1: (-128, 127), 2: (0, 2 ** 16 - 1), 3: (-2 ** 15, 2 ** 1
           5: (-2 ** 31, 2 ** 31 - 1), 10: (0, 2 ** 64 - 1), 11: (-2 ** 63, 2 ** 63 - 1)}
 
 
-BATCH = 50  # generated files per hypothesis call under --seconds --random (about half a second)
+BATCH = 50  # generated files per hypothesis call under --seconds (about half a second)
 FIXED = {"eagle3.block_count": (10, None, 10 ** 9), "general.bomb": (ARRAY, 0, Hole(3 * 10 ** 8))}
 
 
@@ -139,27 +140,34 @@ def main(argv: list[str]) -> int:
         resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
         stop = time.monotonic() + args.seconds if args.seconds is not None else None
         runs = 0
-        # --seconds runs batches until the time is up, each with a fresh seed. The time is never ended by raising
-        # from inside the test: hypothesis replays an exception as a failure, and an input that ran clean before
-        # the deadline and raised after it was reported as a FlakyFailure (CI, stop 39).
-        batch = min(args.examples, BATCH) if stop is not None and args.random else args.examples
 
-        @settings(max_examples=batch, deadline=None, database=None, derandomize=not args.random,
-                  suppress_health_check=list(HealthCheck))
-        @given(hostile(base))
-        def run(g: Gguf) -> None:
+        def body(g: Gguf) -> None:
             nonlocal runs
             if stop is not None and time.monotonic() > stop:
                 return  # the rest of this batch is skipped, cheaply
             runs += 1
             check(g.write(work / "h.gguf"), work, args.deadline)
 
-        first = run
-        for key, (vtype, sub, v) in FIXED.items():  # the bombs round 5 found, in every run
-            first = example(Gguf(dict(base.kv), list(base.tensors), base.data).set(key, vtype, v, sub))(first)
-        first()
-        while batch != args.examples and stop is not None and time.monotonic() < stop:
-            run()
+        def batch(number: int) -> Callable[[], None]:
+            """One hypothesis call. Batch 0 also runs the bombs round 5 found. Under --seconds each batch has a
+            seed of its own (the batch's number, or a fresh one with --random) and they run until the time is up:
+            the time is never ended by raising from the test, which hypothesis replays as a failure (an input that
+            ran clean before the deadline and raised after it was a FlakyFailure: CI, stop 39)."""
+            test = given(hostile(base))(body)
+            if number == 0:
+                for key, (vtype, sub, v) in FIXED.items():
+                    test = example(Gguf(dict(base.kv), list(base.tensors), base.data).set(key, vtype, v, sub))(test)
+            if stop is not None and not args.random:
+                test = seed(number)(test)
+            return settings(max_examples=args.examples if stop is None else min(args.examples, BATCH),
+                            deadline=None, database=None, derandomize=stop is None and not args.random,
+                            suppress_health_check=list(HealthCheck))(test)
+
+        batch(0)()
+        number = 1
+        while stop is not None and time.monotonic() < stop:
+            batch(number)()
+            number += 1
         print(f"gguf fuzz: {runs} files through inspect, validate and convert under a {limit >> 20} MiB address "
               "space: each read, or refused in one line")
     finally:
