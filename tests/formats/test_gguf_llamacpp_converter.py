@@ -6,8 +6,7 @@ intended difference: ``eagle3.target_layers``.  Their converter copies the top-l
 ``eagle_aux_hidden_state_layer_ids`` verbatim whatever the producer's numbering, and reads nothing nested
 (SpecForge and ModelOpt keep theirs in ``eagle_config``), falling back to ``[2, N//2, N-3]``; eagleconv writes
 the ids the checkpoint records, translated into llama.cpp's numbering (the input of layer id).
-Runs where llama.cpp's source is here (``EAGLECONV_LLAMACPP_SRC``, the llama.cpp cache's ``src/``, or
-/work/llamacpp-src) with torch, transformers and sentencepiece; skips saying which is missing otherwise.
+Runs where llama.cpp's source is here (``EAGLECONV_LLAMACPP_SRC``, or the llama.cpp cache's ``src/``) with torch, transformers and sentencepiece; skips saying which is missing otherwise.
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ def _cached_build_src() -> str | None:
 
 
 def _llamacpp_src() -> Path | None:
-    candidates = [os.environ.get("EAGLECONV_LLAMACPP_SRC"), _cached_build_src(), "/work/llamacpp-src"]
+    candidates = [os.environ.get("EAGLECONV_LLAMACPP_SRC"), _cached_build_src()]
     for c in candidates:
         if c and (Path(c) / "convert_hf_to_gguf.py").is_file():
             return Path(c)
